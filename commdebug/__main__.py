@@ -1,0 +1,5 @@
+import sys
+
+from commdebug.cli import main
+
+sys.exit(main())

@@ -1,0 +1,438 @@
+"""CommDebugMode: the capture side. Decides what happened; formats nothing."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from collections import defaultdict
+from datetime import datetime, timezone
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.tensor import DTensor
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from commdebug import ops as _ops
+from commdebug.groups import GroupResolver
+from commdebug.trace import GLOBAL, PHASES, CollectiveEvent, Trace
+from commdebug.tracker import BACKWARD, CHECKPOINT, FORWARD, ModuleTracker
+
+__all__ = ["CommDebugMode"]
+
+_graph_task_id = torch._C._current_graph_task_id
+_HOP = torch._ops.HigherOrderOperator
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+# DTensor lowers an op to collectives inside this file; a collective with it on the stack came
+# from the DTensor op seen last.
+_DTENSOR_DISPATCH = os.path.join(_TORCH_DIR, "distributed", "tensor", "_dispatch.py")
+_SIZE = {
+    "in": lambda i, o, n: i,
+    "out": lambda i, o, n: o,
+    "in_x_n": lambda i, o, n: i * n,
+    "out_x_n": lambda i, o, n: o * n,
+    "zero": lambda i, o, n: 0,
+}
+
+
+class CommDebugMode(TorchDispatchMode):
+    """Record every collective a PyTorch program issues, by module, phase and step.
+
+    A drop-in for ``torch.distributed.tensor.debug.CommDebugMode``: same methods, defaults and
+    count keys, and it also works across many training steps, sees eager c10d ops
+    (send/recv/barrier too), and records bytes, groups, sources and optional latency.
+
+    Example::
+
+        from commdebug import CommDebugMode
+
+        comm = CommDebugMode()
+        with comm:
+            for step in range(3):
+                model(inp).sum().backward()
+                optimizer.step()          # marks a step boundary
+        print(comm.generate_comm_debug_tracing_table(noise_level=0))
+        comm.generate_json_dump("comm.json", noise_level=2)
+        comm.get_comm_counts()[torch.ops.c10d_functional.all_reduce]
+
+    Args:
+        max_events: keep at most this many collective events (the oldest are dropped and
+            counted); ``None`` keeps all. Aggregated counts and bytes are never dropped.
+        record_source: record the user's ``file:line`` of each collective.
+        timing: wait for each collective to finish and record its latency. This serialises
+            communication with compute, so use it to measure collectives, not whole steps.
+        auto_step: let ``optimizer.step()`` mark step boundaries; ``step()`` marks them by
+            hand (both together count one boundary).
+    """
+
+    def __init__(
+        self,
+        *,
+        max_events: int | None = 20_000,
+        record_source: bool = True,
+        timing: bool = False,
+        auto_step: bool = True,
+    ) -> None:
+        super().__init__()
+        self.supports_higher_order_operators = True
+        self.max_events = max_events
+        self.record_source = record_source
+        self.timing = timing
+        self.auto_step = auto_step
+        self.trace = Trace(max_events)
+        self._reset()
+
+    def _reset(self) -> None:
+        self.trace = Trace(self.max_events)
+        self._params: dict[str, dict[str, torch.nn.Parameter]] = {}
+        self._sharding: dict[str, Any] = {}
+        self._tracker = ModuleTracker(self._on_first_call)
+        self._groups = GroupResolver()
+        self._seq: dict[str, int] = defaultdict(int)
+        self._func_info: dict[Any, tuple] = {}
+        self._last_dtensor: tuple | None = None
+        self._optimizer_hook = None
+        self._events_at_boundary = 0
+
+    # ---- context ----------------------------------------------------------------------------
+
+    def __enter__(self) -> "CommDebugMode":
+        self._reset()
+        self.trace.metadata = _run_metadata()
+        super().__enter__()
+        try:
+            self._tracker.__enter__()
+            from torch.optim.optimizer import register_optimizer_step_post_hook
+
+            self._optimizer_hook = register_optimizer_step_post_hook(self._on_optimizer_step)
+        except BaseException:
+            self._tracker.__exit__()
+            super().__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc: Any) -> None:  # type: ignore[override]
+        try:
+            self._tracker.__exit__()
+            if self._optimizer_hook is not None:
+                self._optimizer_hook.remove()
+                self._optimizer_hook = None
+            self.trace.metadata["end_time"] = _now()
+            self.trace.metadata["steps"] = self.trace.steps
+        finally:
+            super().__exit__(*exc)
+
+    def step(self) -> int:
+        """Mark a step boundary; returns the current step index.
+
+        A boundary with no collective since the previous one is ignored, so calling this after
+        ``optimizer.step()`` (which marks one too when ``auto_step``) counts one step.
+        """
+        if self.trace.events_total > self._events_at_boundary:
+            self._events_at_boundary = self.trace.events_total
+            self.trace.step += 1
+        return self.trace.step
+
+    def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self.auto_step:
+            self.step()
+
+    def _on_first_call(self, mod: torch.nn.Module, fqn: str, parent: str) -> None:
+        # Parameters are kept as they are: reading ``.data`` of a DTensor dispatches a detach
+        # through DTensor, for every parameter on every new context.
+        placements: dict[str, str] = {}
+        for name, param in mod.named_parameters(recurse=False):
+            self._params.setdefault(fqn, {})[name] = param
+            if isinstance(param, DTensor):
+                placements[name] = str(param.placements)
+                self._sharding[f"{fqn}.{name}"] = param.placements
+        module_type = str(type(mod)).replace("<", "").replace(">", "")
+        self.trace.add_module(fqn, parent, module_type, placements)
+
+    # ---- the hot path -----------------------------------------------------------------------
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        # Runs for every op: dict keys here are ints and strings, whose hashes are computed in
+        # C; hashing an OpOverload calls a Python __hash__.
+        info = self._func_info.get(id(func))
+        if info is None:
+            info = self._func_info[id(func)] = self._describe(func)
+        spec, name = info[0], info[1]
+        if spec is _HOP:
+            return func(*args, **(kwargs or {}))
+
+        tracker = self._tracker
+        if _graph_task_id() == -1:
+            phase = FORWARD
+            fqn = tracker.stack[-1] if tracker.stack else GLOBAL
+        elif tracker.stack:
+            phase, fqn = CHECKPOINT, tracker.stack[-1]
+        else:
+            phase, fqn = BACKWARD, tracker.bw_path[-1]
+        bucket = self.trace.ops.get((fqn, phase))
+        if bucket is None:
+            bucket = self.trace.ops[(fqn, phase)] = {}
+
+        if DTensor in types:
+            # Let DTensor lower the op first; its collectives come back through this mode.
+            shapes, placements, mesh = [], [], None
+            for a in args:
+                if isinstance(a, DTensor):
+                    spec_ = a._spec
+                    shapes.append(spec_.shape)
+                    placements.append(spec_.placements)
+                    mesh = spec_.mesh
+            sig = (name, tuple(shapes), tuple(placements), mesh)
+            bucket[sig] = bucket.get(sig, 0) + 1
+            self._last_dtensor = sig
+            return NotImplemented
+
+        plain_sig = info[2]
+        bucket[plain_sig] = bucket.get(plain_sig, 0) + 1
+        if spec is None:
+            return func(*args, **(kwargs or {}))
+        return self._collective(func, name, spec, args, kwargs or {}, phase, fqn)
+
+    @staticmethod
+    def _describe(func: Any) -> tuple:
+        """(collective spec or None, op name, signature of a call without DTensor args, func).
+
+        ``func`` is kept so the id it is cached under stays unique."""
+        if isinstance(func, _HOP):
+            return _HOP, str(func), None, func
+        name = str(func)
+        return _ops.lookup(func._overloadpacket), name, (name, (), (), None), func
+
+    # ---- collectives ------------------------------------------------------------------------
+
+    def _collective(self, func, name: str, spec: _ops.CollectiveSpec, args: tuple, kwargs: dict, phase: str, fqn: str):
+        latency = None
+        if self.timing:
+            _sync_if_cuda(args)
+            start = time.perf_counter()
+            out = func(*args, **kwargs)
+            _wait(out, spec, args, kwargs)
+            latency = time.perf_counter() - start
+        else:
+            out = func(*args, **kwargs)
+
+        group = self._groups.resolve(spec.group, args)
+        in_bytes, in_shapes, dtype = _ops.tensor_bytes(_ops.pick(spec.inputs, args, kwargs, out))
+        out_bytes, out_shapes, out_dtype = _ops.tensor_bytes(_ops.pick(spec.outputs, args, kwargs, out))
+        size = _SIZE[spec.size](in_bytes, out_bytes, group.size)
+
+        path = self._tracker.path(phase)
+        self.trace.add_collective(path, phase, (spec.compat_key, spec.op, group.name, group.size), size)
+
+        source, from_dtensor = self._caller() if self.record_source else (None, False)
+        dt = self._last_dtensor if from_dtensor else None
+        seq = self._seq[group.name]
+        self._seq[group.name] = seq + 1
+        self.trace.add_event(
+            CollectiveEvent(
+                index=self.trace.events_total,
+                op=spec.op,
+                key=spec.compat_key,
+                aten_op=name,
+                step=self.trace.step,
+                phase=phase,
+                module=fqn,
+                group_name=group.name,
+                group_size=group.size,
+                group_ranks=group.ranks,
+                seq=seq,
+                dtype=dtype or out_dtype,
+                input_shapes=tuple(tuple(s) for s in in_shapes),
+                output_shapes=tuple(tuple(s) for s in out_shapes),
+                input_bytes=in_bytes,
+                output_bytes=out_bytes,
+                size_bytes=size,
+                busbw_factor=spec.busbw_factor(group.size),
+                dtensor_op=None if dt is None else dt[0],
+                placements=None if dt is None else str(list(dt[2])),
+                mesh=None if dt is None or dt[3] is None else str(dt[3]),
+                source=source,
+                latency_s=latency,
+            )
+        )
+        return out
+
+    @staticmethod
+    def _caller() -> tuple[str | None, bool]:
+        """The first frame outside torch and commdebug, and whether DTensor dispatch is on the way."""
+        frame = sys._getframe(2)
+        from_dtensor = False
+        while frame is not None:
+            filename = frame.f_code.co_filename
+            if filename.startswith(_TORCH_DIR):
+                if filename == _DTENSOR_DISPATCH:
+                    from_dtensor = True
+            elif not filename.startswith(_OWN_DIR) and not filename.startswith("<"):
+                return f"{filename}:{frame.f_lineno}", from_dtensor
+            frame = frame.f_back
+        return None, from_dtensor
+
+    # ---- the reference's query API ----------------------------------------------------------
+
+    def get_total_counts(self) -> int:
+        """Number of collectives recorded."""
+        return self.trace.summary()["collectives"]
+
+    def get_comm_counts(self) -> dict[Any, int]:
+        """Collective counts keyed like the reference: ``{torch.ops.c10d_functional.all_reduce: 2}``."""
+        counts: dict[Any, int] = defaultdict(int)
+        for phase in PHASES:
+            for key, n in self.trace.collective_counts(GLOBAL, phase).items():
+                counts[_ops.compat_key_packet(key)] += n
+        return counts
+
+    @property
+    def comm_counts(self) -> dict[Any, int]:
+        return self.get_comm_counts()
+
+    @property
+    def comm_module_counts(self) -> dict[str, dict[str, dict[Any, int]]]:
+        """``{fqn: {"forward": {op: n}, "backward": {op: n}}}``, as the reference keeps it.
+
+        As in the reference, ``backward`` includes activation-checkpoint recompute.
+        """
+        out: dict[str, dict[str, dict[Any, int]]] = {GLOBAL: {"forward": defaultdict(int), "backward": defaultdict(int)}}
+        for (fqn, phase), bucket in self.trace.collectives.items():
+            entry = out.setdefault(fqn, {"forward": defaultdict(int), "backward": defaultdict(int)})
+            side = entry["forward" if phase == FORWARD else "backward"]
+            for key, (count, _) in bucket.items():
+                side[_ops.compat_key_packet(key[0])] += count
+        return out
+
+    @property
+    def comm_module_operation_counts(self) -> dict[str, dict[str, list[dict[str, Any]]]]:
+        """``{fqn: {"operations_list": [op dict, ...]}}``; identical ops appear once with ``count``."""
+        out: dict[str, dict[str, list[dict[str, Any]]]] = {}
+        for fqn, _ in self.trace.walk():
+            rows = []
+            for phase in PHASES:
+                for r in self.trace.operations(fqn, phase):
+                    rows.append(
+                        {
+                            "name": r.name,
+                            "input_shape": list(r.input_shape),
+                            "input_sharding": list(r.input_sharding),
+                            "device_mesh": r.device_mesh,
+                            "is_bw": phase != FORWARD,
+                            "is_activation_checkpointing": phase == CHECKPOINT,
+                            "count": r.count,
+                        }
+                    )
+            if rows:
+                out[fqn] = {"operations_list": rows}
+        return out
+
+    def get_parameter_info(self) -> dict[str, dict[str, Any]]:
+        """``{module fqn: {parameter name: parameter data}}`` for every module that ran."""
+        return {fqn: {name: p.data for name, p in params.items()} for fqn, params in self._params.items()}
+
+    def get_sharding_info(self) -> dict[str, Any]:
+        """``{"Module.sub.weight": placements}`` for every DTensor parameter."""
+        return self._sharding
+
+    @property
+    def advanced_module_tracker(self) -> "_ReferenceTrackerView":
+        """The reference's tracker dictionaries, for tests written against it."""
+        return _ReferenceTrackerView(self)
+
+    # ---- renderers (formatting lives in commdebug.table and commdebug.dump) ------------------
+
+    def generate_comm_debug_tracing_table(self, noise_level: int = 3, *, color: bool | None = None) -> str:
+        """The module tree with collectives per phase; ops by noise level 0-3 (see README)."""
+        from commdebug.table import render_table
+
+        return render_table(self.trace, noise_level, color=color)
+
+    def log_comm_debug_tracing_table_to_file(self, file_name: str = "comm_mode_log.txt", noise_level: int = 3) -> None:
+        """Write the table, without colours, to ``file_name`` (atomically, folders created)."""
+        from commdebug.table import write_table
+
+        write_table(self.trace, file_name, noise_level)
+
+    def generate_json_dump(self, file_name: str = "comm_mode_log.json", noise_level: int = 3) -> None:
+        """Write the JSON dump (docs/json-format.md): the reference's format plus our section."""
+        from commdebug.dump import write_dump
+
+        self.trace.metadata["steps"] = self.trace.steps
+        write_dump(self.trace, file_name, noise_level)
+
+    def __repr__(self) -> str:
+        return f"CommDebugMode(get_total_counts()={self.get_total_counts()})"
+
+
+class _ReferenceTrackerView:
+    """Read-only dictionaries shaped like the reference's ``advanced_module_tracker``."""
+
+    def __init__(self, mode: CommDebugMode) -> None:
+        trace = mode.trace
+        self.module_helper_dict: dict[str, dict[str, Any]] = {}
+        self.parent_dict: dict[str, list[str]] = {}
+        for fqn, depth in trace.walk():
+            info = trace.modules[fqn]
+            entry: dict[str, Any] = {"depth": depth}
+            if fqn != GLOBAL:
+                entry["module_type"] = info.module_type
+            if info.parameters:
+                entry["parameters"] = dict(info.parameters)
+            self.module_helper_dict[fqn] = entry
+            if info.children:
+                self.parent_dict[fqn] = list(info.children)
+        self.module_parameters_dict = mode.get_parameter_info()
+        self.sharding_dict = mode.get_sharding_info()
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _run_metadata() -> dict[str, Any]:
+    from commdebug import __version__
+
+    initialized = dist.is_available() and dist.is_initialized()
+    return {
+        "rank": dist.get_rank() if initialized else 0,
+        "world_size": dist.get_world_size() if initialized else 1,
+        "backend": str(dist.get_backend()) if initialized else None,
+        "hostname": socket.gethostname(),
+        "pid": os.getpid(),
+        "torch_version": torch.__version__,
+        "commdebug_version": __version__,
+        "start_time": _now(),
+        "end_time": None,
+        "steps": 0,
+    }
+
+
+def _sync_if_cuda(args: tuple) -> None:
+    if torch.cuda.is_available() and any(t.is_cuda for t in _tensors(args)):
+        torch.cuda.synchronize()
+
+
+def _wait(out: Any, spec: _ops.CollectiveSpec, args: tuple, kwargs: dict) -> None:
+    """Block until the collective that produced ``out`` has finished."""
+    waited = False
+    for item in out if isinstance(out, (tuple, list)) else (out,):
+        if hasattr(item, "wait") and not isinstance(item, torch.Tensor):
+            item.wait()  # c10d Work
+            waited = True
+    if not waited:
+        result = _ops.pick(spec.outputs, args, kwargs, out)
+        for t in _tensors(result if result is not None else out):
+            torch.ops._c10d_functional.wait_tensor(t)
+    _sync_if_cuda((out,))
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    return []

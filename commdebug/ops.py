@@ -1,0 +1,211 @@
+"""The one registry of collective ops: how to read each op's tensors, group and message size.
+
+Every collective the dispatch mode can see is one row of ``_TABLE``. A row says where the
+op's input and output tensors and its process group sit in the call, which tensors make up the
+message size S, and the bus-bandwidth factor, both following nccl-tests' conventions (see
+shared/design.md). Adding an op is adding one row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+
+__all__ = ["CollectiveSpec", "lookup", "compat_key_packet", "BUSBW_FACTORS", "tensor_bytes"]
+
+# Bus-bandwidth factor as a function of the group size n (nccl-tests doc/PERFORMANCE.md).
+BUSBW_FACTORS: dict[str, Callable[[int], float]] = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "ring": lambda n: (n - 1) / n,  # all_gather, reduce_scatter, all_to_all, gather, scatter
+    "one": lambda n: 1.0,  # broadcast, reduce, send, recv
+    "zero": lambda n: 0.0,  # barrier moves no payload
+}
+
+
+@dataclass(frozen=True)
+class CollectiveSpec:
+    """How to read one collective op.
+
+    ``inputs``/``outputs``: argument index holding the tensor(s), ``"return"`` for the op's
+    result, ``"out"`` for the ``out=`` keyword, ``None`` when there is none.
+    ``group``: argument index of the group name (functional ops) or ProcessGroup (c10d ops);
+    ``"legacy"`` for the old functional ops that pass ``(tag, ranks, group_size)``.
+    ``size``: which bytes are the message size S: ``"in"``, ``"out"``, ``"in_x_n"`` (gather:
+    each rank sends its input, S is the whole gathered buffer), ``"out_x_n"`` (scatter), ``"zero"``.
+    """
+
+    op: str  # canonical name: all_reduce, all_gather, ...
+    compat_key: str  # the reference CommDebugMode's count key, e.g. "c10d_functional.all_reduce"
+    inputs: int | str | None
+    outputs: int | str | None
+    group: int | str
+    size: str
+    factor: str
+
+    def busbw_factor(self, group_size: int) -> float:
+        return BUSBW_FACTORS[self.factor](max(group_size, 1))
+
+
+def _row(op, compat, inputs, outputs, group, size, factor):
+    return CollectiveSpec(op, compat, inputs, outputs, group, size, factor)
+
+
+_LEG = "c10d_functional."  # legacy functional namespace: the reference's count keys
+
+# qualified packet name -> spec. Native functional ops count under the legacy key, as the
+# reference does, so `get_comm_counts()[torch.ops.c10d_functional.all_reduce]` keeps working.
+_TABLE: dict[str, CollectiveSpec] = {
+    # native functional collectives (torch.distributed._functional_collectives)
+    "_c10d_functional.all_reduce": _row("all_reduce", _LEG + "all_reduce", 0, "return", 2, "in", "all_reduce"),
+    "_c10d_functional.all_reduce_": _row("all_reduce", _LEG + "all_reduce", 0, 0, 2, "in", "all_reduce"),
+    "_c10d_functional.all_reduce_coalesced": _row("all_reduce", _LEG + "all_reduce_coalesced", 0, "return", 2, "in", "all_reduce"),
+    "_c10d_functional.all_reduce_coalesced_": _row("all_reduce", _LEG + "all_reduce_coalesced", 0, 0, 2, "in", "all_reduce"),
+    "_c10d_functional.all_gather_into_tensor": _row("all_gather", _LEG + "all_gather_into_tensor", 0, "return", 2, "out", "ring"),
+    "_c10d_functional.all_gather_into_tensor_out": _row("all_gather", _LEG + "all_gather_into_tensor", 0, "out", 2, "out", "ring"),
+    "_c10d_functional.all_gather_into_tensor_coalesced": _row("all_gather", _LEG + "all_gather_into_tensor_coalesced", 0, "return", 2, "out", "ring"),
+    "_c10d_functional.reduce_scatter_tensor": _row("reduce_scatter", _LEG + "reduce_scatter_tensor", 0, "return", 3, "in", "ring"),
+    "_c10d_functional.reduce_scatter_tensor_out": _row("reduce_scatter", _LEG + "reduce_scatter_tensor", 0, "out", 3, "in", "ring"),
+    "_c10d_functional.reduce_scatter_tensor_coalesced": _row("reduce_scatter", _LEG + "reduce_scatter_tensor_coalesced", 0, "return", 3, "in", "ring"),
+    "_c10d_functional.all_to_all_single": _row("all_to_all", _LEG + "all_to_all_single", 0, "return", 3, "in", "ring"),
+    "_c10d_functional.broadcast": _row("broadcast", _LEG + "broadcast", 0, "return", 2, "in", "one"),
+    "_c10d_functional.broadcast_": _row("broadcast", _LEG + "broadcast", 0, 0, 2, "in", "one"),
+    "_c10d_functional.isend": _row("send", _LEG + "isend", 0, None, 3, "in", "one"),
+    "_c10d_functional.irecv": _row("recv", _LEG + "irecv", None, 0, 3, "out", "one"),
+    "_c10d_functional.batch_p2p_ops": _row("batch_p2p", _LEG + "batch_p2p_ops", 3, None, 4, "in", "one"),
+    # autograd-aware functional collectives
+    "_c10d_functional_autograd.all_to_all_single": _row("all_to_all", _LEG + "all_to_all_single", 0, "return", 3, "in", "ring"),
+    "_c10d_functional_autograd.all_gather_into_tensor": _row("all_gather", _LEG + "all_gather_into_tensor", 0, "return", 2, "out", "ring"),
+    "_c10d_functional_autograd.reduce_scatter_tensor": _row("reduce_scatter", _LEG + "reduce_scatter_tensor", 0, "return", 3, "in", "ring"),
+    # legacy functional collectives: (..., tag, ranks, group_size)
+    "c10d_functional.all_reduce": _row("all_reduce", _LEG + "all_reduce", 0, "return", "legacy", "in", "all_reduce"),
+    "c10d_functional.all_reduce_coalesced": _row("all_reduce", _LEG + "all_reduce_coalesced", 0, "return", "legacy", "in", "all_reduce"),
+    "c10d_functional.all_gather_into_tensor": _row("all_gather", _LEG + "all_gather_into_tensor", 0, "return", "legacy", "out", "ring"),
+    "c10d_functional.all_gather_into_tensor_coalesced": _row("all_gather", _LEG + "all_gather_into_tensor_coalesced", 0, "return", "legacy", "out", "ring"),
+    "c10d_functional.reduce_scatter_tensor": _row("reduce_scatter", _LEG + "reduce_scatter_tensor", 0, "return", "legacy", "in", "ring"),
+    "c10d_functional.reduce_scatter_tensor_coalesced": _row("reduce_scatter", _LEG + "reduce_scatter_tensor_coalesced", 0, "return", "legacy", "in", "ring"),
+    "c10d_functional.all_to_all_single": _row("all_to_all", _LEG + "all_to_all_single", 0, "return", "legacy", "in", "ring"),
+    "c10d_functional.broadcast": _row("broadcast", _LEG + "broadcast", 0, "return", "legacy", "in", "one"),
+    "c10d_functional.isend": _row("send", _LEG + "isend", 0, None, 3, "in", "one"),
+    "c10d_functional.irecv": _row("recv", _LEG + "irecv", None, 0, 3, "out", "one"),
+    "c10d_functional.batch_p2p_ops": _row("batch_p2p", _LEG + "batch_p2p_ops", 3, None, 4, "in", "one"),
+    # DTensor's fused shard-dim all-to-all
+    "_dtensor.shard_dim_alltoall": _row("all_to_all", "_dtensor.shard_dim_alltoall", 0, "return", 3, "in", "ring"),
+    # eager c10d ops (torch.distributed.all_reduce & co., send/recv, barrier)
+    "c10d.allreduce_": _row("all_reduce", "c10d.allreduce_", 0, 0, 1, "in", "all_reduce"),
+    "c10d.allreduce_coalesced_": _row("all_reduce", "c10d.allreduce_coalesced_", 0, 0, 1, "in", "all_reduce"),
+    "c10d.broadcast_": _row("broadcast", "c10d.broadcast_", 0, 0, 1, "in", "one"),
+    "c10d.reduce_": _row("reduce", "c10d.reduce_", 0, 0, 1, "in", "one"),
+    "c10d.allgather_": _row("all_gather", "c10d.allgather_", 1, 0, 2, "out", "ring"),
+    "c10d._allgather_base_": _row("all_gather", "c10d._allgather_base_", 1, 0, 2, "out", "ring"),
+    "c10d.allgather_coalesced_": _row("all_gather", "c10d.allgather_coalesced_", 1, 0, 2, "out", "ring"),
+    "c10d.allgather_into_tensor_coalesced_": _row("all_gather", "c10d.allgather_into_tensor_coalesced_", 1, 0, 2, "out", "ring"),
+    "c10d.reduce_scatter_": _row("reduce_scatter", "c10d.reduce_scatter_", 1, 0, 2, "in", "ring"),
+    "c10d._reduce_scatter_base_": _row("reduce_scatter", "c10d._reduce_scatter_base_", 1, 0, 2, "in", "ring"),
+    "c10d.reduce_scatter_tensor_coalesced_": _row("reduce_scatter", "c10d.reduce_scatter_tensor_coalesced_", 1, 0, 2, "in", "ring"),
+    "c10d.alltoall_": _row("all_to_all", "c10d.alltoall_", 1, 0, 2, "in", "ring"),
+    "c10d.alltoall_base_": _row("all_to_all", "c10d.alltoall_base_", 1, 0, 2, "in", "ring"),
+    "c10d.gather_": _row("gather", "c10d.gather_", 1, 0, 2, "in_x_n", "ring"),
+    "c10d.scatter_": _row("scatter", "c10d.scatter_", 1, 0, 2, "out_x_n", "ring"),
+    "c10d.send": _row("send", "c10d.send", 0, None, 1, "in", "one"),
+    "c10d.recv_": _row("recv", "c10d.recv_", None, 0, 1, "out", "one"),
+    "c10d.recv_any_source_": _row("recv", "c10d.recv_any_source_", None, 0, 1, "out", "one"),
+    "c10d.barrier": _row("barrier", "c10d.barrier", None, None, 1, "zero", "zero"),
+    "c10d.monitored_barrier_": _row("barrier", "c10d.monitored_barrier_", None, None, 1, "zero", "zero"),
+}
+
+# Eager c10d ops not in the table are still counted, under their own name, with no bytes.
+_UNKNOWN_C10D_SPEC = dict(inputs=None, outputs=None, group=None, size="zero", factor="zero")
+_NOT_COLLECTIVE_C10D = {"c10d.check_for_nan"}
+
+
+def _qualname(packet: Any) -> str:
+    # OpOverloadPacket's str() is "namespace.name"
+    return str(packet)
+
+
+_by_packet: dict[Any, CollectiveSpec | None] = {}
+
+
+def lookup(packet: Any) -> CollectiveSpec | None:
+    """The spec of an op overload packet, or ``None`` when it is not a collective.
+
+    Memoised per packet so the dispatch mode pays one dict lookup per op.
+
+    >>> lookup(torch.ops._c10d_functional.all_reduce).op
+    'all_reduce'
+    """
+    try:
+        return _by_packet[packet]
+    except KeyError:
+        pass
+    name = _qualname(packet)
+    spec = _TABLE.get(name)
+    if spec is None and name.startswith("c10d.") and name not in _NOT_COLLECTIVE_C10D:
+        spec = CollectiveSpec(op=name.split(".", 1)[1].rstrip("_"), compat_key=name, **_UNKNOWN_C10D_SPEC)  # type: ignore[arg-type]
+    _by_packet[packet] = spec
+    return spec
+
+
+def known_ops() -> dict[str, CollectiveSpec]:
+    """Every registered op, by qualified name (``"_c10d_functional.all_reduce"``)."""
+    return dict(_TABLE)
+
+
+_packet_cache: dict[str, Any] = {}
+
+
+def compat_key_packet(key: str) -> Any:
+    """The op packet a reference-style count key names (``"c10d_functional.all_reduce"`` ->
+    ``torch.ops.c10d_functional.all_reduce``); the key string itself when torch has no such op."""
+    try:
+        return _packet_cache[key]
+    except KeyError:
+        pass
+    ns, _, name = key.partition(".")
+    try:
+        packet = getattr(getattr(torch.ops, ns), name)
+    except (AttributeError, RuntimeError):
+        packet = key
+    _packet_cache[key] = packet
+    return packet
+
+
+def tensor_bytes(value: Any) -> tuple[int, list[list[int]], str | None]:
+    """Total bytes, shapes and dtype of a tensor or (nested) list of tensors."""
+    total = 0
+    shapes: list[list[int]] = []
+    dtype = None
+    stack: list[Any] = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, torch.Tensor):
+            total += v.numel() * v.element_size()
+            shapes.append(list(v.shape))
+            if dtype is None:
+                dtype = str(v.dtype).removeprefix("torch.")
+        elif isinstance(v, (list, tuple)):
+            stack.extend(reversed(v))
+    return total, shapes, dtype
+
+
+def pick(where: int | str | None, args: Sequence[Any], kwargs: dict, result: Any) -> Any:
+    """The value a spec's ``inputs``/``outputs`` field points at."""
+    if where is None:
+        return None
+    if where == "return":
+        return result
+    if where == "out":
+        return kwargs.get("out")
+    if isinstance(where, int) and where < len(args):
+        return args[where]
+    return None
+
+
+def op_for_key(key: str) -> str:
+    """Canonical op name of a reference count key (``"c10d_functional.all_reduce"`` -> ``"all_reduce"``)."""
+    for spec in _TABLE.values():
+        if spec.compat_key == key:
+            return spec.op
+    return key.rsplit(".", 1)[-1].rstrip("_")

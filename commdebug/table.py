@@ -1,0 +1,81 @@
+"""The text table: the reference's layout (indented module tree, one section per phase), plus bytes."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from commdebug.fileio import write_text_atomic
+from commdebug.trace import Trace, ops_at_noise
+from commdebug.units import format_bytes
+
+__all__ = ["render_table", "write_table"]
+
+_SECTIONS = (("forward", "FORWARD PASS"), ("backward", "BACKWARD PASS"), ("checkpoint", "ACTIVATION CHECKPOINTING"))
+_YELLOW, _RED, _RESET = "\033[1;33m", "\033[1;31m", "\033[0m"
+
+
+def _stdout_wants_color() -> bool:
+    return sys.stdout.isatty() and "NO_COLOR" not in os.environ
+
+
+def check_noise_level(noise_level: int) -> int:
+    if not isinstance(noise_level, int) or not 0 <= noise_level <= 3:
+        raise ValueError(f"noise_level must be 0, 1, 2 or 3, got {noise_level!r}")
+    return noise_level
+
+
+def render_table(trace: Trace, noise_level: int = 3, *, color: bool | None = None) -> str:
+    """Render a trace as the tracing table.
+
+    Noise levels: 0 collective counts per module; 1 adds module types, parameter placements and
+    DTensor ops; 2 adds all non-trivial ops; 3 all ops. Each collective line shows its count and
+    total message size. ``color=None`` colours only when stdout is a terminal.
+
+    >>> print(render_table(comm.trace, noise_level=0))   # doctest: +SKIP
+    Global
+      FORWARD PASS
+        *c10d_functional.all_reduce: 2 (64.00 KiB)
+    """
+    check_noise_level(noise_level)
+    if color is None:
+        color = _stdout_wants_color()
+    yellow, red, reset = (_YELLOW, _RED, _RESET) if color else ("", "", "")
+    lines: list[str] = []
+    for fqn, depth in trace.walk():
+        info = trace.modules[fqn]
+        indent = "  " * (2 * depth)
+        lines.append(f"{indent}{fqn}")
+        if noise_level >= 1:
+            if info.module_type:
+                lines.append(f"{indent}*module type: {info.module_type}")
+            if info.parameters:
+                lines.append(f"{indent}*Parameter List")
+                lines.extend(f"{indent} *{name}: {placement}" for name, placement in info.parameters.items())
+        coll_indent = "  " * (2 * depth + 2)
+        op_indent = "  " * (2 * depth + 3)
+        for phase, title in _SECTIONS:
+            per_key: dict[str, list[int]] = {}
+            for stat in trace.collective_stats(fqn, phase):
+                agg = per_key.setdefault(stat.key, [0, 0])
+                agg[0] += stat.count
+                agg[1] += stat.bytes
+            rows = ops_at_noise(trace.operations(fqn, phase), noise_level)
+            if not per_key and not rows:
+                continue
+            lines.append(f"{indent}  {title}")
+            for key, (count, nbytes) in per_key.items():
+                lines.append(f"{yellow}{coll_indent}*{key}: {count} ({format_bytes(nbytes)}){reset}")
+            for row in rows:
+                times = f" x{row.count}" if row.count > 1 else ""
+                lines.append(f"{yellow}{coll_indent}**{row.name}{times}{reset}")
+                if row.input_shape:
+                    lines.append(f"{red}{op_indent}shape: [{', '.join(row.input_shape)}]{reset}")
+                    lines.append(f"{red}{op_indent}sharding: [{', '.join(row.input_sharding)}]{reset}")
+                    lines.append(f"{red}{op_indent}device mesh: {row.device_mesh}{reset}")
+    return "\n".join(lines) + "\n"
+
+
+def write_table(trace: Trace, file_name: str | os.PathLike, noise_level: int = 3) -> None:
+    """Write the table without colours, atomically."""
+    write_text_atomic(file_name, render_table(trace, noise_level, color=False))

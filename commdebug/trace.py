@@ -1,0 +1,299 @@
+"""The trace model: what a run did, independent of how it was captured or will be shown.
+
+A :class:`Trace` is filled live by :class:`commdebug.CommDebugMode` or built by
+:func:`commdebug.load` from a JSON dump; every renderer takes a ``Trace`` and nothing else, so a
+dump from another machine renders exactly like a live run.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator, NamedTuple
+
+__all__ = [
+    "PHASES",
+    "TRIVIAL_OPS",
+    "ModuleInfo",
+    "OpRow",
+    "CollectiveStat",
+    "CollectiveEvent",
+    "Trace",
+    "ops_at_noise",
+]
+
+GLOBAL = "Global"
+PHASES = ("forward", "backward", "checkpoint")
+
+# Ops the reference hides below noise level 3.
+TRIVIAL_OPS = frozenset(
+    {
+        "aten.detach.default",
+        "aten.t.default",
+        "aten.view.default",
+        "aten._to_copy.default",
+        "aten.as_strided.default",
+        "aten.transpose.int",
+    }
+)
+
+
+@dataclass
+class ModuleInfo:
+    """One node of the module tree. ``parameters`` maps a DTensor parameter to its placements."""
+
+    fqn: str
+    parent: str | None
+    module_type: str = ""
+    parameters: dict[str, str] = field(default_factory=dict)
+    children: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class OpRow:
+    """A dispatched op signature and how often it ran, as text (the reference's op row)."""
+
+    name: str
+    input_shape: tuple[str, ...]
+    input_sharding: tuple[str, ...]
+    device_mesh: str
+    count: int
+
+    @property
+    def is_dtensor(self) -> bool:
+        return bool(self.input_sharding)
+
+    @property
+    def is_trivial(self) -> bool:
+        return self.name in TRIVIAL_OPS
+
+
+@dataclass(frozen=True)
+class CollectiveStat:
+    """Collectives of one kind on one group, aggregated for a module and phase."""
+
+    key: str  # reference count key, e.g. "c10d_functional.all_reduce"
+    op: str  # canonical name, e.g. "all_reduce"
+    group: str
+    group_size: int
+    count: int
+    bytes: int  # sum of message sizes S
+
+
+class CollectiveEvent(NamedTuple):
+    """One collective call (immutable; a tuple, cheap to build on the capture path).
+
+    Field meanings: docs/json-format.md."""
+
+    index: int
+    op: str
+    key: str
+    aten_op: str
+    step: int
+    phase: str
+    module: str
+    group_name: str
+    group_size: int
+    group_ranks: tuple[int, ...] | None
+    seq: int
+    dtype: str | None
+    input_shapes: tuple[tuple[int, ...], ...]
+    output_shapes: tuple[tuple[int, ...], ...]
+    input_bytes: int
+    output_bytes: int
+    size_bytes: int
+    busbw_factor: float
+    dtensor_op: str | None = None
+    placements: str | None = None
+    mesh: str | None = None
+    source: str | None = None
+    latency_s: float | None = None
+
+    @property
+    def algbw_gbps(self) -> float | None:
+        """Algorithm bandwidth S / t in GB/s (1e9 bytes/s), when timed."""
+        if not self.latency_s:
+            return None
+        return self.size_bytes / self.latency_s / 1e9
+
+    @property
+    def busbw_gbps(self) -> float | None:
+        algbw = self.algbw_gbps
+        return None if algbw is None else algbw * self.busbw_factor
+
+    def to_dict(self) -> dict[str, Any]:
+        d = self._asdict()
+        d["group"] = {
+            "name": d.pop("group_name"),
+            "size": d.pop("group_size"),
+            "ranks": None if self.group_ranks is None else list(self.group_ranks),
+        }
+        d["input_shapes"] = [list(s) for s in self.input_shapes]
+        d["output_shapes"] = [list(s) for s in self.output_shapes]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "CollectiveEvent":
+        group = d.get("group") or {}
+        ranks = group.get("ranks")
+        return cls(
+            index=int(d["index"]),
+            op=str(d["op"]),
+            key=str(d.get("key", d["op"])),
+            aten_op=str(d.get("aten_op", "")),
+            step=int(d.get("step", 0)),
+            phase=str(d.get("phase", "forward")),
+            module=str(d.get("module", GLOBAL)),
+            group_name=str(group.get("name", "?")),
+            group_size=int(group.get("size", 0)),
+            group_ranks=None if ranks is None else tuple(int(r) for r in ranks),
+            seq=int(d.get("seq", 0)),
+            dtype=d.get("dtype"),
+            input_shapes=tuple(tuple(s) for s in d.get("input_shapes", ())),
+            output_shapes=tuple(tuple(s) for s in d.get("output_shapes", ())),
+            input_bytes=int(d.get("input_bytes", 0)),
+            output_bytes=int(d.get("output_bytes", 0)),
+            size_bytes=int(d.get("size_bytes", 0)),
+            busbw_factor=float(d.get("busbw_factor", 0.0)),
+            dtensor_op=d.get("dtensor_op"),
+            placements=d.get("placements"),
+            mesh=d.get("mesh"),
+            source=d.get("source"),
+            latency_s=d.get("latency_s"),
+        )
+
+
+def ops_at_noise(rows: Iterable[OpRow], noise_level: int) -> list[OpRow]:
+    """The op rows a noise level shows: 0 none, 1 non-trivial DTensor ops, 2 non-trivial ops, 3 all."""
+    if noise_level <= 0:
+        return []
+    if noise_level == 1:
+        return [r for r in rows if r.is_dtensor and not r.is_trivial]
+    if noise_level == 2:
+        return [r for r in rows if not r.is_trivial]
+    return list(rows)
+
+
+# (reference key, canonical op, group name, group size)
+CollKey = tuple[str, str, str, int]
+
+
+class Trace:
+    """Everything recorded about one run on one rank.
+
+    Counts are kept per (module, phase) with phases ``forward``, ``backward`` and ``checkpoint``
+    (activation-checkpoint recompute). Collective counts include descendants, like the
+    reference's; op rows are the module's own ops. Memory is bounded: ops and collectives are
+    aggregated by signature, and only the last ``max_events`` collective events are kept.
+
+    >>> import commdebug
+    >>> trace = commdebug.load("comm_mode_log.json")       # doctest: +SKIP
+    >>> [m for m, depth in trace.walk()][:2]                # doctest: +SKIP
+    ['Global', 'Transformer']
+    """
+
+    def __init__(self, max_events: int | None = 20_000) -> None:
+        self.modules: dict[str, ModuleInfo] = {GLOBAL: ModuleInfo(GLOBAL, None)}
+        # (fqn, phase) -> CollKey -> [count, bytes]
+        self.collectives: dict[tuple[str, str], dict[CollKey, list[int]]] = {}
+        # (fqn, phase) -> op signature -> count. Live signatures hold torch objects (op
+        # overloads, placements, meshes) and are turned into text only when read, which keeps
+        # the dispatch hot path free of str() calls.
+        self.ops: dict[tuple[str, str], dict[tuple, int]] = {}
+        self.max_events = max_events
+        self.events: deque[CollectiveEvent] = deque(maxlen=max_events)
+        self.events_total = 0
+        self.step = 0
+        self.metadata: dict[str, Any] = {}
+        # the level the op rows were filtered at when this trace came from a dump
+        self.noise_level = 3
+
+    # ---- filling (capture side) -------------------------------------------------------------
+
+    def add_module(self, fqn: str, parent: str | None, module_type: str = "", parameters: dict[str, str] | None = None) -> ModuleInfo:
+        info = self.modules.get(fqn)
+        if info is None:
+            parent = parent if parent in self.modules else GLOBAL
+            info = self.modules[fqn] = ModuleInfo(fqn, parent, module_type, dict(parameters or {}))
+            self.modules[parent].children.append(fqn)
+        return info
+
+    def add_collective(self, path: Iterable[str], phase: str, key: CollKey, nbytes: int, count: int = 1) -> None:
+        """Count a collective for every module on ``path`` (the call's module and its ancestors)."""
+        for fqn in path:
+            bucket = self.collectives.setdefault((fqn, phase), {})
+            agg = bucket.get(key)
+            if agg is None:
+                bucket[key] = [count, nbytes]
+            else:
+                agg[0] += count
+                agg[1] += nbytes
+
+    def add_event(self, event: CollectiveEvent) -> None:
+        self.events.append(event)
+        self.events_total += 1
+
+    # ---- reading (renderers, analysis) ------------------------------------------------------
+
+    @property
+    def events_dropped(self) -> int:
+        return self.events_total - len(self.events)
+
+    @property
+    def steps(self) -> int:
+        last = self.events[-1].step + 1 if self.events else 0
+        return max(self.step, last, int(self.metadata.get("steps", 0) or 0))
+
+    def walk(self) -> Iterator[tuple[str, int]]:
+        """(fqn, depth) of every module, depth-first in first-call order, Global first."""
+        stack = [(GLOBAL, 0)]
+        while stack:
+            fqn, depth = stack.pop()
+            yield fqn, depth
+            stack.extend((c, depth + 1) for c in reversed(self.modules[fqn].children))
+
+    def collective_stats(self, fqn: str, phase: str) -> list[CollectiveStat]:
+        bucket = self.collectives.get((fqn, phase), {})
+        return [CollectiveStat(k[0], k[1], k[2], k[3], c, b) for k, (c, b) in bucket.items()]
+
+    def collective_counts(self, fqn: str, phase: str) -> dict[str, int]:
+        """Reference key -> count for a module and phase (groups merged)."""
+        out: dict[str, int] = {}
+        for stat in self.collective_stats(fqn, phase):
+            out[stat.key] = out.get(stat.key, 0) + stat.count
+        return out
+
+    def phase_totals(self, fqn: str, phase: str) -> tuple[int, int]:
+        """(count, bytes) of all collectives of a module in a phase."""
+        count = nbytes = 0
+        for c, b in self.collectives.get((fqn, phase), {}).values():
+            count += c
+            nbytes += b
+        return count, nbytes
+
+    def operations(self, fqn: str, phase: str) -> list[OpRow]:
+        """The module's own op rows in a phase, in first-seen order, identical rows merged."""
+        merged: dict[tuple, int] = {}
+        for (name, shapes, shardings, mesh), count in self.ops.get((fqn, phase), {}).items():
+            text = (
+                str(name),
+                tuple(str(s) for s in shapes),
+                tuple(str(s) for s in shardings),
+                "" if mesh is None else str(mesh),
+            )
+            merged[text] = merged.get(text, 0) + count
+        return [OpRow(*k, count=c) for k, c in merged.items()]
+
+    def summary(self) -> dict[str, Any]:
+        """Collective count and bytes of the whole run, in total and per canonical op."""
+        by_op: dict[str, dict[str, int]] = {}
+        for phase in PHASES:
+            for stat in self.collective_stats(GLOBAL, phase):
+                agg = by_op.setdefault(stat.op, {"count": 0, "bytes": 0})
+                agg["count"] += stat.count
+                agg["bytes"] += stat.bytes
+        return {
+            "collectives": sum(v["count"] for v in by_op.values()),
+            "bytes": sum(v["bytes"] for v in by_op.values()),
+            "by_op": dict(sorted(by_op.items())),
+        }

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Set up .venv (idempotent) and run a job: `demo` (the main job) or `test` (the whole suite).
+#   bash scripts/dev.sh demo [commdebug demo options]
+#   bash scripts/dev.sh test [pytest options]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+job="${1:-}"
+case "$job" in demo|test) shift ;; *) echo "usage: bash scripts/dev.sh demo|test [args...]" >&2; exit 2 ;; esac
+
+PYTHON="${PYTHON:-python3.11}"
+command -v "$PYTHON" >/dev/null || { echo "scripts/dev.sh: $PYTHON not found (Python 3.11 is needed)" >&2; exit 1; }
+# torch is pinned to the CPU wheel here, not in pyproject: an open range pulls the CUDA build.
+TORCH_PIN="torch==2.13.0"
+
+if [ ! -x .venv/bin/python ]; then
+  echo "== creating .venv" >&2
+  "$PYTHON" -m venv .venv
+fi
+stamp=".venv/.setup-$(cat pyproject.toml scripts/dev.sh | sha1sum | cut -c1-12)"
+if [ ! -f "$stamp" ]; then
+  echo "== installing $TORCH_PIN and commdebug[test] into .venv" >&2
+  .venv/bin/python -m pip install -q --disable-pip-version-check "$TORCH_PIN" -e ".[test]"
+  rm -f .venv/.setup-* && touch "$stamp"
+fi
+
+if [ "$job" = demo ]; then
+  exec .venv/bin/commdebug demo "$@"
+fi
+
+# Browser tests drive Debian's Chromium through Playwright (never `playwright install`).
+if [ ! -x /usr/bin/chromium ]; then
+  echo "== installing chromium with apt-get" >&2
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+fi
+
+set +e
+.venv/bin/python -m pytest "$@"
+rc=$?
+set -e
+if [ "$rc" = 5 ]; then
+  echo "scripts/dev.sh: pytest collected no tests; that is a failure" >&2
+  exit 1
+fi
+exit "$rc"

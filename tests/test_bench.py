@@ -1,0 +1,21 @@
+"""The benchmarks run and print their ratios (figures are read by people, not asserted here:
+timings on shared machines are too noisy for a test)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_overhead_bench_prints_its_ratios():
+    proc = subprocess.run(
+        [sys.executable, "bench/overhead.py", "--rounds", "2", "--layers", "2"], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    for name in ("ours/bare", "ours/reference", "ours/minimal"):
+        assert re.search(rf"^{re.escape(name)}\s+= \d+\.\d\d", proc.stdout, flags=re.M), proc.stdout
+    assert re.search(r"ours-loop: .* \d+ collectives\)", proc.stdout)
