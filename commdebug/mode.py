@@ -77,12 +77,13 @@ class CommDebugMode(TorchDispatchMode):
         auto_step: bool = True,
     ) -> None:
         super().__init__()
+        if max_events is not None and (not isinstance(max_events, int) or max_events < 0):
+            raise ValueError(f"max_events must be a non-negative int or None, got {max_events!r}")
         self.supports_higher_order_operators = True
         self.max_events = max_events
         self.record_source = record_source
         self.timing = timing
         self.auto_step = auto_step
-        self.trace = Trace(max_events)
         self._reset()
 
     def _reset(self) -> None:

@@ -167,6 +167,11 @@ def test_max_events_keeps_the_newest_and_counts_drops(world):
     assert comm.trace.summary()["bytes"] == 12 * T
 
 
+def test_bad_max_events_is_a_clear_error():
+    with pytest.raises(ValueError, match="max_events must be a non-negative int or None"):
+        CommDebugMode(max_events=-1)
+
+
 def test_timing_records_latency_and_bandwidth(world):
     comm = CommDebugMode(timing=True)
     with comm:

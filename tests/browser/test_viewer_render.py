@@ -1,0 +1,93 @@
+"""render_html / write_html without a browser: embedding, escaping, self-containment, atomic writes."""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+import stat
+from importlib import resources
+
+import pytest
+
+from commdebug import CommDebugError
+
+import visualizer
+from visualizer import render_html, write_html
+
+DUMP_SCRIPT = re.compile(r'<script type="application/json" id="dump">(.*?)</script>', re.S)
+
+
+def embedded(page: str):
+    (text,) = DUMP_SCRIPT.findall(page)
+    return text
+
+
+def test_page_is_self_contained(dump):
+    page = render_html(dump)
+    # Nothing to fetch: the only URL-valued attribute is the inline empty favicon.
+    assert re.findall(r'\b(?:src|href|action)=["\']?([^"\'\s>]*)', page) == ["data:,"]
+    assert "http://" not in page and "https://" not in page
+    assert "default-src 'none'" in html.unescape(page)
+    assert json.loads(embedded(page)) == dump
+
+
+def test_embedded_json_cannot_close_its_script_tag():
+    hostile = {"fqn": "</script><script>alert(1)</script> & <!-- \u2028\u2029 >", "children": []}
+    page = render_html(hostile)
+    text = embedded(page)
+    assert not set("<>&\u2028\u2029") & set(text)
+    assert json.loads(text) == hostile
+    assert page.count("<script") == 2  # the data and the viewer, nothing injected
+
+
+def test_static_assets_cannot_close_their_tags():
+    static = resources.files(visualizer) / "static"
+    assert not re.search(r"</script|<!--", (static / "viewer.js").read_text(), re.I)
+    assert not re.search(r"</style", (static / "viewer.css").read_text(), re.I)
+
+
+def test_title_is_escaped():
+    page = render_html(None, title="<b>run & co</b>")
+    assert "<b>run" not in page
+    assert page.count("&lt;b&gt;run &amp; co&lt;/b&gt;") == 2  # <title> and the page heading
+
+
+def test_empty_viewer_embeds_no_dump():
+    page = render_html(None)
+    assert not DUMP_SCRIPT.search(page)
+    assert 'id="dropzone"' in page and 'id="file-input"' in page
+
+
+def test_non_finite_floats_become_null(dump):
+    dump["commdebug"]["events"][0]["latency_s"] = float("nan")
+    dump["commdebug"]["events"][1]["latency_s"] = float("inf")
+
+    def strict(name):
+        raise AssertionError(f"{name} in embedded JSON")
+
+    events = json.loads(embedded(render_html(dump)), parse_constant=strict)["commdebug"]["events"]
+    assert events[0]["latency_s"] is None and events[1]["latency_s"] is None
+
+
+def test_write_html_creates_parents_and_leaves_no_temp_file(tmp_path, dump):
+    target = tmp_path / "a" / "b" / "report.html"
+    assert write_html(target, dump, title="t") == target
+    assert target.read_text(encoding="utf-8") == render_html(dump, title="t")
+    assert os.listdir(target.parent) == ["report.html"]
+    assert stat.S_IMODE(target.stat().st_mode) == 0o644
+
+
+def test_write_html_is_atomic(tmp_path, monkeypatch):
+    target = tmp_path / "report.html"
+    write_html(target, None, title="old")
+
+    def broken_replace(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", broken_replace)
+    with pytest.raises(CommDebugError, match="cannot write .*report.html: disk full"):
+        write_html(target, None, title="new")
+    assert ">old</title>" in target.read_text(encoding="utf-8")
+    assert os.listdir(tmp_path) == ["report.html"]

@@ -1,0 +1,737 @@
+/* commdebug viewer: renders one commdebug or CommDebugMode JSON dump (docs/json-format.md).
+ *
+ * Everything in a dump is untrusted: module names and placements come from user code. DOM is
+ * built with createElement/textContent only, never innerHTML, and names never go into selectors.
+ * Dumps reach thousands of modules and tens of thousands of op rows, so the tree builds a node's
+ * children on first expand and tables render a page of rows at a time.
+ */
+(() => {
+  "use strict";
+
+  const SCHEMA_VERSION = 1;
+  // torch/distributed/tensor/debug/_comm_mode.py's trivial_ops: reference dumps don't carry
+  // the list that noise levels 1-2 leave out; ours do (commdebug.trivial_ops).
+  const REFERENCE_TRIVIAL_OPS = [
+    "aten.detach.default", "aten.t.default", "aten.view.default",
+    "aten._to_copy.default", "aten.as_strided.default", "aten.transpose.int",
+  ];
+  const PHASES = ["forward", "backward", "checkpoint"];
+  const PHASE_SHORT = {forward: "fwd", backward: "bwd", checkpoint: "ckpt"};
+  const OP_LISTS = {
+    forward: "operations_forward", backward: "operations_backward",
+    checkpoint: "operations_checkpointing",
+  };
+  const PAGE_ROWS = 200;
+
+  // ---------------------------------------------------------------- helpers
+
+  const $ = (id) => document.getElementById(id);
+  const isObj = (v) => v !== null && typeof v === "object" && !Array.isArray(v);
+  const arr = (v) => (Array.isArray(v) ? v : []);
+  const num = (v) => (typeof v === "number" && Number.isFinite(v) ? v : 0);
+  const optNum = (v) => (typeof v === "number" && Number.isFinite(v) ? v : null);
+  const str = (v) => (v == null ? "" : typeof v === "string" ? v : JSON.stringify(v));
+  const sum = (values) => values.reduce((a, b) => a + (b || 0), 0);
+
+  /** Element with props (class, on<event>, else attributes) and children (nodes, or strings as text). */
+  function h(tag, props, ...children) {
+    const el = document.createElement(tag);
+    for (const [key, value] of Object.entries(props || {})) {
+      if (value == null || value === false) continue;
+      if (key === "class") el.className = value;
+      else if (key.startsWith("on")) el.addEventListener(key.slice(2), value);
+      else el.setAttribute(key, value === true ? "" : String(value));
+    }
+    for (const child of children) if (child != null) el.append(child);
+    return el;
+  }
+
+  // Not toLocaleString: its first call loads locale data, a visible cost on the first draw.
+  const fmtCount = (n) => (n == null ? "—" : String(n).replace(/\B(?=(\d{3})+(?!\d))/g, ","));
+
+  function fmtBytes(n) {
+    if (n == null) return "—";
+    if (n < 1024) return `${n} B`;
+    const units = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    let v = n / 1024, i = 0;
+    while (v >= 1024 && i < units.length - 1) { v /= 1024; i++; }
+    return `${v.toFixed(v < 100 ? 1 : 0)} ${units[i]}`;
+  }
+
+  // "class 'torch.nn.modules.linear.Linear'" -> "Linear"
+  const shortType = (t) => str(t).replace(/^class '(.*)'$/, "$1").split(".").pop();
+
+  // ---------------------------------------------------------------- loading
+
+  class DumpError extends Error {
+    constructor(title, detail) { super(title); this.detail = detail; }
+  }
+
+  function parseDump(text) {
+    let dump;
+    try {
+      dump = JSON.parse(text);
+    } catch (e) {
+      throw new DumpError("This file is not valid JSON.", e.message);
+    }
+    if (!isObj(dump) || typeof dump.fqn !== "string" || !Array.isArray(dump.children)) {
+      throw new DumpError("This JSON is not a CommDebugMode dump.",
+        'A dump is an object with an "fqn" string and a "children" list at its root.');
+    }
+    if ("commdebug" in dump) {
+      const version = isObj(dump.commdebug) ? dump.commdebug.schema_version : undefined;
+      if (version !== SCHEMA_VERSION) {
+        throw new DumpError(
+          `Unsupported commdebug schema_version ${JSON.stringify(version) ?? "(missing)"}.`,
+          `This viewer reads schema version ${SCHEMA_VERSION}; ` +
+          "open the file with the commdebug version that wrote it.");
+      }
+    }
+    return dump;
+  }
+
+  // ---------------------------------------------------------------- model
+
+  function buildModel(dump) {
+    const cd = isObj(dump.commdebug) ? dump.commdebug : null;
+    const nodes = [];
+    // Iterative: a hostile file may nest deeper than the JS stack.
+    const stack = [{raw: dump, parent: null}];
+    while (stack.length) {
+      const {raw, parent} = stack.pop();
+      const node = makeNode(raw, parent, nodes.length);
+      nodes.push(node);
+      if (parent) parent.children.push(node);
+      const kids = arr(raw.children).filter(isObj);
+      for (let i = kids.length - 1; i >= 0; i--) stack.push({raw: kids[i], parent: node});
+    }
+    const root = nodes[0];
+    const byBytes = root.totalBytes != null;
+    return {
+      cd, nodes, root,
+      reference: cd === null,
+      byFqn: new Map(nodes.map((n) => [n.fqn, n])),
+      trivial: new Set(cd && Array.isArray(cd.trivial_ops) ? cd.trivial_ops : REFERENCE_TRIVIAL_OPS),
+      noiseLevel: cd && Number.isInteger(cd.noise_level) ? cd.noise_level : null,
+      // Share bars compare with everything Global saw: bytes when recorded, else call counts.
+      shareOf: byBytes ? (n) => n.totalBytes : (n) => n.totalCount,
+      shareTotal: byBytes ? root.totalBytes : root.totalCount,
+      shareUnit: byBytes ? "bytes" : "calls",
+    };
+  }
+
+  function makeNode(raw, parent, idx) {
+    const fqn = typeof raw.fqn === "string" ? raw.fqn : "(unnamed)";
+    const extra = isObj(raw.commdebug_node) ? raw.commdebug_node : null;
+    let counts, bytes = null;
+    if (extra && isObj(extra.counts)) {
+      counts = perPhase(extra.counts);
+      if (isObj(extra.bytes)) bytes = perPhase(extra.bytes);
+    } else {
+      // Reference node: its backward includes checkpoint recompute, which it cannot separate.
+      counts = {
+        forward: sum(arr(raw.collectives_forward).map((p) => num(arr(p)[1]))),
+        backward: sum(arr(raw.collectives_backward).map((p) => num(arr(p)[1]))),
+        checkpoint: null,
+      };
+    }
+    return {
+      idx, raw, fqn, parent, children: [],
+      depth: parent ? parent.depth + 1 : 0,
+      label: parent && fqn.startsWith(parent.fqn + ".") ? fqn.slice(parent.fqn.length + 1) : fqn,
+      counts, bytes,
+      totalCount: sum(Object.values(counts)),
+      totalBytes: bytes && sum(Object.values(bytes)),
+      opTotals: null,  // Map op -> calls, filled on first use by the op filter
+    };
+  }
+
+  function perPhase(obj) {
+    return Object.fromEntries(PHASES.map((p) => [p, num(obj[p])]));
+  }
+
+  /** The node's collectives (descendants included) as {op, phase, count, bytes, group}. */
+  function collectivesOf(node) {
+    const extra = node.raw.commdebug_node;
+    if (isObj(extra) && Array.isArray(extra.collectives)) {
+      return extra.collectives.filter(isObj).map((c) => ({
+        op: str(c.op ?? c.key), phase: str(c.phase), count: num(c.count), bytes: optNum(c.bytes),
+        group: c.group == null ? null : `${str(c.group)} (${str(c.group_size)} ranks)`,
+      }));
+    }
+    // Reference node: op keys per phase, nothing on bytes or groups.
+    return ["forward", "backward"].flatMap((phase) =>
+      arr(node.raw["collectives_" + phase]).filter(Array.isArray).map((p) => ({
+        op: str(p[0]), phase, count: num(p[1]), bytes: null, group: null,
+      })));
+  }
+
+  function opTotals(node) {
+    if (!node.opTotals) {
+      node.opTotals = new Map();
+      for (const c of collectivesOf(node)) node.opTotals.set(c.op, (node.opTotals.get(c.op) || 0) + c.count);
+    }
+    return node.opTotals;
+  }
+
+  /** Calls of `op` the module issues itself: its counts include its children's. */
+  function directCalls(node, op) {
+    return node.children.reduce((left, c) => left - (opTotals(c).get(op) || 0), opTotals(node).get(op) || 0);
+  }
+
+  /** Totals for the header: commdebug.summary, else (reference dump) Global's counts. */
+  function runTotals(model) {
+    const s = model.cd && isObj(model.cd.summary) ? model.cd.summary : null;
+    if (s) {
+      const byOp = Object.entries(isObj(s.by_op) ? s.by_op : {}).map(([op, v]) =>
+        ({op, count: num(v && v.count), bytes: optNum(v && v.bytes)}));
+      return {count: num(s.collectives), bytes: optNum(s.bytes), byOp};
+    }
+    const byOp = new Map();
+    for (const c of collectivesOf(model.root)) {
+      const e = byOp.get(c.op) || {op: c.op, count: 0, bytes: null};
+      e.count += c.count;
+      if (c.bytes != null) e.bytes = (e.bytes || 0) + c.bytes;
+      byOp.set(c.op, e);
+    }
+    return {count: model.root.totalCount, bytes: model.root.totalBytes, byOp: [...byOp.values()]};
+  }
+
+  /**
+   * The node's op rows kept at noise `level` (0 none; 1 DTensor rows; 2 all rows; 1-2 leave
+   * trivial ops out), identical rows merged: reference dumps repeat a row per call.
+   */
+  function opRows(model, node, level) {
+    const rows = new Map();
+    if (level <= 0) return [];
+    for (const phase of PHASES) {
+      for (const r of arr(node.raw[OP_LISTS[phase]])) {
+        if (!isObj(r)) continue;
+        const name = str(r.name);
+        const sharding = arr(r.input_sharding).map(str);
+        if ((level < 3 && model.trivial.has(name)) || (level < 2 && sharding.length === 0)) continue;
+        const shapes = arr(r.input_shape).map(str), mesh = str(r.device_mesh);
+        const key = JSON.stringify([phase, name, shapes, sharding, mesh]);
+        if (!rows.has(key)) rows.set(key, {phase, name, shapes, sharding, mesh, count: 0});
+        rows.get(key).count += r.count == null ? 1 : num(r.count);
+      }
+    }
+    return [...rows.values()];
+  }
+
+  // ---------------------------------------------------------------- tables
+
+  /**
+   * A table showing PAGE_ROWS rows at a time with a "show more" button; event lists reach
+   * 100k rows. columns: {key, label, value(row), cell?(row) -> text|Node, cls?}. With
+   * `sortable`, clicking a header sorts by value (nulls last), clicking again reverses.
+   */
+  function pagedTable(columns, rows, {id, sortable = false, empty = "None."}) {
+    if (rows.length === 0) return h("p", {id, class: "muted empty"}, empty);
+    const tbody = h("tbody");
+    const more = h("button", {type: "button", class: "more", onclick: () => fill()});
+    const headers = columns.map((col) => h("th", {
+      "data-key": col.key, class: col.cls, scope: "col",
+      title: sortable ? "sort" : null, onclick: sortable ? () => sortBy(col) : null,
+    }, col.label));
+    const table = h("table", {id, class: "grid" + (sortable ? " sortable" : "")},
+      h("thead", null, h("tr", null, ...headers)), tbody);
+    let shown = 0, sorted = rows, sortKey = null, descending = false;
+
+    function fill() {
+      const end = Math.min(sorted.length, shown + PAGE_ROWS);
+      const frag = document.createDocumentFragment();
+      for (; shown < end; shown++) {
+        const row = sorted[shown];
+        frag.append(h("tr", null, ...columns.map((col) =>
+          h("td", {class: col.cls}, col.cell ? col.cell(row) : str(col.value(row))))));
+      }
+      tbody.append(frag);
+      const left = sorted.length - shown;
+      more.hidden = left === 0;
+      more.textContent = `Show ${fmtCount(Math.min(left, PAGE_ROWS))} more ` +
+        `(${fmtCount(shown)} of ${fmtCount(sorted.length)} shown)`;
+    }
+
+    function sortBy(col) {
+      descending = sortKey === col.key ? !descending : false;
+      sortKey = col.key;
+      const sign = descending ? -1 : 1;
+      sorted = rows.map((row, i) => ({row, i, v: col.value(row)}))
+        .sort((a, b) => {
+          if (a.v == null || b.v == null) return (a.v == null) - (b.v == null) || a.i - b.i;
+          const c = typeof a.v === "number" && typeof b.v === "number" ? a.v - b.v
+            : String(a.v).localeCompare(String(b.v), "en", {numeric: true});
+          return sign * c || a.i - b.i;
+        })
+        .map((x) => x.row);
+      for (const th of headers) th.removeAttribute("aria-sort");
+      headers[columns.indexOf(col)].setAttribute("aria-sort", descending ? "descending" : "ascending");
+      tbody.replaceChildren();
+      shown = 0;
+      fill();
+    }
+
+    fill();
+    return h("div", {class: "table-wrap"}, table, more);
+  }
+
+  // One line per DTensor argument, so shapes and placements line up across columns.
+  const lines = (items) => h("span", {class: "lines"}, ...items.map((t) => h("code", null, t)));
+  const phaseTag = (phase) => h("span", {class: "phase " + (PHASE_SHORT[phase] || "")}, phase);
+  const opTag = (op) => h("span", {class: "op", "data-op": op}, op);
+
+  // ---------------------------------------------------------------- tree
+
+  class TreeView {
+    constructor(model, ul, onSelect) {
+      this.model = model;
+      this.ul = ul;
+      this.onSelect = onSelect;
+      this.items = new Map();    // node -> its <li>, for nodes drawn so far
+      this.expanded = this.firstLevel();
+      this.filter = null;        // {matches, visible: Set of nodes} while filtering
+      this.cursor = model.root;  // keyboard position
+      this.selected = null;
+      ul.onclick = (e) => this.onClick(e);
+      ul.onkeydown = (e) => this.onKey(e);
+    }
+
+    /** Global and its chain of only children open: the first screen shows real modules. */
+    firstLevel() {
+      const open = new Set();
+      for (let n = this.model.root; n; n = n.children.length === 1 ? n.children[0] : null) open.add(n);
+      return open;
+    }
+
+    kids(node) {
+      return this.filter ? node.children.filter((c) => this.filter.visible.has(c)) : node.children;
+    }
+
+    /** Redraw from scratch: drawn nodes are the expanded ones' (visible) children. */
+    render() {
+      this.items.clear();
+      this.ul.replaceChildren();
+      if (this.filter && !this.filter.visible.has(this.model.root)) {
+        this.ul.append(h("li", {class: "muted empty", id: "no-match"}, "No module matches."));
+        return;
+      }
+      this.ul.append(this.item(this.model.root));
+      const open = [this.model.root];
+      while (open.length) {  // iterative, as in buildModel
+        const node = open.pop();
+        if (this.expanded.has(node) && this.kids(node).length) {
+          this.drawChildren(node);
+          open.push(...this.kids(node));
+        }
+      }
+      // Collapse all or a filter may have hidden the cursor: move it up to a drawn row.
+      while (!this.items.has(this.cursor) && this.cursor.parent) this.cursor = this.cursor.parent;
+      for (const node of [this.selected, this.cursor]) if (node) this.mark(node);
+    }
+
+    item(node) {
+      const c = node.counts, kids = this.kids(node).length;
+      const share = this.model.shareTotal > 0 ? this.model.shareOf(node) / this.model.shareTotal : 0;
+      const bar = h("span", {class: "bar"});
+      bar.style.setProperty("width", `${(share * 100).toFixed(2)}%`);
+      const cell = (phase) => h("span", {
+        class: `num ${PHASE_SHORT[phase]}${c[phase] === 0 ? " zero" : ""}`, "data-count": c[phase] ?? "",
+      }, fmtCount(c[phase]));
+      const bytesTitle = node.bytes
+        ? PHASES.map((p) => `${p} ${fmtBytes(node.bytes[p])}`).join(", ") : "bytes not recorded";
+      const nameCell = h("span", {class: "name-cell"},
+        h("span", {class: "caret", "aria-hidden": "true"}),
+        h("span", {class: "name", title: node.fqn}, node.label),
+        h("span", {class: "type"}, shortType(node.raw.module_type)));
+      nameCell.style.setProperty("--depth", String(node.depth));
+      const row = h("div", {class: "row cols" + (this.filter && this.filter.matches.has(node) ? " match" : "")},
+        nameCell, cell("forward"), cell("backward"), cell("checkpoint"),
+        h("span", {class: "num bytes", "data-bytes": node.totalBytes ?? "", title: bytesTitle},
+          fmtBytes(node.totalBytes)),
+        h("span", {class: "share", "data-share": share.toFixed(4),
+          title: `${(share * 100).toFixed(1)}% of all ${this.model.shareUnit}`}, bar));
+      const li = h("li", {
+        role: "treeitem", id: `node-${node.idx}`, class: "node", "data-idx": node.idx,
+        "data-fqn": node.fqn, "aria-level": node.depth + 1, "aria-selected": "false",
+        "aria-expanded": kids ? String(this.expanded.has(node)) : null,
+      }, row);
+      this.items.set(node, li);
+      return li;
+    }
+
+    drawChildren(node) {
+      const group = h("ul", {role: "group"});
+      for (const kid of this.kids(node)) group.append(this.item(kid));
+      this.items.get(node).append(group);
+      return group;
+    }
+
+    setExpanded(node, open) {
+      const li = this.items.get(node);
+      if (!li || !this.kids(node).length) return;
+      if (open) this.expanded.add(node); else this.expanded.delete(node);
+      li.setAttribute("aria-expanded", String(open));
+      const group = li.querySelector(":scope > ul") || (open ? this.drawChildren(node) : null);
+      if (group) group.hidden = !open;
+      for (let n = this.cursor.parent; !open && n; n = n.parent) {
+        if (n === node) this.moveCursor(node);  // the cursor was inside what just closed
+      }
+    }
+
+    /** Expand everything, or collapse back to the first level. */
+    setAll(open) {
+      this.expanded = open ? new Set(this.model.nodes.filter((n) => n.children.length)) : this.firstLevel();
+      this.render();
+    }
+
+    /** Show only filter.visible (matches and their ancestors), with the ancestors open. */
+    setFilter(filter) {
+      this.filter = filter;
+      if (filter) {
+        this.expanded = new Set(filter.visible);  // a match with no visible children draws as a leaf
+      }
+      this.render();
+    }
+
+    mark(node) {
+      const li = this.items.get(node);
+      if (!li) return;
+      if (node === this.selected) li.setAttribute("aria-selected", "true");
+      if (node === this.cursor) {
+        li.classList.add("cursor");
+        this.ul.setAttribute("aria-activedescendant", li.id);
+      }
+    }
+
+    moveCursor(node) {
+      const old = this.items.get(this.cursor);
+      if (old) old.classList.remove("cursor");
+      this.cursor = node;
+      this.mark(node);
+      const li = this.items.get(node);
+      if (li) li.firstChild.scrollIntoView({block: "nearest"});
+    }
+
+    select(node) {
+      const old = this.selected && this.items.get(this.selected);
+      if (old) old.setAttribute("aria-selected", "false");
+      this.selected = node;
+      this.mark(node);
+      this.moveCursor(node);
+      this.onSelect(node);
+    }
+
+    /** Open the node's ancestors and select it (from an event row's module). */
+    reveal(node) {
+      for (let n = node.parent; n; n = n.parent) this.expanded.add(n);
+      this.render();
+      this.select(node);
+    }
+
+    next(node) {
+      const kids = this.kids(node);
+      if (this.expanded.has(node) && kids.length) return kids[0];
+      for (let n = node; n.parent; n = n.parent) {
+        const sibs = this.kids(n.parent), i = sibs.indexOf(n);
+        if (i + 1 < sibs.length) return sibs[i + 1];
+      }
+      return node;
+    }
+
+    prev(node) {
+      if (!node.parent) return node;
+      const sibs = this.kids(node.parent), i = sibs.indexOf(node);
+      if (i === 0) return node.parent;
+      let n = sibs[i - 1];
+      while (this.expanded.has(n) && this.kids(n).length) n = this.kids(n).at(-1);
+      return n;
+    }
+
+    onClick(e) {
+      const li = e.target.closest("li.node");
+      if (!li) return;
+      const node = this.model.nodes[Number(li.dataset.idx)];
+      const onCaret = e.target.closest(".caret"), onName = e.target.closest(".name");
+      if (onCaret || onName) this.setExpanded(node, !this.expanded.has(node));
+      if (!onCaret) this.select(node);
+      this.ul.focus({preventScroll: true});
+    }
+
+    onKey(e) {
+      const node = this.cursor, open = this.expanded.has(node) && this.kids(node).length > 0;
+      const actions = {
+        ArrowDown: () => this.moveCursor(this.next(node)),
+        ArrowUp: () => this.moveCursor(this.prev(node)),
+        ArrowRight: () => (open ? this.moveCursor(this.kids(node)[0]) : this.setExpanded(node, true)),
+        ArrowLeft: () => (open ? this.setExpanded(node, false) : node.parent && this.moveCursor(node.parent)),
+        Enter: () => this.select(node),
+        " ": () => this.select(node),
+        Home: () => this.moveCursor(this.model.root),
+      };
+      if (!actions[e.key]) return;
+      e.preventDefault();
+      actions[e.key]();
+    }
+  }
+
+  // ---------------------------------------------------------------- the viewer
+
+  /** The page for one loaded dump; the static controls call into the current one. */
+  class Viewer {
+    constructor(dump) {
+      const model = this.model = buildModel(dump);
+      this.noise = model.noiseLevel ?? 3;
+      this.renderSummary();
+      this.tree = new TreeView(model, $("tree"), (node) => this.renderDetail(node));
+      this.resetFilters();
+      this.tree.render();
+      this.tree.select(model.root);
+      this.renderEvents();
+      $("share-head").title = `share of all ${model.shareUnit} (Global = 100%)`;
+      for (const radio of document.querySelectorAll('input[name="noise"]')) {
+        radio.checked = Number(radio.value) === this.noise;
+      }
+    }
+
+    renderSummary() {
+      const {model} = this, cd = model.cd;
+      const meta = cd && isObj(cd.metadata) ? cd.metadata : {};
+      const totals = runTotals(model);
+      const fact = (id, label, value) =>
+        h("div", {class: "fact"}, h("span", {class: "label"}, label), h("span", {id, class: "value"}, value));
+      const show = (v) => (v == null || v === "" ? "—" : str(v));
+      const facts = model.reference
+        ? [fact("format", "format", "reference CommDebugMode dump")]
+        : [
+          fact("meta-rank", "rank", show(meta.rank)),
+          fact("meta-world-size", "world size", show(meta.world_size)),
+          fact("meta-host", "host", show(meta.hostname)),
+          fact("meta-backend", "backend", show(meta.backend)),
+          fact("meta-torch", "torch", show(meta.torch_version)),
+          fact("meta-steps", "steps", show(meta.steps)),
+          fact("meta-noise", "noise level", show(cd.noise_level)),
+        ];
+      facts.push(
+        fact("total-collectives", "collectives", fmtCount(totals.count)),
+        fact("total-bytes", "bytes", totals.bytes == null ? "not recorded" : fmtBytes(totals.bytes)));
+      const byOp = h("ul", {id: "by-op", class: "chips", "aria-label": "collectives by op"},
+        ...totals.byOp.sort((a, b) => (b.bytes ?? b.count) - (a.bytes ?? a.count)).map((e) =>
+          h("li", {"data-op": e.op, "data-count": e.count, "data-bytes": e.bytes ?? ""},
+            opTag(e.op), h("span", {class: "count"}, `×${fmtCount(e.count)}`),
+            e.bytes == null ? null : h("span", {class: "muted"}, fmtBytes(e.bytes)))));
+      const notes = [];
+      if (model.reference) {
+        notes.push("Written by PyTorch's CommDebugMode: no bytes, groups or events; " +
+          "backward counts include activation-checkpoint recompute.");
+      }
+      if (cd && num(cd.events_dropped) > 0) {
+        notes.push(`${fmtCount(num(cd.events_dropped))} events were dropped ` +
+          `(max_events ${fmtCount(optNum(cd.max_events))}); counts and bytes still cover them.`);
+      }
+      $("summary").replaceChildren(h("div", {class: "facts"}, ...facts), byOp,
+        ...notes.map((n) => h("p", {class: "note"}, n)));
+    }
+
+    resetFilters() {
+      $("search").value = "";
+      const ops = [...opTotals(this.model.root).keys()].sort();
+      $("op-filter").replaceChildren(h("option", {value: ""}, "any collective"),
+        ...ops.map((op) => h("option", {value: op}, `issues ${op}`)));
+      $("match-count").textContent = "";
+    }
+
+    applyFilters() {
+      const query = $("search").value.trim().toLowerCase(), op = $("op-filter").value;
+      if (!query && !op) {
+        this.tree.setFilter(null);
+        $("match-count").textContent = "";
+        return;
+      }
+      const matches = new Set(), visible = new Set();
+      for (const node of this.model.nodes) {
+        if (query && !node.fqn.toLowerCase().includes(query)) continue;
+        if (op && directCalls(node, op) <= 0) continue;
+        matches.add(node);
+        for (let n = node; n && !visible.has(n); n = n.parent) visible.add(n);
+      }
+      $("match-count").textContent = `${fmtCount(matches.size)} match${matches.size === 1 ? "" : "es"}`;
+      this.tree.setFilter({matches, visible});
+    }
+
+    renderDetail(node) {
+      this.node = node;
+      const phases = h("table", {id: "detail-phases", class: "grid compact"},
+        h("thead", null, h("tr", null, ...["", "calls", "bytes"].map((t) => h("th", {class: t && "num"}, t)))),
+        h("tbody", null, ...PHASES.map((p) => h("tr", {"data-phase": p}, h("td", null, phaseTag(p)),
+          h("td", {class: "num"}, fmtCount(node.counts[p])),
+          h("td", {class: "num"}, node.bytes ? fmtBytes(node.bytes[p]) : "—")))));
+      const collectives = pagedTable([
+        {key: "phase", label: "phase", value: (c) => c.phase, cell: (c) => phaseTag(c.phase)},
+        {key: "op", label: "op", value: (c) => c.op, cell: (c) => opTag(c.op)},
+        {key: "count", label: "calls", value: (c) => c.count, cell: (c) => fmtCount(c.count), cls: "num"},
+        {key: "bytes", label: "bytes", value: (c) => c.bytes, cell: (c) => fmtBytes(c.bytes), cls: "num"},
+        {key: "group", label: "group", value: (c) => c.group, cell: (c) => c.group ?? "—"},
+      ], collectivesOf(node), {id: "detail-collectives", empty: "No collectives."});
+      const params = pagedTable([
+        {key: "name", label: "parameter", value: (p) => p[0]},
+        {key: "placements", label: "placements", value: (p) => p[1], cell: (p) => h("code", null, p[1])},
+      ], arr(node.raw.parameters).filter(Array.isArray).map((p) => [str(p[0]), str(p[1])]),
+      {id: "detail-params", empty: "No DTensor parameters."});
+      $("detail-body").replaceChildren(
+        h("h2", {id: "detail-fqn"}, node.fqn),
+        h("p", {id: "detail-type", class: "muted"}, str(node.raw.module_type) ||
+          (node.parent ? "module type not recorded" : "pseudo-module: the whole run")),
+        phases,
+        h("h3", null, "Collectives ", h("span", {class: "muted"}, "descendants included")), collectives,
+        h("h3", null, "Parameters"), params);
+      this.renderOps();
+    }
+
+    renderOps() {
+      const {model, node, noise} = this;
+      const written = model.noiseLevel;
+      $("noise-note").textContent = noise === 0 ? "Noise level 0 shows no operations."
+        : written != null && noise > written
+          ? `This dump was written at noise level ${written}; higher levels show nothing more.`
+          : "Operations issued in this module itself, identical rows merged.";
+      $("ops-table").replaceChildren(pagedTable([
+        {key: "phase", label: "phase", value: (r) => r.phase, cell: (r) => phaseTag(r.phase)},
+        {key: "name", label: "op", value: (r) => r.name, cell: (r) => h("code", null, r.name), cls: "nowrap"},
+        {key: "count", label: "count", value: (r) => r.count, cell: (r) => fmtCount(r.count), cls: "num"},
+        {key: "shapes", label: "input shapes", value: (r) => r.shapes.join(", "), cls: "nowrap",
+          cell: (r) => lines(r.shapes.map((t) => t.replace(/^torch\.Size\((.*)\)$/, "$1")))},
+        {key: "sharding", label: "input sharding", value: (r) => r.sharding.join(", "), cls: "nowrap",
+          cell: (r) => lines(r.sharding)},
+        {key: "mesh", label: "device mesh", value: (r) => r.mesh, cell: (r) => h("code", null, r.mesh), cls: "nowrap"},
+      ], opRows(model, node, noise), {id: "detail-ops", sortable: true, empty: "No operations at this level."}));
+    }
+
+    setNoise(level) {
+      this.noise = level;
+      this.renderOps();
+    }
+
+    renderEvents() {
+      const events = this.model.cd && Array.isArray(this.model.cd.events)
+        ? this.model.cd.events.filter(isObj) : null;
+      $("events").hidden = events === null;
+      if (events === null) return;
+      const {byFqn} = this.model;
+      const group = (e) => (isObj(e.group) ? e.group : {});
+      const moduleCell = (e) => {
+        const node = byFqn.get(e.module);
+        return node ? h("a", {href: "#", class: "module-link", onclick: (ev) => {
+          ev.preventDefault();
+          this.showModule(node);
+        }}, str(e.module)) : str(e.module);
+      };
+      $("events-count").textContent = `${fmtCount(events.length)} recorded`;
+      $("events-table").replaceChildren(pagedTable([
+        {key: "index", label: "#", value: (e) => optNum(e.index), cls: "num"},
+        {key: "step", label: "step", value: (e) => optNum(e.step), cls: "num"},
+        {key: "phase", label: "phase", value: (e) => e.phase, cell: (e) => phaseTag(str(e.phase))},
+        {key: "op", label: "op", value: (e) => e.op, cell: (e) => opTag(str(e.op))},
+        {key: "bytes", label: "bytes", value: (e) => optNum(e.size_bytes), cell: (e) => fmtBytes(optNum(e.size_bytes)), cls: "num"},
+        {key: "group", label: "group", value: (e) => str(group(e).name),
+          cell: (e) => `${str(group(e).name)} (${str(group(e).size)})`},
+        {key: "module", label: "module", value: (e) => e.module, cell: moduleCell},
+        {key: "source", label: "source", value: (e) => e.source, cell: (e) => h("code", null, str(e.source))},
+        {key: "latency", label: "latency", value: (e) => optNum(e.latency_s), cls: "num",
+          cell: (e) => (optNum(e.latency_s) == null ? "—" : `${(e.latency_s * 1e3).toFixed(3)} ms`)},
+      ], events, {id: "events-grid", sortable: true, empty: "No collective calls recorded."}));
+    }
+
+    showModule(node) {
+      if (this.tree.filter && !this.tree.filter.visible.has(node)) {
+        $("search").value = "";
+        $("op-filter").value = "";
+        this.applyFilters();
+      }
+      this.tree.reveal(node);
+      $("tree").focus({preventScroll: true});
+    }
+  }
+
+  // ---------------------------------------------------------------- page state
+
+  let viewer = null;
+
+  function showError(err) {
+    const box = $("error");
+    box.replaceChildren(h("strong", null, err instanceof DumpError ? err.message : "Could not show this dump."),
+      " ", str(err instanceof DumpError ? err.detail : String(err)));
+    box.hidden = false;
+    document.body.dataset.state = "error";
+    $("dropzone").hidden = viewer !== null;
+  }
+
+  function load(text, source) {
+    let next;
+    try {
+      const dump = parseDump(text);
+      performance.mark("commdebug:parsed");
+      next = new Viewer(dump);
+    } catch (err) {
+      if (!(err instanceof DumpError)) console.warn(err);  // a bug in us or a very odd file
+      showError(err);
+      return false;
+    }
+    viewer = next;
+    $("error").hidden = true;
+    $("dropzone").hidden = true;
+    $("viewer").hidden = false;
+    $("source").textContent = source ? `— ${source}` : "";
+    document.body.dataset.state = "ready";
+    return true;
+  }
+
+  function openFile(file) {
+    if (!file) {
+      showError(new DumpError("Nothing to open.", "Drop or pick one .json file."));
+      return;
+    }
+    file.text().then((text) => load(text, file.name),
+      (err) => showError(new DumpError(`Could not read ${file.name}.`, String(err))));
+  }
+
+  function wireControls() {
+    let pending = 0;
+    $("search").addEventListener("input", () => {
+      clearTimeout(pending);  // filtering walks every module: wait for a pause in typing
+      pending = setTimeout(() => viewer && viewer.applyFilters(), 120);
+    });
+    $("op-filter").addEventListener("change", () => viewer && viewer.applyFilters());
+    $("expand-all").addEventListener("click", () => viewer && viewer.tree.setAll(true));
+    $("collapse-all").addEventListener("click", () => viewer && viewer.tree.setAll(false));
+    for (const radio of document.querySelectorAll('input[name="noise"]')) {
+      radio.addEventListener("change", () => viewer && viewer.setNoise(Number(radio.value)));
+    }
+    $("file-input").addEventListener("change", (e) => {
+      openFile(e.target.files[0]);
+      e.target.value = "";  // picking the same file again must fire change again
+    });
+    document.addEventListener("dragover", (e) => {
+      e.preventDefault();
+      document.body.classList.add("dragging");
+    });
+    document.addEventListener("dragleave", (e) => {
+      if (!e.relatedTarget) document.body.classList.remove("dragging");
+    });
+    document.addEventListener("drop", (e) => {
+      e.preventDefault();
+      document.body.classList.remove("dragging");
+      openFile(e.dataTransfer && e.dataTransfer.files[0]);
+    });
+  }
+
+  wireControls();
+  const embedded = $("dump");
+  if (!embedded) {
+    document.body.dataset.state = "empty";
+    $("dropzone").hidden = false;
+  } else if (load(embedded.textContent, null)) {
+    // Benchmarks and tests read this: ms from navigation start to the first level in the DOM.
+    window.__commdebugReady = performance.now();
+  }
+})();

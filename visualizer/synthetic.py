@@ -1,0 +1,348 @@
+"""Synthetic dumps, for the viewer's tests, demos and scale benchmark.
+
+`transformer_dump()` builds what commdebug would write (docs/json-format.md, schema version 1)
+for a Llama-style tensor-parallel transformer, without running one. The numbers are invented but
+obey the format's rules, so a viewer that shows them right shows real dumps right:
+
+* every collective call is an event; node counts and bytes are derived from the calls, with
+  descendants included and phases exclusive (`backward` excludes `checkpoint`), while the
+  reference's `collectives_backward` includes checkpoint recompute;
+* op rows are aggregated over steps (`count`) and filtered by the dump's noise level.
+
+`to_reference()` turns such a dump into what torch's CommDebugMode would have written.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+from typing import Any
+
+__all__ = ["REFERENCE_TRIVIAL_OPS", "to_reference", "transformer_dump"]
+
+# torch.distributed.tensor.debug._comm_mode.trivial_ops, in a stable order.
+REFERENCE_TRIVIAL_OPS = [
+    "aten.detach.default", "aten.t.default", "aten.view.default",
+    "aten._to_copy.default", "aten.as_strided.default", "aten.transpose.int",
+]
+
+# canonical op -> (reference key, dispatched overload, busbw factor as a function of group size)
+_COLLECTIVES = {
+    "all_reduce": ("c10d_functional.all_reduce", "_c10d_functional.all_reduce.default",
+                   lambda n: 2 * (n - 1) / n),
+    "all_gather": ("c10d_functional.all_gather_into_tensor",
+                   "_c10d_functional.all_gather_into_tensor.default", lambda n: (n - 1) / n),
+    "reduce_scatter": ("c10d_functional.reduce_scatter_tensor",
+                       "_c10d_functional.reduce_scatter_tensor.default", lambda n: (n - 1) / n),
+    "barrier": ("c10d.barrier", "c10d.barrier.default", lambda n: 0.0),
+}
+_BF16 = 2  # bytes per element
+_TRIVIAL = frozenset(REFERENCE_TRIVIAL_OPS)
+
+
+def _nbytes(shape: list[int]) -> int:
+    """bf16 bytes of a tensor of `shape`; [] (a barrier's) is no tensor."""
+    return math.prod(shape) * _BF16 if shape else 0
+
+
+@dataclasses.dataclass
+class _Call:
+    """One collective a module issues itself, once per step and phase."""
+    op: str
+    shape: list[int]  # S = prod(shape) * 2 bytes, the message size
+    dtensor_op: str | None = None
+    placements: str | None = None
+
+
+@dataclasses.dataclass
+class _Module:
+    fqn: str
+    cls: str
+    params: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    children: list[_Module] = dataclasses.field(default_factory=list)
+    calls: dict[str, list[_Call]] = dataclasses.field(default_factory=dict)  # by phase
+    ops: dict[str, list[dict]] = dataclasses.field(default_factory=dict)     # by phase, per step
+    checkpointed: bool = False  # its forward is recomputed in backward
+
+    def add(self, name: str, cls: str, **kw: Any) -> _Module:
+        child = _Module(f"{self.fqn}.{name}", cls, **kw)
+        self.children.append(child)
+        return child
+
+
+def _mesh(world_size: int) -> str:
+    return f"DeviceMesh(({world_size},), 'cpu', stride=(1,))"
+
+
+def _row(name: str, mesh: str, *dtensor_args: tuple[list[int], str]) -> dict:
+    """An op row (without `count`); dtensor_args are (local shape, placements) per DTensor arg."""
+    return {
+        "name": name,
+        "input_shape": [f"torch.Size({list(shape)})" for shape, _ in dtensor_args],
+        "input_sharding": [placements for _, placements in dtensor_args],
+        "device_mesh": mesh if dtensor_args else "",
+        "is_bw": False,
+        "is_activation_checkpointing": False,
+    }
+
+
+def _linear_ops(mesh: str, x: list[int], w: list[int], out: list[int], x_p: str, w_p: str) -> dict:
+    t = [w[1], w[0]]
+    return {
+        "forward": [
+            _row("aten._to_copy.default", mesh, (w, w_p)),
+            _row("aten.t.default", mesh, (w, w_p)),
+            _row("aten.view.default", mesh, (x, x_p)),
+            _row("aten.mm.default", mesh, (x, x_p), (t, w_p)),
+            _row("aten._unsafe_view.default", mesh, (out, x_p)),
+            _row("aten.detach.default", mesh, (w, w_p)),
+            _row("aten.detach.default", mesh),
+        ],
+        "backward": [
+            _row("aten.t.default", mesh, (t, w_p)),
+            _row("aten.mm.default", mesh, (out, x_p), (w, w_p)),
+            _row("aten.t.default", mesh, (out, x_p)),
+            _row("aten.mm.default", mesh, (list(reversed(out)), x_p), (x, x_p)),
+            _row("aten.t.default", mesh, (w, w_p)),
+            _row("aten.view.default", mesh, (x, x_p)),
+            _row("aten._to_copy.default", mesh, (w, w_p)),
+            _row("aten.add_.Tensor", mesh, (w, w_p), (w, w_p)),
+            _row("aten.detach.default", mesh),
+            _row("aten.empty_like.default", mesh),
+        ],
+    }
+
+
+def _local_ops(*names: str) -> dict:
+    """Rows of a module working on plain tensors (no DTensor argument)."""
+    return {"forward": [_row(n, "") for n in names],
+            "backward": [_row(n, "") for n in names if n != "aten.detach.default"]}
+
+
+def _build_model(root: str, layers: int, ws: int, *, dim: int, ffn: int, vocab: int,
+                 tokens: int, checkpoint_every: int) -> _Module:
+    mesh = _mesh(ws)
+    col, row = "(Shard(dim=0),)", "(Shard(dim=1),)"
+    rep, last = "(Replicate(),)", "(Shard(dim=-1),)"
+    act = [tokens, dim]
+
+    def linear(parent: _Module, name: str, d_in: int, d_out: int, colwise: bool, **kw: Any) -> _Module:
+        if colwise:
+            ops = _linear_ops(mesh, [tokens, d_in], [d_out // ws, d_in], [tokens, d_out // ws], rep, col)
+        else:
+            ops = _linear_ops(mesh, [tokens, d_in // ws], [d_out, d_in // ws], [tokens, d_out], last, row)
+        return parent.add(name, "class 'torch.nn.modules.linear.Linear'",
+                          params=[("weight", col if colwise else row)], ops=ops, **kw)
+
+    norm_ops = _local_ops("aten.pow.Tensor_Scalar", "aten.mean.dim", "aten.rsqrt.default",
+                          "aten.mul.Tensor", "aten.detach.default")
+    model = _Module(root, f"class 'model.{root}'")
+    model.add("tok_embeddings", "class 'torch.nn.modules.sparse.Embedding'", params=[("weight", row)],
+              calls={"forward": [_Call("all_reduce", act, "aten.embedding.default", row)]},
+              ops=_local_ops("aten.embedding.default"))
+    for i in range(layers):
+        block = model.add(f"layers.{i}", "class 'model.TransformerBlock'",
+                          checkpointed=checkpoint_every > 0 and i % checkpoint_every == checkpoint_every - 1)
+        block.add("attention_norm", "class 'model.RMSNorm'", ops=norm_ops)
+        attn = block.add("attention", "class 'model.Attention'", ops=_local_ops("aten.view.default"))
+        # The input gradients of wq/wk/wv are partial sums: one all_reduce in backward.
+        linear(attn, "wq", dim, dim, True,
+               calls={"backward": [_Call("all_reduce", act, "aten.mm.default", col)]})
+        linear(attn, "wk", dim, dim // 4, True)
+        linear(attn, "wv", dim, dim // 4, True)
+        for name in ("q_norm", "k_norm"):
+            attn.add(name, "class 'model.RMSNorm'", ops=norm_ops)
+        attn.add("rotary_emb", "class 'model.RotaryEmbedding'",
+                 ops=_local_ops("aten.view_as_complex.default", "aten.mul.Tensor", "aten.view_as_real.default"))
+        attn.add("sdpa", "class 'model.ScaledDotProductAttention'",
+                 ops=_local_ops("aten._scaled_dot_product_flash_attention.default"))
+        attn.add("attn_dropout", "class 'torch.nn.modules.dropout.Dropout'", ops=_local_ops("aten.native_dropout.default"))
+        linear(attn, "wo", dim, dim, False,
+               calls={"forward": [_Call("all_reduce", act, "aten.mm.default", row)]})
+        attn.add("resid_dropout", "class 'torch.nn.modules.dropout.Dropout'", ops=_local_ops("aten.native_dropout.default"))
+        block.add("ffn_norm", "class 'model.RMSNorm'", ops=norm_ops)
+        ff = block.add("feed_forward", "class 'model.FeedForward'", ops=_local_ops("aten.mul.Tensor"))
+        linear(ff, "w1", dim, ffn, True, calls={"backward": [_Call("all_reduce", act, "aten.mm.default", col)]})
+        linear(ff, "w3", dim, ffn, True)
+        ff.add("act_fn", "class 'torch.nn.modules.activation.SiLU'", ops=_local_ops("aten.silu.default"))
+        linear(ff, "w2", ffn, dim, False, calls={"forward": [_Call("all_reduce", act, "aten.mm.default", row)]})
+        ff.add("dropout", "class 'torch.nn.modules.dropout.Dropout'", ops=_local_ops("aten.native_dropout.default"))
+    model.add("norm", "class 'model.RMSNorm'", ops=norm_ops)
+    # Vocabulary-parallel output gathered for the loss; all_gather's backward is a reduce_scatter.
+    linear(model, "output", dim, vocab, True, calls={
+        "forward": [_Call("all_gather", [tokens, vocab], "aten.mm.default", col)],
+        "backward": [_Call("reduce_scatter", [tokens, vocab], "aten.mm.default", col)]})
+    return model
+
+
+def _step_calls(model: _Module) -> list[tuple[_Module, str, _Call]]:
+    """(module, phase, call) in the order one training step issues them."""
+    order: list[tuple[_Module, str, _Call]] = []
+
+    def forward(m: _Module, phase: str) -> None:
+        order.extend((m, phase, c) for c in m.calls.get("forward", []))
+        for child in m.children:
+            forward(child, phase)
+
+    def backward(m: _Module) -> None:
+        if m.checkpointed:  # recompute the forward before differentiating through it
+            forward(m, "checkpoint")
+        for child in reversed(m.children):
+            backward(child)
+        order.extend((m, "backward", c) for c in m.calls.get("backward", []))
+
+    forward(model, "forward")
+    backward(model)
+    return order
+
+
+def _modules(m: _Module, ancestors: tuple[_Module, ...] = ()):
+    """(module, its ancestors) in pre-order."""
+    yield m, ancestors
+    for child in m.children:
+        yield from _modules(child, (*ancestors, m))
+
+
+def _keep(row: dict, noise_level: int) -> bool:
+    """Whether a dump written at `noise_level` keeps this op row (docs/json-format.md)."""
+    if noise_level < 3 and row["name"] in _TRIVIAL:
+        return False
+    return noise_level >= 2 or (noise_level == 1 and bool(row["input_sharding"]))
+
+
+def transformer_dump(layers: int = 2, steps: int = 2, *, world_size: int = 8, noise_level: int = 3,
+                     root: str = "Transformer", checkpoint_every: int = 2, max_events: int = 100_000,
+                     dim: int = 4096, ffn: int = 14336, vocab: int = 128256, tokens: int = 16384,
+                     ) -> dict:
+    """A schema-1 dump of `steps` training steps of a `layers`-layer TP transformer on rank 0.
+
+    Every `checkpoint_every`-th block is activation-checkpointed (0: none). Each step starts
+    with a barrier issued outside any module, so Global issues collectives itself.
+    """
+    model = _build_model(root, layers, world_size, dim=dim, ffn=ffn, vocab=vocab, tokens=tokens,
+                         checkpoint_every=checkpoint_every)
+    glob = _Module("Global", "", calls={"forward": [_Call("barrier", [])]}, children=[model])
+    nodes: dict[str, dict] = {}
+    ancestry: dict[str, tuple[_Module, ...]] = {}  # fqn -> Global ... the module itself
+    for m, ancestors in _modules(glob):
+        ancestry[m.fqn] = (*ancestors, m)
+        nodes[m.fqn] = _node(m, any(a.checkpointed for a in ancestry[m.fqn]), steps, noise_level)
+        if ancestors:
+            nodes[ancestors[-1].fqn]["children"].append(nodes[m.fqn])
+
+    calls: dict[str, dict[tuple[str, str], list[int]]] = {fqn: {} for fqn in nodes}  # descendants included
+    events: list[dict] = []
+    index = 0
+    for step in range(steps):
+        for m, phase, call in _step_calls(glob):
+            size = _nbytes(call.shape)
+            for a in ancestry[m.fqn]:
+                totals = calls[a.fqn].setdefault((call.op, phase), [0, 0])
+                totals[0] += 1
+                totals[1] += size
+            if index < max_events:
+                # One process group, so the per-group sequence number is the index.
+                events.append(_event(index, step, phase, m.fqn, call, world_size))
+            index += 1
+    for fqn, node in nodes.items():
+        node.update(_collectives(calls[fqn], world_size))
+
+    by_op: dict[str, dict[str, int]] = {}
+    for (op, _), (count, size) in calls["Global"].items():
+        total = by_op.setdefault(op, {"count": 0, "bytes": 0})
+        total["count"] += count
+        total["bytes"] += size
+    dump = nodes["Global"]
+    dump["commdebug"] = {
+        "schema_version": 1,
+        "noise_level": noise_level,
+        "trivial_ops": list(REFERENCE_TRIVIAL_OPS),
+        "metadata": {"rank": 0, "world_size": world_size, "hostname": "synthetic-node", "pid": 4242,
+                     "torch_version": "2.13.0", "commdebug_version": "synthetic", "backend": "fake",
+                     "start_time": "2026-11-22T05:00:00+00:00", "end_time": "2026-11-22T05:01:00+00:00",
+                     "steps": steps},
+        "summary": {"collectives": index, "bytes": sum(v["bytes"] for v in by_op.values()), "by_op": by_op},
+        "events": events,
+        "events_dropped": index - len(events),
+        "max_events": max_events,
+    }
+    return dump
+
+
+def _node(m: _Module, in_checkpoint: bool, steps: int, noise_level: int) -> dict:
+    """A module's node without its collectives: op rows counted over `steps`, noise-filtered."""
+    node = {
+        "fqn": m.fqn,
+        "module_type": m.cls if noise_level > 0 else "",
+        "parameters": [list(p) for p in m.params] if noise_level > 0 else [],
+        "children": [],
+    }
+    forward = m.ops.get("forward", [])
+    for phase, key, rows in (("forward", "operations_forward", forward),
+                             ("backward", "operations_backward", m.ops.get("backward", [])),
+                             ("checkpoint", "operations_checkpointing", forward if in_checkpoint else [])):
+        node[key] = [dict(r, is_bw=phase != "forward", is_activation_checkpointing=phase == "checkpoint",
+                          count=steps) for r in rows if _keep(r, noise_level)]
+    return node
+
+
+def _collectives(calls: dict[tuple[str, str], list[int]], world_size: int) -> dict:
+    """The node keys derived from its (op, phase) -> [calls, bytes], descendants included."""
+    phases = ("forward", "backward", "checkpoint")
+    keyed: dict[str, dict[str, int]] = {"forward": {}, "backward": {}}
+    for (op, phase), (count, _) in calls.items():
+        # The reference's per-phase op-key counts: backward includes checkpoint recompute.
+        side = keyed["forward" if phase == "forward" else "backward"]
+        side[_COLLECTIVES[op][0]] = side.get(_COLLECTIVES[op][0], 0) + count
+    return {
+        "collectives_forward": [[k, c] for k, c in keyed["forward"].items()],
+        "collectives_backward": [[k, c] for k, c in keyed["backward"].items()],
+        "commdebug_node": {
+            "bytes": {p: sum(b for (_, ph), (_, b) in calls.items() if ph == p) for p in phases},
+            "counts": {p: sum(c for (_, ph), (c, _) in calls.items() if ph == p) for p in phases},
+            "collectives": [{"op": op, "key": _COLLECTIVES[op][0], "phase": phase, "group": "0",
+                             "group_size": world_size, "count": count, "bytes": size}
+                            for (op, phase), (count, size) in calls.items()],
+        },
+    }
+
+
+def _event(index: int, step: int, phase: str, module: str, call: _Call, world_size: int) -> dict:
+    key, aten_op, busbw = _COLLECTIVES[call.op]
+    in_shape, out_shape = list(call.shape), list(call.shape)
+    if call.op == "all_gather":
+        in_shape[-1] //= world_size
+    if call.op == "reduce_scatter":
+        out_shape[-1] //= world_size
+    size = _nbytes(call.shape)
+    return {
+        "index": index, "op": call.op, "key": key, "aten_op": aten_op,
+        "step": step, "phase": phase, "module": module,
+        "group": {"name": "0", "size": world_size, "ranks": list(range(world_size))}, "seq": index,
+        "dtype": "bfloat16",
+        "input_shapes": [in_shape] if call.shape else [],
+        "output_shapes": [out_shape] if call.shape else [],
+        "input_bytes": _nbytes(in_shape),
+        "output_bytes": _nbytes(out_shape),
+        "size_bytes": size, "busbw_factor": busbw(world_size),
+        "dtensor_op": call.dtensor_op, "placements": call.placements,
+        "mesh": _mesh(world_size) if call.dtensor_op else None,
+        "source": f"train.py:{40 + list(_COLLECTIVES).index(call.op)}",
+        "latency_s": 20e-6 + size / 100e9,
+    }
+
+
+def to_reference(dump: dict) -> dict:
+    """What torch's CommDebugMode writes for the same run: no `commdebug` keys, op rows repeated
+    once per call instead of counted."""
+    ref = copy.deepcopy(dump)
+    ref.pop("commdebug", None)
+    stack = [ref]
+    while stack:
+        node = stack.pop()
+        node.pop("commdebug_node", None)
+        for key in ("operations_forward", "operations_backward", "operations_checkpointing"):
+            node[key] = [dict(r) for r in node.get(key, []) for _ in range(r.pop("count", 1))]
+        stack.extend(node["children"])
+    return ref
