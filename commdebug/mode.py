@@ -38,6 +38,20 @@ _SIZE = {
 }
 
 
+def _describe(func: Any) -> tuple:
+    """(collective spec or None, op name, signature of a call without DTensor args, func).
+
+    ``func`` is kept so the id it is cached under stays unique."""
+    if isinstance(func, _HOP):
+        return _HOP, str(func), None, func
+    name = str(func)
+    return _ops.lookup(func._overloadpacket), name, (name, (), (), None), func
+
+
+# Static facts about each op the mode has seen, shared by all instances and contexts.
+_FUNC_INFO: dict[int, tuple] = {}
+
+
 class CommDebugMode(TorchDispatchMode):
     """Record every collective a PyTorch program issues, by module, phase and step.
 
@@ -93,7 +107,6 @@ class CommDebugMode(TorchDispatchMode):
         self._tracker = ModuleTracker(self._on_first_call)
         self._groups = GroupResolver()
         self._seq: dict[str, int] = defaultdict(int)
-        self._func_info: dict[Any, tuple] = {}
         self._last_dtensor: tuple | None = None
         self._optimizer_hook = None
         self._events_at_boundary = 0
@@ -158,9 +171,9 @@ class CommDebugMode(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         # Runs for every op: dict keys here are ints and strings, whose hashes are computed in
         # C; hashing an OpOverload calls a Python __hash__.
-        info = self._func_info.get(id(func))
+        info = _FUNC_INFO.get(id(func))
         if info is None:
-            info = self._func_info[id(func)] = self._describe(func)
+            info = _FUNC_INFO[id(func)] = _describe(func)
         spec, name = info[0], info[1]
         if spec is _HOP:
             return func(*args, **(kwargs or {}))
@@ -196,16 +209,6 @@ class CommDebugMode(TorchDispatchMode):
         if spec is None:
             return func(*args, **(kwargs or {}))
         return self._collective(func, name, spec, args, kwargs or {}, phase, fqn)
-
-    @staticmethod
-    def _describe(func: Any) -> tuple:
-        """(collective spec or None, op name, signature of a call without DTensor args, func).
-
-        ``func`` is kept so the id it is cached under stays unique."""
-        if isinstance(func, _HOP):
-            return _HOP, str(func), None, func
-        name = str(func)
-        return _ops.lookup(func._overloadpacket), name, (name, (), (), None), func
 
     # ---- collectives ------------------------------------------------------------------------
 
@@ -246,8 +249,8 @@ class CommDebugMode(TorchDispatchMode):
                 group_ranks=group.ranks,
                 seq=seq,
                 dtype=dtype or out_dtype,
-                input_shapes=tuple(tuple(s) for s in in_shapes),
-                output_shapes=tuple(tuple(s) for s in out_shapes),
+                input_shapes=in_shapes,
+                output_shapes=out_shapes,
                 input_bytes=in_bytes,
                 output_bytes=out_bytes,
                 size_bytes=size,

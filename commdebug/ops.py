@@ -172,22 +172,24 @@ def compat_key_packet(key: str) -> Any:
     return packet
 
 
-def tensor_bytes(value: Any) -> tuple[int, list[list[int]], str | None]:
+def tensor_bytes(value: Any) -> tuple[int, tuple[tuple[int, ...], ...], str | None]:
     """Total bytes, shapes and dtype of a tensor or (nested) list of tensors."""
+    if isinstance(value, torch.Tensor):  # the common case, without the walk
+        return value.numel() * value.element_size(), (tuple(value.shape),), str(value.dtype)[6:]
     total = 0
-    shapes: list[list[int]] = []
+    shapes: list[tuple[int, ...]] = []
     dtype = None
     stack: list[Any] = [value]
     while stack:
         v = stack.pop()
         if isinstance(v, torch.Tensor):
             total += v.numel() * v.element_size()
-            shapes.append(list(v.shape))
+            shapes.append(tuple(v.shape))
             if dtype is None:
-                dtype = str(v.dtype).removeprefix("torch.")
+                dtype = str(v.dtype)[6:]  # "torch.float32" -> "float32"
         elif isinstance(v, (list, tuple)):
             stack.extend(reversed(v))
-    return total, shapes, dtype
+    return total, tuple(shapes), dtype
 
 
 def pick(where: int | str | None, args: Sequence[Any], kwargs: dict, result: Any) -> Any:
