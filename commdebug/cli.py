@@ -64,6 +64,8 @@ def _view(args: argparse.Namespace) -> None:
     data = read_dump_json(args.dump)
     from_dump_dict(data, str(args.dump))  # refuse what the page could not show
     out = args.output or args.dump.with_suffix(".html")
+    if out.resolve() == args.dump.resolve():
+        raise CommDebugError(f"{out}: the output would overwrite the dump; choose another -o")
     path = visualizer.write_html(out, data, title=f"commdebug: {args.dump.name}")
     print(path)
     if args.open:

@@ -11,8 +11,7 @@ from typing import Any
 from commdebug import ops as _ops
 from commdebug.errors import DumpError
 from commdebug.fileio import write_text_atomic
-from commdebug.table import check_noise_level
-from commdebug.trace import GLOBAL, PHASES, TRIVIAL_OPS, CollectiveEvent, Trace, ops_at_noise
+from commdebug.trace import GLOBAL, PHASES, TRIVIAL_OPS, CollectiveEvent, Trace, check_noise_level, ops_at_noise
 
 __all__ = ["SCHEMA_VERSION", "to_dump_dict", "write_dump", "load", "read_dump_json", "from_dump_dict"]
 
@@ -48,9 +47,10 @@ def to_dump_dict(trace: Trace, noise_level: int = 3) -> dict[str, Any]:
                 }
                 for r in ops_at_noise(trace.operations(fqn, phase), noise_level)
             ]
+        totals = {p: trace.phase_totals(fqn, p) for p in PHASES}
         d["commdebug_node"] = {
-            "bytes": {p: trace.phase_totals(fqn, p)[1] for p in PHASES},
-            "counts": {p: trace.phase_totals(fqn, p)[0] for p in PHASES},
+            "bytes": {p: totals[p][1] for p in PHASES},
+            "counts": {p: totals[p][0] for p in PHASES},
             "collectives": [
                 {"op": s.op, "key": s.key, "phase": p, "group": s.group, "group_size": s.group_size, "count": s.count, "bytes": s.bytes}
                 for p in PHASES

@@ -75,7 +75,8 @@ class CommDebugMode(TorchDispatchMode):
     Args:
         max_events: keep at most this many collective events (the oldest are dropped and
             counted); ``None`` keeps all. Aggregated counts and bytes are never dropped.
-        record_source: record the user's ``file:line`` of each collective.
+        record_source: record the user's ``file:line`` of each collective (turn off to keep
+            file paths out of dumps you share).
         timing: wait for each collective to finish and record its latency. This serialises
             communication with compute, so use it to measure collectives, not whole steps.
         auto_step: let ``optimizer.step()`` mark step boundaries; ``step()`` marks them by
@@ -231,7 +232,7 @@ class CommDebugMode(TorchDispatchMode):
         path = self._tracker.path(phase)
         self.trace.add_collective(path, phase, (spec.compat_key, spec.op, group.name, group.size), size)
 
-        source, from_dtensor = self._caller() if self.record_source else (None, False)
+        source, from_dtensor = self._caller()
         dt = self._last_dtensor if from_dtensor else None
         seq = self._seq[group.name]
         self._seq[group.name] = seq + 1
@@ -258,7 +259,7 @@ class CommDebugMode(TorchDispatchMode):
                 dtensor_op=None if dt is None else dt[0],
                 placements=None if dt is None else str(list(dt[2])),
                 mesh=None if dt is None or dt[3] is None else str(dt[3]),
-                source=source,
+                source=source if self.record_source else None,
                 latency_s=latency,
             )
         )

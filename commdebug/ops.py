@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-__all__ = ["CollectiveSpec", "lookup", "compat_key_packet", "BUSBW_FACTORS", "tensor_bytes"]
+__all__ = ["CollectiveSpec", "lookup", "compat_key_packet", "op_for_key", "BUSBW_FACTORS", "tensor_bytes", "pick"]
 
 # Bus-bandwidth factor as a function of the group size n (nccl-tests doc/PERFORMANCE.md).
 BUSBW_FACTORS: dict[str, Callable[[int], float]] = {
@@ -120,11 +120,6 @@ _UNKNOWN_C10D_SPEC = dict(inputs=None, outputs=None, group=None, size="zero", fa
 _NOT_COLLECTIVE_C10D = {"c10d.check_for_nan"}
 
 
-def _qualname(packet: Any) -> str:
-    # OpOverloadPacket's str() is "namespace.name"
-    return str(packet)
-
-
 _by_packet: dict[Any, CollectiveSpec | None] = {}
 
 
@@ -140,17 +135,12 @@ def lookup(packet: Any) -> CollectiveSpec | None:
         return _by_packet[packet]
     except KeyError:
         pass
-    name = _qualname(packet)
+    name = str(packet)  # "namespace.name"
     spec = _TABLE.get(name)
     if spec is None and name.startswith("c10d.") and name not in _NOT_COLLECTIVE_C10D:
         spec = CollectiveSpec(op=name.split(".", 1)[1].rstrip("_"), compat_key=name, **_UNKNOWN_C10D_SPEC)  # type: ignore[arg-type]
     _by_packet[packet] = spec
     return spec
-
-
-def known_ops() -> dict[str, CollectiveSpec]:
-    """Every registered op, by qualified name (``"_c10d_functional.all_reduce"``)."""
-    return dict(_TABLE)
 
 
 _packet_cache: dict[str, Any] = {}

@@ -6,7 +6,7 @@ import os
 import sys
 
 from commdebug.fileio import write_text_atomic
-from commdebug.trace import Trace, ops_at_noise
+from commdebug.trace import Trace, check_noise_level, ops_at_noise
 from commdebug.units import format_bytes
 
 __all__ = ["render_table", "write_table"]
@@ -17,12 +17,6 @@ _YELLOW, _RED, _RESET = "\033[1;33m", "\033[1;31m", "\033[0m"
 
 def _stdout_wants_color() -> bool:
     return sys.stdout.isatty() and "NO_COLOR" not in os.environ
-
-
-def check_noise_level(noise_level: int) -> int:
-    if not isinstance(noise_level, int) or not 0 <= noise_level <= 3:
-        raise ValueError(f"noise_level must be 0, 1, 2 or 3, got {noise_level!r}")
-    return noise_level
 
 
 def render_table(trace: Trace, noise_level: int = 3, *, color: bool | None = None) -> str:

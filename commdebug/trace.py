@@ -20,6 +20,7 @@ __all__ = [
     "CollectiveEvent",
     "Trace",
     "ops_at_noise",
+    "check_noise_level",
 ]
 
 GLOBAL = "Global"
@@ -161,6 +162,12 @@ class CollectiveEvent(NamedTuple):
             source=d.get("source"),
             latency_s=d.get("latency_s"),
         )
+
+
+def check_noise_level(noise_level: int) -> int:
+    if not isinstance(noise_level, int) or not 0 <= noise_level <= 3:
+        raise ValueError(f"noise_level must be 0, 1, 2 or 3, got {noise_level!r}")
+    return noise_level
 
 
 def ops_at_noise(rows: Iterable[OpRow], noise_level: int) -> list[OpRow]:

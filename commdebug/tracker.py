@@ -3,13 +3,18 @@
 Forward: a global forward pre-hook pushes the module on a stack; a forward hook registered on
 each module the first time it runs pops it. That hook sits after the module's own forward hooks
 (tensor parallelism's output redistribution lives there), so their collectives belong to the
-module, as in the reference; a global forward hook would run before them. Backward: when the autograd
-node that made a module call's output is about to run (a pre-hook put on that node at the end of
-the call's forward), that call's module path becomes the backward location, and stays until the
-next one fires -- the moment the reference's full-backward pre-hook fires, without wrapping every
-module in BackwardHook nodes. (Tensor hooks would do too, but they make the engine dispatch
-extra detach/view ops for every module; node pre-hooks add none.) A forward hook firing during backward is activation-checkpoint
-recompute.
+module, as in the reference; a global forward hook would run before them.
+
+Backward: when the autograd node that made a module call's output is about to run (a pre-hook
+put on that node at the end of the call's forward), that call's module path becomes the backward
+location, and stays until the next one fires: the moment the reference's full-backward pre-hook
+fires, without wrapping every module in BackwardHook nodes. One pre-hook per distinct node is
+also less Python work per module call than ``register_multi_grad_hook``'s per-tensor wrappers.
+
+A forward pre-hook firing during backward is activation-checkpoint recompute.
+
+The dispatch mode reads ``stack`` and ``bw_path`` directly: it runs for every op, and a method
+call there would cost more than the lookup itself.
 """
 
 from __future__ import annotations
@@ -59,14 +64,6 @@ class ModuleTracker:
                     self._names[child] = f"{name}.{child_name}"
                 self.name_of(child)
         return name
-
-    def location(self) -> tuple[str, str]:
-        """(phase, innermost module) right now."""
-        if _graph_task_id() == -1:
-            return FORWARD, self.stack[-1] if self.stack else GLOBAL
-        if self.stack:
-            return CHECKPOINT, self.stack[-1]
-        return BACKWARD, self.bw_path[-1]
 
     def path(self, phase: str) -> tuple[str, ...]:
         """The current module and all its running ancestors, Global first, each once."""

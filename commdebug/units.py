@@ -1,6 +1,6 @@
-"""Human-readable sizes (base 1024, as mpitrace) and rates (GB/s = 1e9 bytes/s, as nccl-tests)."""
+"""Human-readable sizes, base 1024 as mpitrace prints them."""
 
-__all__ = ["format_bytes", "format_gbps"]
+__all__ = ["format_bytes"]
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 
@@ -16,6 +16,3 @@ def format_bytes(n: float) -> str:
         value /= 1024
     raise AssertionError("unreachable")
 
-
-def format_gbps(x: float | None) -> str:
-    return "-" if x is None else f"{x:.2f}"

@@ -56,6 +56,14 @@ def test_view_writes_html_next_to_the_dump(demo_dir, tmp_path):
     assert cli("view", str(dump), "-o", str(custom)).returncode == 0 and custom.exists()
 
 
+def test_view_refuses_to_overwrite_the_dump(demo_dir, tmp_path):
+    dump = tmp_path / "run.json"
+    dump.write_text((demo_dir / "comm_mode_log.json").read_text())
+    proc = cli("view", str(dump), "-o", str(dump))
+    assert proc.returncode == 1 and "would overwrite the dump" in proc.stderr
+    assert dump.read_text().startswith("{")
+
+
 def test_table_of_a_dump(demo_dir):
     proc = cli("table", str(demo_dir / "comm_mode_log.json"), "--noise-level", "1")
     assert proc.returncode == 0

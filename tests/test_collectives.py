@@ -147,12 +147,15 @@ def test_event_fields_module_phase_source_and_seq(tp_transformer):
     assert comm.trace.steps == 2
 
 
-def test_source_can_be_turned_off(tp_transformer):
+def test_source_can_be_turned_off_without_losing_dtensor_ops(tp_transformer, mesh):
     model, tokens = tp_transformer()
+    a = distribute_tensor(torch.ones(16, 16), mesh, [Shard(0)])
     comm = CommDebugMode(record_source=False)
     with comm:
         model(tokens)
-    assert all(e.source is None for e in comm.trace.events)
+        _ = a @ a
+    assert comm.trace.events and all(e.source is None for e in comm.trace.events)
+    assert comm.trace.events[-1].dtensor_op == "aten.mm.default"
 
 
 def test_max_events_keeps_the_newest_and_counts_drops(world):
