@@ -19,3 +19,12 @@ def test_overhead_bench_prints_its_ratios():
     for name in ("ours/bare", "ours/reference", "ours/minimal"):
         assert re.search(rf"^{re.escape(name)}\s+= \d+\.\d\d", proc.stdout, flags=re.M), proc.stdout
     assert re.search(r"ours-loop: .* \d+ collectives\)", proc.stdout)
+
+
+def test_memory_bench_prints_its_ratios():
+    proc = subprocess.run(
+        [sys.executable, "bench/memory.py", "--layers", "1", "--max-events", "50"], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"^ours/reference after 1 step  = \d+\.\d\d", proc.stdout, flags=re.M), proc.stdout
+    assert re.search(r"^ours 300 steps / 100 steps   = \d+\.\d\d", proc.stdout, flags=re.M), proc.stdout
