@@ -19,26 +19,25 @@ import dataclasses
 import math
 from typing import Any
 
+from commdebug.ops import BUSBW_FACTORS
+from commdebug.trace import TRIVIAL_OPS
+
 __all__ = ["REFERENCE_TRIVIAL_OPS", "to_reference", "transformer_dump"]
 
 # torch.distributed.tensor.debug._comm_mode.trivial_ops, in a stable order.
-REFERENCE_TRIVIAL_OPS = [
-    "aten.detach.default", "aten.t.default", "aten.view.default",
-    "aten._to_copy.default", "aten.as_strided.default", "aten.transpose.int",
-]
+REFERENCE_TRIVIAL_OPS = sorted(TRIVIAL_OPS)
 
 # canonical op -> (reference key, dispatched overload, busbw factor as a function of group size)
 _COLLECTIVES = {
     "all_reduce": ("c10d_functional.all_reduce", "_c10d_functional.all_reduce.default",
-                   lambda n: 2 * (n - 1) / n),
+                   BUSBW_FACTORS["all_reduce"]),
     "all_gather": ("c10d_functional.all_gather_into_tensor",
-                   "_c10d_functional.all_gather_into_tensor.default", lambda n: (n - 1) / n),
+                   "_c10d_functional.all_gather_into_tensor.default", BUSBW_FACTORS["ring"]),
     "reduce_scatter": ("c10d_functional.reduce_scatter_tensor",
-                       "_c10d_functional.reduce_scatter_tensor.default", lambda n: (n - 1) / n),
-    "barrier": ("c10d.barrier", "c10d.barrier.default", lambda n: 0.0),
+                       "_c10d_functional.reduce_scatter_tensor.default", BUSBW_FACTORS["ring"]),
+    "barrier": ("c10d.barrier", "c10d.barrier.default", BUSBW_FACTORS["zero"]),
 }
 _BF16 = 2  # bytes per element
-_TRIVIAL = frozenset(REFERENCE_TRIVIAL_OPS)
 
 
 def _nbytes(shape: list[int]) -> int:
@@ -206,7 +205,7 @@ def _modules(m: _Module, ancestors: tuple[_Module, ...] = ()):
 
 def _keep(row: dict, noise_level: int) -> bool:
     """Whether a dump written at `noise_level` keeps this op row (docs/json-format.md)."""
-    if noise_level < 3 and row["name"] in _TRIVIAL:
+    if noise_level < 3 and row["name"] in TRIVIAL_OPS:
         return False
     return noise_level >= 2 or (noise_level == 1 and bool(row["input_sharding"]))
 
