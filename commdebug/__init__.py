@@ -10,9 +10,9 @@
 
 __version__ = "0.1.0"
 
-from commdebug.dump import load  # noqa: E402
+from commdebug.model.dump import load  # noqa: E402
 from commdebug.errors import CommDebugError, DumpError  # noqa: E402
-from commdebug.mode import CommDebugMode  # noqa: E402
-from commdebug.trace import CollectiveEvent, Trace  # noqa: E402
+from commdebug.capture.mode import CommDebugMode  # noqa: E402
+from commdebug.model.trace import CollectiveEvent, Trace  # noqa: E402
 
 __all__ = ["CommDebugMode", "Trace", "CollectiveEvent", "load", "CommDebugError", "DumpError", "__version__"]

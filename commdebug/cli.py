@@ -59,7 +59,7 @@ def _demo(args: argparse.Namespace) -> None:
 
 def _view(args: argparse.Namespace) -> None:
     import visualizer
-    from commdebug.dump import from_dump_dict, read_dump_json
+    from commdebug.model.dump import from_dump_dict, read_dump_json
 
     data = read_dump_json(args.dump)
     from_dump_dict(data, str(args.dump))  # refuse what the page could not show
@@ -82,8 +82,8 @@ def _viewer(args: argparse.Namespace) -> None:
 
 
 def _table(args: argparse.Namespace) -> None:
-    from commdebug.dump import load
-    from commdebug.table import render_table
+    from commdebug.model.dump import load
+    from commdebug.render.table import render_table
 
     sys.stdout.write(render_table(load(args.dump), args.noise_level))
 

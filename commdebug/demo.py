@@ -133,9 +133,9 @@ def run_demo(world_size: int = 8, layers: int = 4, steps: int = 2, out_dir: str 
     Returns the paths written: ``{"json": ..., "html": ..., "log": ...}``.
     """
     import visualizer
-    from commdebug.dump import to_dump_dict
+    from commdebug.model.dump import to_dump_dict
     from commdebug.errors import CommDebugError
-    from commdebug.mode import CommDebugMode
+    from commdebug.capture.mode import CommDebugMode
 
     if world_size < 1 or layers < 1 or steps < 1:
         raise CommDebugError("--world-size, --layers and --steps must be at least 1")

@@ -12,8 +12,8 @@ from torch.distributed.tensor.debug import CommDebugMode as ReferenceMode
 
 import commdebug
 from commdebug import CommDebugMode, DumpError
-from commdebug.dump import to_dump_dict
-from commdebug.table import render_table
+from commdebug.model.dump import to_dump_dict
+from commdebug.render.table import render_table
 from conftest import plain_counts
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")

@@ -20,7 +20,7 @@ import math
 from typing import Any
 
 from commdebug.ops import BUSBW_FACTORS
-from commdebug.trace import TRIVIAL_OPS
+from commdebug.model.trace import TRIVIAL_OPS
 
 __all__ = ["REFERENCE_TRIVIAL_OPS", "to_reference", "transformer_dump"]
 

@@ -11,7 +11,7 @@ from typing import Any
 from commdebug import ops as _ops
 from commdebug.errors import DumpError
 from commdebug.fileio import write_text_atomic
-from commdebug.trace import GLOBAL, PHASES, TRIVIAL_OPS, CollectiveEvent, Trace, check_noise_level, ops_at_noise
+from commdebug.model.trace import GLOBAL, PHASES, TRIVIAL_OPS, CollectiveEvent, Trace, check_noise_level, ops_at_noise
 
 __all__ = ["SCHEMA_VERSION", "to_dump_dict", "write_dump", "load", "read_dump_json", "from_dump_dict"]
 
@@ -91,7 +91,7 @@ def load(path: str | os.PathLike) -> Trace:
     """Load a dump written by commdebug or by torch's CommDebugMode into a :class:`Trace`.
 
     >>> trace = commdebug.load("comm_mode_log.json")     # doctest: +SKIP
-    >>> print(commdebug.table.render_table(trace, 0))     # doctest: +SKIP
+    >>> print(commdebug.render.table.render_table(trace, 0))     # doctest: +SKIP
 
     Raises :class:`DumpError` naming the file and the problem: missing, not JSON, not a dump,
     or written by a newer commdebug (unknown schema version).

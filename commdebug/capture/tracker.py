@@ -26,7 +26,7 @@ import torch
 from torch.nn.modules.module import register_module_forward_pre_hook
 from torch.utils._pytree import tree_leaves
 
-from commdebug.trace import GLOBAL
+from commdebug.model.trace import GLOBAL
 
 __all__ = ["ModuleTracker", "FORWARD", "BACKWARD", "CHECKPOINT"]
 

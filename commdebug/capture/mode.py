@@ -16,16 +16,16 @@ from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from commdebug import ops as _ops
-from commdebug.groups import GroupResolver
-from commdebug.trace import GLOBAL, PHASES, CollectiveEvent, Trace
-from commdebug.tracker import BACKWARD, CHECKPOINT, FORWARD, ModuleTracker
+from commdebug.capture.groups import GroupResolver
+from commdebug.model.trace import GLOBAL, PHASES, CollectiveEvent, Trace
+from commdebug.capture.tracker import BACKWARD, CHECKPOINT, FORWARD, ModuleTracker
 
 __all__ = ["CommDebugMode"]
 
 _graph_task_id = torch._C._current_graph_task_id
 _HOP = torch._ops.HigherOrderOperator
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-_OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # the commdebug package
 # DTensor lowers an op to collectives inside this file; a collective with it on the stack came
 # from the DTensor op seen last.
 _DTENSOR_DISPATCH = os.path.join(_TORCH_DIR, "distributed", "tensor", "_dispatch.py")
@@ -348,23 +348,23 @@ class CommDebugMode(TorchDispatchMode):
         """The reference's tracker dictionaries, for tests written against it."""
         return _ReferenceTrackerView(self)
 
-    # ---- renderers (formatting lives in commdebug.table and commdebug.dump) ------------------
+    # ---- renderers (formatting lives in commdebug.render.table and commdebug.model.dump) ------------------
 
     def generate_comm_debug_tracing_table(self, noise_level: int = 3, *, color: bool | None = None) -> str:
         """The module tree with collectives per phase; ops by noise level 0-3 (see README)."""
-        from commdebug.table import render_table
+        from commdebug.render.table import render_table
 
         return render_table(self.trace, noise_level, color=color)
 
     def log_comm_debug_tracing_table_to_file(self, file_name: str = "comm_mode_log.txt", noise_level: int = 3) -> None:
         """Write the table, without colours, to ``file_name`` (atomically, folders created)."""
-        from commdebug.table import write_table
+        from commdebug.render.table import write_table
 
         write_table(self.trace, file_name, noise_level)
 
     def generate_json_dump(self, file_name: str = "comm_mode_log.json", noise_level: int = 3) -> None:
         """Write the JSON dump (docs/json-format.md): the reference's format plus our section."""
-        from commdebug.dump import write_dump
+        from commdebug.model.dump import write_dump
 
         self.trace.metadata["steps"] = self.trace.steps
         write_dump(self.trace, file_name, noise_level)

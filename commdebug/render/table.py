@@ -6,7 +6,7 @@ import os
 import sys
 
 from commdebug.fileio import write_text_atomic
-from commdebug.trace import Trace, check_noise_level, ops_at_noise
+from commdebug.model.trace import Trace, check_noise_level, ops_at_noise
 from commdebug.units import format_bytes
 
 __all__ = ["render_table", "write_table"]

@@ -1,0 +1,1 @@
+"""Renderers: pure functions from the trace model to text."""
