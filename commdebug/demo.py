@@ -20,7 +20,15 @@ from torch.utils.checkpoint import checkpoint
 
 from commdebug.units import format_bytes
 
-__all__ = ["ModelConfig", "Transformer", "init_fake_world", "tensor_parallel_transformer", "run_demo"]
+__all__ = [
+    "ModelConfig",
+    "Transformer",
+    "init_fake_world",
+    "tensor_parallel_transformer",
+    "fsdp_transformer",
+    "fsdp_tp_transformer",
+    "run_demo",
+]
 
 
 @dataclass
@@ -31,6 +39,12 @@ class ModelConfig:
     n_layers: int = 2
     max_seq_len: int = 16
     checkpoint_layers: bool = False
+    # None: no dropout modules at all; 0.0: Dropout modules that return their input unchanged
+    dropout: float | None = None
+
+
+def _dropout(cfg: ModelConfig) -> nn.Module | None:
+    return None if cfg.dropout is None else nn.Dropout(cfg.dropout)
 
 
 class Attention(nn.Module):
@@ -41,6 +55,7 @@ class Attention(nn.Module):
         self.wk = nn.Linear(cfg.dim, cfg.dim, bias=False)
         self.wv = nn.Linear(cfg.dim, cfg.dim, bias=False)
         self.wo = nn.Linear(cfg.dim, cfg.dim, bias=False)
+        self.resid_dropout = _dropout(cfg)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         bsz, seq, _ = x.shape
@@ -48,7 +63,8 @@ class Attention(nn.Module):
         q, k, v = (w(x).view(bsz, seq, -1, self.head_dim).transpose(1, 2) for w in (self.wq, self.wk, self.wv))
         scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)
         out = F.softmax(scores, dim=-1) @ v
-        return self.wo(out.transpose(1, 2).reshape(bsz, seq, -1))
+        out = self.wo(out.transpose(1, 2).reshape(bsz, seq, -1))
+        return out if self.resid_dropout is None else self.resid_dropout(out)
 
 
 class FeedForward(nn.Module):
@@ -56,9 +72,11 @@ class FeedForward(nn.Module):
         super().__init__()
         self.w1 = nn.Linear(cfg.dim, 4 * cfg.dim)
         self.w2 = nn.Linear(4 * cfg.dim, cfg.dim)
+        self.resid_dropout = _dropout(cfg)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w2(F.gelu(self.w1(x)))
+        out = self.w2(F.gelu(self.w1(x)))
+        return out if self.resid_dropout is None else self.resid_dropout(out)
 
 
 class Block(nn.Module):
@@ -103,27 +121,82 @@ def init_fake_world(world_size: int, rank: int = 0) -> None:
     dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
 
 
-def tensor_parallel_transformer(cfg: ModelConfig, world_size: int, device: str = "cpu") -> Transformer:
-    """The transformer with Megatron-style tensor parallelism over all ranks of the world."""
+def tensor_parallel_transformer(cfg: ModelConfig, world_size: int, device: str = "cpu", *, sequence_parallel: bool = False, mesh=None) -> Transformer:
+    """The transformer with Megatron-style tensor parallelism over all ranks of the world (or
+    over ``mesh``, a 1-D DeviceMesh); ``sequence_parallel`` also shards norms and activations
+    along the sequence, Megatron-SP style (all_gather / reduce_scatter instead of all_reduce)."""
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import Replicate
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+        SequenceParallel,
+        parallelize_module,
+    )
 
-    if cfg.n_heads % world_size or cfg.dim % world_size:
-        raise ValueError(f"n_heads ({cfg.n_heads}) and dim ({cfg.dim}) must be divisible by the world size ({world_size})")
+    tp = mesh.size() if mesh is not None else world_size
+    if cfg.n_heads % tp or cfg.dim % tp:
+        raise ValueError(f"n_heads ({cfg.n_heads}) and dim ({cfg.dim}) must be divisible by the tensor-parallel size ({tp})")
+    if sequence_parallel and cfg.max_seq_len % tp:
+        raise ValueError(f"max_seq_len ({cfg.max_seq_len}) must be divisible by the tensor-parallel size ({tp})")
     torch.manual_seed(0)
     model = Transformer(cfg).to(device)
-    mesh = init_device_mesh(device, (world_size,))
-    plan = {
-        "tok_embeddings": RowwiseParallel(input_layouts=Replicate()),
-        "output": ColwiseParallel(output_layouts=Replicate()),
-    }
+    mesh = mesh if mesh is not None else init_device_mesh(device, (world_size,))
+    if sequence_parallel:
+        plan = {
+            "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
+            "pos_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(0)),
+            "norm": SequenceParallel(),
+            "output": ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate()),
+        }
+    else:
+        plan = {
+            "tok_embeddings": RowwiseParallel(input_layouts=Replicate()),
+            "output": ColwiseParallel(output_layouts=Replicate()),
+        }
     for i in range(cfg.n_layers):
-        for name in ("attention.wq", "attention.wk", "attention.wv", "feed_forward.w1"):
-            plan[f"layers.{i}.{name}"] = ColwiseParallel()
-        for name in ("attention.wo", "feed_forward.w2"):
-            plan[f"layers.{i}.{name}"] = RowwiseParallel()
+        layer = f"layers.{i}."
+        for name in ("attention.wq", "attention.wk", "attention.wv"):
+            plan[layer + name] = ColwiseParallel()
+        if sequence_parallel:
+            plan[layer + "attention_norm"] = SequenceParallel()
+            plan[layer + "ffn_norm"] = SequenceParallel()
+            plan[layer + "attention"] = PrepareModuleInput(input_layouts=Shard(1), desired_input_layouts=Replicate())
+            plan[layer + "feed_forward.w1"] = ColwiseParallel(input_layouts=Shard(1))
+            plan[layer + "attention.wo"] = RowwiseParallel(output_layouts=Shard(1))
+            plan[layer + "feed_forward.w2"] = RowwiseParallel(output_layouts=Shard(1))
+        else:
+            plan[layer + "feed_forward.w1"] = ColwiseParallel()
+            for name in ("attention.wo", "feed_forward.w2"):
+                plan[layer + name] = RowwiseParallel()
     return parallelize_module(model, mesh, plan)
+
+
+def fsdp_transformer(cfg: ModelConfig, device: str = "cpu", *, mesh=None, mp_policy=None) -> Transformer:
+    """The transformer with FSDP2 (``fully_shard``) on every block and on the root, over the
+    whole world or ``mesh``; ``mp_policy`` is FSDP2's MixedPrecisionPolicy."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    torch.manual_seed(0)
+    model = Transformer(cfg).to(device)
+    kwargs = {"mesh": mesh, "mp_policy": mp_policy or MixedPrecisionPolicy()}
+    for layer in model.layers:
+        fully_shard(layer, **kwargs)
+    return fully_shard(model, **kwargs)
+
+
+def fsdp_tp_transformer(cfg: ModelConfig, dp: int, tp: int, device: str = "cpu", *, sequence_parallel: bool = False) -> Transformer:
+    """2-D parallelism: tensor parallel inside each ``tp`` group, FSDP2 across the ``dp`` groups,
+    on a ``("dp", "tp")`` DeviceMesh of the whole world (``dp * tp`` ranks)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh(device, (dp, tp), mesh_dim_names=("dp", "tp"))
+    model = tensor_parallel_transformer(cfg, tp, device, sequence_parallel=sequence_parallel, mesh=mesh["tp"])
+    for layer in model.layers:
+        fully_shard(layer, mesh=mesh["dp"])
+    return fully_shard(model, mesh=mesh["dp"])
 
 
 def run_demo(world_size: int = 8, layers: int = 4, steps: int = 2, out_dir: str | os.PathLike = "commdebug_demo", noise_level: int = 0, checkpoint_layers: bool = False) -> dict[str, Path]:

@@ -34,6 +34,7 @@ class CollectiveSpec:
     ``"legacy"`` for the old functional ops that pass ``(tag, ranks, group_size)``.
     ``size``: which bytes are the message size S: ``"in"``, ``"out"``, ``"in_x_n"`` (gather:
     each rank sends its input, S is the whole gathered buffer), ``"out_x_n"`` (scatter), ``"zero"``.
+    ``peer``: for point-to-point ops, the argument index of the other side's rank in the group.
     """
 
     op: str  # canonical name: all_reduce, all_gather, ...
@@ -43,13 +44,19 @@ class CollectiveSpec:
     group: int | str
     size: str
     factor: str
+    peer: int | None = None
+
+    @property
+    def is_p2p(self) -> bool:
+        """Point-to-point: only two ranks of the group take part, so no collective sequence."""
+        return self.op in ("send", "recv", "batch_p2p")
 
     def busbw_factor(self, group_size: int) -> float:
         return BUSBW_FACTORS[self.factor](max(group_size, 1))
 
 
-def _row(op, compat, inputs, outputs, group, size, factor):
-    return CollectiveSpec(op, compat, inputs, outputs, group, size, factor)
+def _row(op, compat, inputs, outputs, group, size, factor, peer=None):
+    return CollectiveSpec(op, compat, inputs, outputs, group, size, factor, peer)
 
 
 _LEG = "c10d_functional."  # legacy functional namespace: the reference's count keys
@@ -71,8 +78,8 @@ _TABLE: dict[str, CollectiveSpec] = {
     "_c10d_functional.all_to_all_single": _row("all_to_all", _LEG + "all_to_all_single", 0, "return", 3, "in", "ring"),
     "_c10d_functional.broadcast": _row("broadcast", _LEG + "broadcast", 0, "return", 2, "in", "one"),
     "_c10d_functional.broadcast_": _row("broadcast", _LEG + "broadcast", 0, 0, 2, "in", "one"),
-    "_c10d_functional.isend": _row("send", _LEG + "isend", 0, None, 3, "in", "one"),
-    "_c10d_functional.irecv": _row("recv", _LEG + "irecv", None, 0, 3, "out", "one"),
+    "_c10d_functional.isend": _row("send", _LEG + "isend", 0, None, 3, "in", "one", peer=1),
+    "_c10d_functional.irecv": _row("recv", _LEG + "irecv", None, 0, 3, "out", "one", peer=1),
     "_c10d_functional.batch_p2p_ops": _row("batch_p2p", _LEG + "batch_p2p_ops", 3, None, 4, "in", "one"),
     # autograd-aware functional collectives
     "_c10d_functional_autograd.all_to_all_single": _row("all_to_all", _LEG + "all_to_all_single", 0, "return", 3, "in", "ring"),
@@ -87,8 +94,8 @@ _TABLE: dict[str, CollectiveSpec] = {
     "c10d_functional.reduce_scatter_tensor_coalesced": _row("reduce_scatter", _LEG + "reduce_scatter_tensor_coalesced", 0, "return", "legacy", "in", "ring"),
     "c10d_functional.all_to_all_single": _row("all_to_all", _LEG + "all_to_all_single", 0, "return", "legacy", "in", "ring"),
     "c10d_functional.broadcast": _row("broadcast", _LEG + "broadcast", 0, "return", "legacy", "in", "one"),
-    "c10d_functional.isend": _row("send", _LEG + "isend", 0, None, 3, "in", "one"),
-    "c10d_functional.irecv": _row("recv", _LEG + "irecv", None, 0, 3, "out", "one"),
+    "c10d_functional.isend": _row("send", _LEG + "isend", 0, None, 3, "in", "one", peer=1),
+    "c10d_functional.irecv": _row("recv", _LEG + "irecv", None, 0, 3, "out", "one", peer=1),
     "c10d_functional.batch_p2p_ops": _row("batch_p2p", _LEG + "batch_p2p_ops", 3, None, 4, "in", "one"),
     # DTensor's fused shard-dim all-to-all
     "_dtensor.shard_dim_alltoall": _row("all_to_all", "_dtensor.shard_dim_alltoall", 0, "return", 3, "in", "ring"),
@@ -108,8 +115,8 @@ _TABLE: dict[str, CollectiveSpec] = {
     "c10d.alltoall_base_": _row("all_to_all", "c10d.alltoall_base_", 1, 0, 2, "in", "ring"),
     "c10d.gather_": _row("gather", "c10d.gather_", 1, 0, 2, "in_x_n", "ring"),
     "c10d.scatter_": _row("scatter", "c10d.scatter_", 1, 0, 2, "out_x_n", "ring"),
-    "c10d.send": _row("send", "c10d.send", 0, None, 1, "in", "one"),
-    "c10d.recv_": _row("recv", "c10d.recv_", None, 0, 1, "out", "one"),
+    "c10d.send": _row("send", "c10d.send", 0, None, 1, "in", "one", peer=2),
+    "c10d.recv_": _row("recv", "c10d.recv_", None, 0, 1, "out", "one", peer=2),
     "c10d.recv_any_source_": _row("recv", "c10d.recv_any_source_", None, 0, 1, "out", "one"),
     "c10d.barrier": _row("barrier", "c10d.barrier", None, None, 1, "zero", "zero"),
     "c10d.monitored_barrier_": _row("barrier", "c10d.monitored_barrier_", None, None, 1, "zero", "zero"),
@@ -162,10 +169,20 @@ def compat_key_packet(key: str) -> Any:
     return packet
 
 
+_DTYPE_NAMES: dict[Any, str] = {}
+
+
+def _dtype_name(dtype: Any) -> str:
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype)[6:]  # "torch.float32" -> "float32"
+    return name
+
+
 def tensor_bytes(value: Any) -> tuple[int, tuple[tuple[int, ...], ...], str | None]:
     """Total bytes, shapes and dtype of a tensor or (nested) list of tensors."""
     if isinstance(value, torch.Tensor):  # the common case, without the walk
-        return value.numel() * value.element_size(), (tuple(value.shape),), str(value.dtype)[6:]
+        return value.numel() * value.element_size(), (tuple(value.shape),), _dtype_name(value.dtype)
     total = 0
     shapes: list[tuple[int, ...]] = []
     dtype = None
@@ -176,7 +193,7 @@ def tensor_bytes(value: Any) -> tuple[int, tuple[tuple[int, ...], ...], str | No
             total += v.numel() * v.element_size()
             shapes.append(tuple(v.shape))
             if dtype is None:
-                dtype = str(v.dtype)[6:]  # "torch.float32" -> "float32"
+                dtype = _dtype_name(v.dtype)
         elif isinstance(v, (list, tuple)):
             stack.extend(reversed(v))
     return total, tuple(shapes), dtype

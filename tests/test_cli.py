@@ -78,7 +78,7 @@ def test_viewer_writes_an_empty_viewer(tmp_path):
 
 @pytest.mark.parametrize(
     "content, message",
-    [(None, "no such file"), ("{oops", "not valid JSON"), ('{"a": 1}', "not a CommDebugMode dump"), ('{"fqn": "Global", "children": [], "commdebug": {"schema_version": 2}}', "schema version 2")],
+    [(None, "no such file"), ("{oops", "not valid JSON"), ('{"a": 1}', "not a CommDebugMode dump"), ('{"fqn": "Global", "children": [], "commdebug": {"schema_version": 99}}', "schema version 99")],
 )
 def test_view_bad_input_one_line_nonzero_and_keeps_old_html(tmp_path, content, message):
     dump = tmp_path / "bad.json"

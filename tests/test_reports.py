@@ -90,7 +90,7 @@ def test_json_dump_keeps_the_reference_node_format(traced, tmp_path):
     compat = plain_counts(traced.comm_module_counts)["Global"]
     assert fwd == compat["forward"] and bwd == compat["backward"]
     section = root["commdebug"]
-    assert section["schema_version"] == 1 and section["noise_level"] == 2
+    assert section["schema_version"] == 2 and section["noise_level"] == 2
     meta = section["metadata"]
     assert meta["world_size"] == 8 and meta["rank"] == 0 and meta["steps"] == 2
     assert meta["torch_version"] == torch.__version__ and meta["hostname"]
@@ -99,7 +99,8 @@ def test_json_dump_keeps_the_reference_node_format(traced, tmp_path):
     node_bytes = root["commdebug_node"]["bytes"]
     assert sum(node_bytes.values()) == section["summary"]["bytes"] == sum(e["size_bytes"] for e in section["events"])
     ev = section["events"][0]
-    assert ev["group"] == {"name": "0", "size": 8, "ranks": list(range(8))}
+    assert ev["group"] == "0"  # events name their group; the table is stored once
+    assert section["groups"] == {"0": {"desc": "default_pg", "size": 8, "ranks": list(range(8))}}
     # noise level 2 drops trivial ops from the rows
     def rows(node):
         yield from (r["name"] for k in ("operations_forward", "operations_backward", "operations_checkpointing") for r in node[k])

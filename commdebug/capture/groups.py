@@ -1,19 +1,16 @@
-"""Resolve the process group a collective ran on into (name, size, global ranks)."""
+"""Resolve the process group a collective ran on into a :class:`GroupInfo` (name, desc, size,
+global ranks)."""
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
-__all__ = ["GroupInfo", "GroupResolver"]
+from commdebug.model.trace import UNKNOWN_GROUP, GroupInfo
 
-
-class GroupInfo(NamedTuple):
-    name: str
-    size: int
-    ranks: tuple[int, ...] | None
+__all__ = ["GroupResolver"]
 
 
 class GroupResolver:
@@ -23,12 +20,17 @@ class GroupResolver:
         self._by_name: dict[str, GroupInfo] = {}
 
     def resolve(self, spec_group: int | str | None, args: tuple) -> GroupInfo:
+        if type(spec_group) is int and spec_group < len(args):  # the common case, cached
+            value = args[spec_group]
+            info = self._by_name.get(value) if type(value) is str else None
+            if info is not None:
+                return info
         if spec_group is None:
             return self._from_pg(args[1] if len(args) > 1 else None)
         if spec_group == "legacy":
             # old functional ops pass (..., tag, ranks, group_size)
             tag, ranks, size = args[-3], tuple(args[-2]), int(args[-1])
-            return GroupInfo(tag or "ranks:" + ",".join(map(str, ranks)), size, ranks)
+            return GroupInfo(tag or "ranks:" + ",".join(map(str, ranks)), "", size, ranks)
         value = args[spec_group] if spec_group < len(args) else None
         if isinstance(value, str):
             return self._from_name(value)
@@ -40,36 +42,36 @@ class GroupResolver:
             try:
                 from torch.distributed.distributed_c10d import _resolve_process_group
 
-                info = self._describe(_resolve_process_group(name), name)
+                info = _describe(_resolve_process_group(name), name)
             except Exception:  # a group torch no longer knows: keep the name
-                info = GroupInfo(name, 0, None)
+                info = GroupInfo(name, "", 0, None)
             self._by_name[name] = info
         return info
 
     def _from_pg(self, pg: Any) -> GroupInfo:
         if pg is None:
-            return GroupInfo("?", 0, None)
+            return UNKNOWN_GROUP
         if isinstance(pg, torch.ScriptObject):
             # eager c10d ops carry the group as a TorchScript object
             try:
                 pg = dist.ProcessGroup.unbox(pg)
             except Exception:
-                return GroupInfo("?", 0, None)
+                return UNKNOWN_GROUP
         name = getattr(pg, "group_name", None) or str(id(pg))
         info = self._by_name.get(name)
         if info is None:
-            info = self._describe(pg, name)
-            self._by_name[name] = info
+            info = self._by_name[name] = _describe(pg, name)
         return info
 
-    @staticmethod
-    def _describe(pg: Any, name: str) -> GroupInfo:
-        try:
-            size = int(pg.size())
-        except Exception:
-            size = 0
-        try:
-            ranks: tuple[int, ...] | None = tuple(dist.get_process_group_ranks(pg))
-        except Exception:
-            ranks = None
-        return GroupInfo(name, size, ranks)
+
+def _describe(pg: Any, name: str) -> GroupInfo:
+    try:
+        size = int(pg.size())
+    except Exception:
+        size = 0
+    try:
+        ranks: tuple[int, ...] | None = tuple(dist.get_process_group_ranks(pg))
+    except Exception:
+        ranks = None
+    desc = getattr(pg, "group_desc", "") or ""
+    return GroupInfo(name, str(desc), size, ranks)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import sysconfig
 import time
 from collections import defaultdict
 from datetime import datetime, timezone
@@ -17,8 +18,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from commdebug import ops as _ops
 from commdebug.capture.groups import GroupResolver
-from commdebug.model.trace import GLOBAL, PHASES, CollectiveEvent, Trace
+from commdebug.capture.pipelining import PipelineTags
 from commdebug.capture.tracker import BACKWARD, CHECKPOINT, FORWARD, ModuleTracker
+from commdebug.model.trace import GLOBAL, PHASES, CollectiveEvent, Trace
 
 __all__ = ["CommDebugMode"]
 
@@ -29,6 +31,10 @@ _OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep 
 # DTensor lowers an op to collectives inside this file; a collective with it on the stack came
 # from the DTensor op seen last.
 _DTENSOR_DISPATCH = os.path.join(_TORCH_DIR, "distributed", "tensor", "_dispatch.py")
+# Frames that are never the user's code: torch, commdebug, the standard library (functools,
+# contextlib, ...) and wrappers such as typing_extensions' deprecation decorator.
+_NOT_USER_DIRS = tuple({_TORCH_DIR, _OWN_DIR, *(sysconfig.get_paths()[k] + os.sep for k in ("stdlib", "platstdlib"))})
+_NOT_USER_MODULES = frozenset({"typing_extensions"})
 _SIZE = {
     "in": lambda i, o, n: i,
     "out": lambda i, o, n: o,
@@ -39,17 +45,38 @@ _SIZE = {
 
 
 def _describe(func: Any) -> tuple:
-    """(collective spec or None, op name, signature of a call without DTensor args, func).
+    """(collective spec or None, op name (interned: its hash is computed once), func).
 
     ``func`` is kept so the id it is cached under stays unique."""
     if isinstance(func, _HOP):
-        return _HOP, str(func), None, func
-    name = str(func)
-    return _ops.lookup(func._overloadpacket), name, (name, (), (), None), func
+        return _HOP, str(func), func
+    return _ops.lookup(func._overloadpacket), sys.intern(str(func)), func
 
 
 # Static facts about each op the mode has seen, shared by all instances and contexts.
 _FUNC_INFO: dict[int, tuple] = {}
+# code object -> what its frames are: the user's code, DTensor's dispatch, or other (library)
+_USER, _DTENSOR, _LIBRARY = "user", "dtensor", "library"
+_FRAME_KIND: dict[Any, str] = {}
+
+
+def _frame_kind(frame: Any) -> str:
+    filename = frame.f_code.co_filename
+    if filename == _DTENSOR_DISPATCH:
+        return _DTENSOR
+    if filename.startswith(_NOT_USER_DIRS) or filename.startswith("<frozen") or frame.f_globals.get("__name__") in _NOT_USER_MODULES:
+        return _LIBRARY
+    return _USER
+
+
+_BUSBW: dict[tuple[str, int], float] = {}
+
+
+def _busbw_factor(spec: _ops.CollectiveSpec, group_size: int) -> float:
+    factor = _BUSBW.get((spec.factor, group_size))
+    if factor is None:
+        factor = _BUSBW[(spec.factor, group_size)] = spec.busbw_factor(group_size)
+    return factor
 
 
 class CommDebugMode(TorchDispatchMode):
@@ -105,12 +132,20 @@ class CommDebugMode(TorchDispatchMode):
         self.trace = Trace(self.max_events)
         self._params: dict[str, dict[str, torch.nn.Parameter]] = {}
         self._sharding: dict[str, Any] = {}
-        self._tracker = ModuleTracker(self._on_first_call)
+        self._tracker = ModuleTracker(self._on_first_call, self._moved)
+        # where ops dispatched now belong, and the append of that place's pending op list:
+        # recomputed by _sync when the tracker moves or autograd starts or ends a backward
+        self._task = -2
+        self._where: tuple[str, str] = (GLOBAL, FORWARD)
+        self._record = self.trace.op_list(GLOBAL, FORWARD).append
         self._groups = GroupResolver()
         self._seq: dict[str, int] = defaultdict(int)
+        self._p2p_seq: dict[tuple[str, int | None, str], int] = defaultdict(int)
+        self._pipeline = PipelineTags()
         self._last_dtensor: tuple | None = None
         self._optimizer_hook = None
         self._events_at_boundary = 0
+        self._paused = False
 
     # ---- context ----------------------------------------------------------------------------
 
@@ -120,18 +155,23 @@ class CommDebugMode(TorchDispatchMode):
         super().__enter__()
         try:
             self._tracker.__enter__()
+            self._pipeline.__enter__()
             from torch.optim.optimizer import register_optimizer_step_post_hook
 
             self._optimizer_hook = register_optimizer_step_post_hook(self._on_optimizer_step)
         except BaseException:
+            self._pipeline.__exit__()
             self._tracker.__exit__()
             super().__exit__(None, None, None)
             raise
         return self
 
     def __exit__(self, *exc: Any) -> None:  # type: ignore[override]
+        if self._paused:  # the mode is not on the stack: put it back for the pop below
+            self._resume()
         try:
             self._tracker.__exit__()
+            self._pipeline.__exit__()
             if self._optimizer_hook is not None:
                 self._optimizer_hook.remove()
                 self._optimizer_hook = None
@@ -139,6 +179,25 @@ class CommDebugMode(TorchDispatchMode):
             self.trace.metadata["steps"] = self.trace.steps
         finally:
             super().__exit__(*exc)
+
+    def _pause(self) -> None:
+        """Stop recording without leaving the context: the dispatch mode is popped and the
+        global hooks removed, so the program runs at close to bare speed; state is kept."""
+        if self._paused:
+            return
+        self._tracker.pause()
+        self._pipeline.__exit__()
+        super().__exit__(None, None, None)
+        self._paused = True
+
+    def _resume(self) -> None:
+        """Record again after :meth:`_pause`."""
+        if not self._paused:
+            return
+        super().__enter__()
+        self._pipeline.__enter__()
+        self._tracker.resume()
+        self._paused = False
 
     def step(self) -> int:
         """Mark a step boundary; returns the current step index.
@@ -159,13 +218,17 @@ class CommDebugMode(TorchDispatchMode):
         # Parameters are kept as they are: reading ``.data`` of a DTensor dispatches a detach
         # through DTensor, for every parameter on every new context.
         placements: dict[str, str] = {}
-        for name, param in mod.named_parameters(recurse=False):
-            self._params.setdefault(fqn, {})[name] = param
+        params = self._params.setdefault(fqn, {})
+        for name, param in mod._parameters.items():
+            if param is None:
+                continue
+            params[name] = param
             if isinstance(param, DTensor):
-                placements[name] = str(param.placements)
+                placements[name] = _text(param.placements)
                 self._sharding[f"{fqn}.{name}"] = param.placements
-        module_type = str(type(mod)).replace("<", "").replace(">", "")
-        self.trace.add_module(fqn, parent, module_type, placements)
+        if not params:
+            del self._params[fqn]
+        self.trace.add_module(fqn, parent, _text(type(mod)), placements)
 
     # ---- the hot path -----------------------------------------------------------------------
 
@@ -179,17 +242,8 @@ class CommDebugMode(TorchDispatchMode):
         if spec is _HOP:
             return func(*args, **(kwargs or {}))
 
-        tracker = self._tracker
-        if _graph_task_id() == -1:
-            phase = FORWARD
-            fqn = tracker.stack[-1] if tracker.stack else GLOBAL
-        elif tracker.stack:
-            phase, fqn = CHECKPOINT, tracker.stack[-1]
-        else:
-            phase, fqn = BACKWARD, tracker.bw_path[-1]
-        bucket = self.trace.ops.get((fqn, phase))
-        if bucket is None:
-            bucket = self.trace.ops[(fqn, phase)] = {}
+        if _graph_task_id() != self._task:
+            self._sync()
 
         if DTensor in types:
             # Let DTensor lower the op first; its collectives come back through this mode.
@@ -197,23 +251,38 @@ class CommDebugMode(TorchDispatchMode):
             for a in args:
                 if isinstance(a, DTensor):
                     spec_ = a._spec
-                    shapes.append(spec_.shape)
+                    shapes.append(a.shape)
                     placements.append(spec_.placements)
                     mesh = spec_.mesh
             sig = (name, tuple(shapes), tuple(placements), mesh)
-            bucket[sig] = bucket.get(sig, 0) + 1
+            self._record(sig)
             self._last_dtensor = sig
             return NotImplemented
 
-        plain_sig = info[2]
-        bucket[plain_sig] = bucket.get(plain_sig, 0) + 1
+        self._record(name)
         if spec is None:
             return func(*args, **(kwargs or {}))
-        return self._collective(func, name, spec, args, kwargs or {}, phase, fqn)
+        return self._collective(func, name, spec, args, kwargs or {})
+
+    def _moved(self) -> None:
+        # tracker callback, several per module call: only note it; the next op syncs
+        self._task = -2
+
+    def _sync(self) -> None:
+        """Point ``_record`` at the op list of where the program is now."""
+        self._task = _graph_task_id()
+        where = self._tracker.location()
+        if where != self._where:
+            self._where = where
+            ops = self.trace.op_list(*where)
+            if len(ops) > 4096:  # bound what waits to be counted
+                self.trace.count_ops(where)
+            self._record = ops.append
 
     # ---- collectives ------------------------------------------------------------------------
 
-    def _collective(self, func, name: str, spec: _ops.CollectiveSpec, args: tuple, kwargs: dict, phase: str, fqn: str):
+    def _collective(self, func, name: str, spec: _ops.CollectiveSpec, args: tuple, kwargs: dict):
+        fqn, phase = self._where  # synced by __torch_dispatch__ just before
         latency = None
         if self.timing:
             _sync_if_cuda(args)
@@ -225,58 +294,92 @@ class CommDebugMode(TorchDispatchMode):
             out = func(*args, **kwargs)
 
         group = self._groups.resolve(spec.group, args)
-        in_bytes, in_shapes, dtype = _ops.tensor_bytes(_ops.pick(spec.inputs, args, kwargs, out))
-        out_bytes, out_shapes, out_dtype = _ops.tensor_bytes(_ops.pick(spec.outputs, args, kwargs, out))
+        self.trace.add_group(group)
+        inputs = _ops.pick(spec.inputs, args, kwargs, out)
+        outputs = _ops.pick(spec.outputs, args, kwargs, out)
+        in_bytes, in_shapes, dtype = _ops.tensor_bytes(inputs)
+        out_bytes, out_shapes, out_dtype = _ops.tensor_bytes(outputs)
         size = _SIZE[spec.size](in_bytes, out_bytes, group.size)
 
-        path = self._tracker.path(phase)
-        self.trace.add_collective(path, phase, (spec.compat_key, spec.op, group.name, group.size), size)
+        seq = peer = p2p_seq = microbatch = None
+        path = None
+        if spec.is_p2p:
+            peer = self._peer(spec, args, group)
+            key = (group.name, peer, spec.op)
+            p2p_seq = self._p2p_seq[key]
+            self._p2p_seq[key] = p2p_seq + 1
+            tag = self._pipeline.pop(_first_tensor(inputs if inputs is not None else outputs))
+            if tag is not None:
+                # a pipelining schedule's send/recv: its phase and stage, not "outside any module"
+                phase, microbatch = tag.phase, tag.microbatch
+                if tag.module is not None:
+                    path = self._tracker.path_of(tag.module)
+                    fqn = path[-1]
+        else:
+            seq = self._seq[group.name]
+            self._seq[group.name] = seq + 1
+        if path is None:
+            path = self._tracker.path(phase)
+        self.trace.add_collective(path, phase, (spec.compat_key, spec.op, group.name), size)
 
         source, from_dtensor = self._caller()
         dt = self._last_dtensor if from_dtensor else None
-        seq = self._seq[group.name]
-        self._seq[group.name] = seq + 1
-        self.trace.add_event(
+        trace = self.trace
+        # positional, in CollectiveEvent's field order: this runs for every collective
+        trace.add_event(
             CollectiveEvent(
-                index=self.trace.events_total,
-                op=spec.op,
-                key=spec.compat_key,
-                aten_op=name,
-                step=self.trace.step,
-                phase=phase,
-                module=fqn,
-                group_name=group.name,
-                group_size=group.size,
-                group_ranks=group.ranks,
-                seq=seq,
-                dtype=dtype or out_dtype,
-                input_shapes=in_shapes,
-                output_shapes=out_shapes,
-                input_bytes=in_bytes,
-                output_bytes=out_bytes,
-                size_bytes=size,
-                busbw_factor=spec.busbw_factor(group.size),
-                dtensor_op=None if dt is None else dt[0],
-                placements=None if dt is None else str(list(dt[2])),
-                mesh=None if dt is None or dt[3] is None else str(dt[3]),
-                source=source if self.record_source else None,
-                latency_s=latency,
+                trace.events_total,
+                spec.op,
+                spec.compat_key,
+                name,
+                trace.step,
+                phase,
+                fqn,
+                group,
+                seq,
+                dtype or out_dtype,
+                in_shapes,
+                out_shapes,
+                in_bytes,
+                out_bytes,
+                size,
+                _busbw_factor(spec, group.size),
+                None if dt is None else dt[0],
+                None if dt is None else _text(dt[2], list),
+                None if dt is None or dt[3] is None else _text(dt[3]),
+                source if self.record_source else None,
+                latency,
+                peer,
+                p2p_seq,
+                microbatch,
             )
         )
         return out
 
     @staticmethod
+    def _peer(spec: _ops.CollectiveSpec, args: tuple, group: Any) -> int | None:
+        """The other side of a send/recv as a global rank (ops carry the rank in the group)."""
+        if spec.peer is None or spec.peer >= len(args):
+            return None
+        rank = int(args[spec.peer])
+        ranks = group.ranks
+        return ranks[rank] if ranks is not None and 0 <= rank < len(ranks) else rank
+
+    @staticmethod
     def _caller() -> tuple[str | None, bool]:
-        """The first frame outside torch and commdebug, and whether DTensor dispatch is on the way."""
+        """The first frame of the user's code, and whether DTensor dispatch is on the way."""
         frame = sys._getframe(2)
         from_dtensor = False
+        kind_of = _FRAME_KIND.get
         while frame is not None:
-            filename = frame.f_code.co_filename
-            if filename.startswith(_TORCH_DIR):
-                if filename == _DTENSOR_DISPATCH:
-                    from_dtensor = True
-            elif not filename.startswith(_OWN_DIR) and not filename.startswith("<"):
-                return f"{filename}:{frame.f_lineno}", from_dtensor
+            code = frame.f_code
+            kind = kind_of(code)
+            if kind is None:
+                kind = _FRAME_KIND[code] = _frame_kind(frame)
+            if kind is _USER:
+                return f"{code.co_filename}:{frame.f_lineno}", from_dtensor
+            if kind is _DTENSOR:
+                from_dtensor = True
             frame = frame.f_back
         return None, from_dtensor
 
@@ -302,12 +405,13 @@ class CommDebugMode(TorchDispatchMode):
     def comm_module_counts(self) -> dict[str, dict[str, dict[Any, int]]]:
         """``{fqn: {"forward": {op: n}, "backward": {op: n}}}``, as the reference keeps it.
 
-        As in the reference, ``backward`` includes activation-checkpoint recompute.
+        As in the reference, ``backward`` includes activation-checkpoint recompute, and
+        ``forward`` whatever ran outside backward, ``optimizer.step()`` included.
         """
         out: dict[str, dict[str, dict[Any, int]]] = {GLOBAL: {"forward": defaultdict(int), "backward": defaultdict(int)}}
         for (fqn, phase), bucket in self.trace.collectives.items():
             entry = out.setdefault(fqn, {"forward": defaultdict(int), "backward": defaultdict(int)})
-            side = entry["forward" if phase == FORWARD else "backward"]
+            side = entry["backward" if phase in (BACKWARD, CHECKPOINT) else "forward"]
             for key, (count, _) in bucket.items():
                 side[_ops.compat_key_packet(key[0])] += count
         return out
@@ -326,7 +430,7 @@ class CommDebugMode(TorchDispatchMode):
                             "input_shape": list(r.input_shape),
                             "input_sharding": list(r.input_sharding),
                             "device_mesh": r.device_mesh,
-                            "is_bw": phase != FORWARD,
+                            "is_bw": phase in (BACKWARD, CHECKPOINT),
                             "is_activation_checkpointing": phase == CHECKPOINT,
                             "count": r.count,
                         }
@@ -394,6 +498,22 @@ class _ReferenceTrackerView:
         self.sharding_dict = mode.get_sharding_info()
 
 
+_TEXT: dict[Any, str] = {}
+
+
+def _text(value: Any, as_type: type | None = None) -> str:
+    """Module types, placements and meshes as the reference writes them, each formatted once
+    (a DeviceMesh's repr alone costs more than the rest of a collective's bookkeeping)."""
+    key = (value, as_type)
+    text = _TEXT.get(key)
+    if text is None:
+        text = str(value if as_type is None else as_type(value))
+        if isinstance(value, type):
+            text = text.replace("<", "").replace(">", "")  # "class 'torch.nn.Linear'"
+        _TEXT[key] = text
+    return text
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
@@ -433,6 +553,12 @@ def _wait(out: Any, spec: _ops.CollectiveSpec, args: tuple, kwargs: dict) -> Non
         for t in _tensors(result if result is not None else out):
             torch.ops._c10d_functional.wait_tensor(t)
     _sync_if_cuda((out,))
+
+
+def _first_tensor(value: Any) -> torch.Tensor | None:
+    while isinstance(value, (list, tuple)) and value:
+        value = value[0]
+    return value if isinstance(value, torch.Tensor) else None
 
 
 def _tensors(value: Any) -> list[torch.Tensor]:

@@ -1,26 +1,45 @@
 """Which module is running, and in which phase, while the dispatch mode sees an op.
 
-Forward: a global forward pre-hook pushes the module on a stack; a forward hook registered on
-each module the first time it runs pops it. That hook sits after the module's own forward hooks
-(tensor parallelism's output redistribution lives there), so their collectives belong to the
-module, as in the reference; a global forward hook would run before them.
+Forward: a global forward pre-hook pushes the module; a forward hook registered on each module
+the first time it runs pops it. That hook sits after the module's own forward hooks (tensor
+parallelism's output redistribution lives there), so their collectives belong to the module, as
+in the reference; a global forward hook would run before them.
 
-Backward: when the autograd node that made a module call's output is about to run (a pre-hook
-put on that node at the end of the call's forward), that call's module path becomes the backward
-location, and stays until the next one fires: the moment the reference's full-backward pre-hook
-fires, without wrapping every module in BackwardHook nodes. One pre-hook per distinct node is
-also less Python work per module call than ``register_multi_grad_hook``'s per-tensor wrappers.
+Backward follows what autograd does, with two markers per module call:
 
-A forward pre-hook firing during backward is activation-checkpoint recompute.
+- *entry*: when the gradient of the call's outputs reaches their autograd node, the call's
+  module path becomes the backward location. It is a pre-hook on that node, so it runs after the
+  tensor hooks that consumers registered on the same tensors (their exits, below). Where another
+  library put its own tensor hooks on the output (FSDP2's pre-backward unshard), our entry is
+  moved to the front of that tensor's hooks, so the unshard belongs to the module.
+- *exit*: when the gradient of the call's inputs is complete, the module's backward is finished:
+  the location goes back to the module itself (its children are done). A tensor hook on each
+  input, registered before the module's own pre-hooks run, so hooks a module puts on its inputs
+  (FSDP2's post-backward reduce-scatter, DDP-style gradient hooks) belong to the module, not to
+  the child whose backward ran last.
 
-The dispatch mode reads ``stack`` and ``bw_path`` directly: it runs for every op, and a method
-call there would cost more than the lookup itself.
+A module whose output is one of its inputs' autograd nodes (Identity, Dropout(p=0)) did not
+compute it and gets no entry, so it never takes its producer's backward collectives. When a
+parent returns a child's output, both enter on the same node and the innermost stays.
+
+Each outermost backward starts at Global; when it ends (an engine callback queued on its first
+event) the location is the first top-level module of the forward, where FSDP2's final callback
+reduce-scatters the root's gradients. Nested backwards (reentrant checkpointing) restore the
+location they interrupted.
+
+A forward pre-hook firing during backward is activation-checkpoint recompute. Inside
+``optimizer.step()`` the forward phase is ``optimizer``.
+
+The dispatch mode reads ``stack``, ``fw_phase``, ``task`` and ``bw_path`` directly: it runs for
+every op, and a method call there would cost more than the lookup itself.
 """
 
 from __future__ import annotations
 
+import itertools
 import weakref
-from typing import Callable
+from collections import OrderedDict
+from typing import Any, Callable
 
 import torch
 from torch.nn.modules.module import register_module_forward_pre_hook
@@ -28,28 +47,87 @@ from torch.utils._pytree import tree_leaves
 
 from commdebug.model.trace import GLOBAL
 
-__all__ = ["ModuleTracker", "FORWARD", "BACKWARD", "CHECKPOINT"]
+__all__ = ["ModuleTracker", "FORWARD", "BACKWARD", "CHECKPOINT", "OPTIMIZER"]
 
-FORWARD, BACKWARD, CHECKPOINT = "forward", "backward", "checkpoint"
+FORWARD, BACKWARD, CHECKPOINT, OPTIMIZER = "forward", "backward", "checkpoint", "optimizer"
 _graph_task_id = torch._C._current_graph_task_id
+_current_node = torch._C._current_autograd_node
+_Tensor = torch.Tensor
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, _Tensor):
+        return [value]
+    if type(value) is tuple:  # the common case, positional args, without pytree
+        out = []
+        for v in value:
+            if isinstance(v, _Tensor):
+                out.append(v)
+            elif isinstance(v, (list, tuple, dict)):
+                break
+        else:
+            return out
+    return [t for t in tree_leaves(value) if isinstance(t, _Tensor)]
+
+
+_hook_keys = itertools.count()
+
+
+def _add_tensor_hook(t: torch.Tensor, hook: Callable, first: bool = False) -> None:
+    """``t.register_hook(hook)`` without its handle, about 5x cheaper (it runs per module call).
+
+    Autograd calls the hooks in the raw order of ``t._backward_hooks`` (``move_to_end`` only
+    changes the OrderedDict's own view), so ``first`` refills the dict with ours in front.
+    Keys are ours, never ints, so they cannot collide with torch's handle ids.
+    """
+    hooks = t._backward_hooks
+    if hooks is None:
+        t._backward_hooks = hooks = OrderedDict()
+        t.grad_fn._register_hook_dict(t)
+    key = ("commdebug", next(_hook_keys))
+    if first and hooks:
+        others = list(hooks.items())
+        hooks.clear()
+        hooks[key] = hook
+        hooks.update(others)
+    else:
+        hooks[key] = hook
 
 
 class ModuleTracker:
-    """Keeps ``stack`` (running forwards, innermost last) and ``bw_path`` (backward location).
+    """Keeps ``stack`` (running forwards, innermost last), ``paths`` (their module paths) and
+    ``bw_path`` (the backward location: a module path, Global first).
 
-    ``on_first_call(module, fqn, parent_fqn)`` is called the first time a module runs forward.
+    ``on_first_call(module, fqn, parent_fqn)`` is called the first time a module runs forward;
+    ``on_move()`` whenever :meth:`location` may have changed, except by autograd starting or
+    ending a graph task, which the caller notices itself (``torch._C._current_graph_task_id``).
     """
 
-    def __init__(self, on_first_call: Callable[[torch.nn.Module, str, str], None]) -> None:
+    def __init__(self, on_first_call: Callable[[torch.nn.Module, str, str], None], on_move: Callable[[], None] = lambda: None) -> None:
         self._on_first_call = on_first_call
+        self._on_move = on_move
         self._names: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._named: weakref.WeakSet = weakref.WeakSet()
-        self._called: weakref.WeakSet = weakref.WeakSet()
+        # modules with our forward hook in this context -> (fqn, has children): one weak lookup
+        # per call
+        self._hooked: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.stack: list[str] = []
+        self.paths: list[tuple[str, ...]] = []
+        self._calls: list[tuple[tuple, list[torch.Tensor]]] = []  # (args, their tensors) per call
+        self.fw_phase = FORWARD
         self.bw_path: tuple[str, ...] = (GLOBAL,)
-        self._last_node_id = 0
+        self.task = -1  # graph task the backward state belongs to
+        self._tasks: list[tuple[int, tuple[str, ...]]] = []  # open backwards, outermost first
+        self._last_entry_node = 0
+        # markers depend only on the module (exit) or its path (entry): built once, reused
+        self._entries: dict[tuple[str, tuple[str, ...]], Callable] = {}
+        self._exits: dict[str, Callable] = {}
         self._ancestors: dict[str, tuple[str, ...]] = {}
-        self._handles: list = []
+        self._root_path: tuple[str, ...] = (GLOBAL,)
+        self._new_forward = True
+        self._handles: list = []  # our forward hook on each module seen
+        self._global_handles: list = []
+        self.active = False
 
     # Names follow the reference: a module first seen with no known parent is named by its class,
     # its submodules "Parent.child", so keys match torch's CommDebugMode.
@@ -65,64 +143,218 @@ class ModuleTracker:
                 self.name_of(child)
         return name
 
+    def location(self) -> tuple[str, str]:
+        """(module fqn, phase) of an op dispatched now."""
+        task = _graph_task_id()
+        if task == -1:
+            return (self.stack[-1] if self.stack else GLOBAL, self.fw_phase)
+        if self.stack:
+            return (self.stack[-1], CHECKPOINT)
+        if task != self.task:
+            self.begin_task()
+        return (self.bw_path[-1], BACKWARD)
+
     def path(self, phase: str) -> tuple[str, ...]:
         """The current module and all its running ancestors, Global first, each once."""
         if phase == BACKWARD:
             return self.bw_path
-        if phase == CHECKPOINT and self.stack:
-            # recompute re-runs a checkpointed module without its parents: take the ancestors
-            # it had in the real forward
-            return tuple(dict.fromkeys((*self._ancestors.get(self.stack[0], (GLOBAL,)), *self.stack)))
-        return tuple(dict.fromkeys((GLOBAL, *self.stack)))
+        return self.paths[-1] if self.paths else (GLOBAL,)
+
+    def path_of(self, mod: torch.nn.Module) -> tuple[str, ...]:
+        """The module path a module had in its last forward (for work done on its behalf
+        outside its forward, e.g. a pipeline stage's sends); registers it if never called."""
+        known = self._hooked.get(mod)
+        fqn = (known if known is not None else self._first_call(mod))[0]
+        parent = self._ancestors.get(fqn, (GLOBAL,))
+        return parent if fqn in parent else (*parent, fqn)
+
+    # ---- forward ----------------------------------------------------------------------------
 
     def _pre_hook(self, mod: torch.nn.Module, args: tuple) -> None:
-        fqn = self.name_of(mod)
-        in_forward = _graph_task_id() == -1
-        if in_forward:
-            # a new forward: backward locations from an earlier step are stale
-            self.bw_path = (GLOBAL,)
-            self._ancestors[fqn] = (GLOBAL, *self.stack)
-        if mod not in self._called:
-            self._called.add(mod)
-            self._handles.append(mod.register_forward_hook(self._post_hook, always_call=True))
-            self._on_first_call(mod, fqn, self.stack[-1] if self.stack else GLOBAL)
+        known = self._hooked.get(mod)
+        fqn, parent_module = known if known is not None else self._first_call(mod)
+        paths = self.paths
+        inputs: list[torch.Tensor] = []
+        if _graph_task_id() == -1:
+            if paths:
+                parent = paths[-1]
+            else:
+                parent = (GLOBAL,)
+                if self._new_forward:  # the first top-level module since the last backward
+                    self._new_forward = False
+                    self._root_path = (GLOBAL, fqn)
+                    self._tasks.clear()  # no backward runs now: drop any that raised midway
+            self._ancestors[fqn] = parent
+            if torch.is_grad_enabled():
+                inputs = _tensors(args)
+                # A leaf module's exit would only move backward back to the leaf, where it
+                # already is (it has no children to leave), so leaves get none: most are leaves.
+                if parent_module:
+                    exit_hook = self._exits.get(fqn) or self._exit_marker(fqn)
+                    for t in inputs:
+                        # leaf tensors are skipped: a hook would stay on a long-lived input
+                        if t.grad_fn is not None:
+                            _add_tensor_hook(t, exit_hook)
+        elif paths:
+            parent = paths[-1]
+        else:
+            # checkpoint recompute re-runs a module without its parents: take the ancestors
+            # it had in the real forward
+            parent = self._ancestors.get(fqn, (GLOBAL,))
         self.stack.append(fqn)
+        paths.append(parent if fqn in parent else (*parent, fqn))
+        self._calls.append((args, inputs))
+        self._on_move()
 
-    def _post_hook(self, mod: torch.nn.Module, args: tuple, output: object) -> None:
-        fqn = self._names.get(mod)
-        if fqn is None or fqn not in self.stack:
-            return
-        path = tuple(dict.fromkeys((GLOBAL, *self.stack)))
-        # unwind to this module even if an inner forward raised before its post-hook ran
-        while self.stack and self.stack.pop() != fqn:
-            pass
-        if _graph_task_id() != -1:
-            return  # checkpoint recompute: backward locations were set in the real forward
-        nodes = {id(n): n for t in tree_leaves(output) if isinstance(t, torch.Tensor) and (n := t.grad_fn) is not None}
-        for node in nodes.values():
-            node.register_prehook(self._backward_marker(path, id(node)))
+    def _first_call(self, mod: torch.nn.Module) -> tuple[str, bool]:
+        fqn = self.name_of(mod)
+        known = self._hooked[mod] = (fqn, bool(mod._modules))
+        post_hook = self._post_hook_for(fqn, known[1])
+        self._handles.append(mod.register_forward_hook(post_hook, with_kwargs=True, always_call=True))
+        self._on_first_call(mod, fqn, self.stack[-1] if self.stack else GLOBAL)
+        return known
 
-    def _backward_marker(self, path: tuple[str, ...], node_id: int) -> Callable:
-        def mark(grad_outputs: object) -> None:
-            # A module returning its child's output shares the node, so both markers fire on
-            # it, the outer one last; the innermost module is where backward is.
-            same_node = node_id == self._last_node_id
-            self._last_node_id = node_id
-            if same_node and len(path) < len(self.bw_path) and self.bw_path[: len(path)] == path:
+    def _post_hook_for(self, fqn: str, parent_module: bool) -> Callable:
+        def post_hook(mod: torch.nn.Module, args: tuple, kwargs: dict, output: object) -> None:
+            if not self.active or fqn not in self.stack:
                 return
-            self.bw_path = path
+            # unwind to this module even if an inner forward raised before its post-hook ran
+            while True:
+                top = self.stack.pop()
+                path = self.paths.pop()
+                pre_args, inputs = self._calls.pop()
+                if top == fqn:
+                    break
+            self._on_move()
+            if _graph_task_id() != -1 or not torch.is_grad_enabled() or output is None:
+                return  # checkpoint recompute: markers were set in the real forward
+            if parent_module and (kwargs or args is not pre_args):
+                # a pre-hook replaced the inputs (FSDP2 wraps them in its post-backward
+                # function, tensor parallelism in DTensors), or kwargs the global pre-hook
+                # could not see: the module's backward ends when their gradients are done
+                seen = {id(t) for t in inputs}
+                inputs = _tensors(args) + (_tensors(kwargs) if kwargs else [])
+                exit_hook = self._exits.get(fqn) or self._exit_marker(fqn)
+                for t in inputs:
+                    if id(t) not in seen and t.grad_fn is not None:
+                        _add_tensor_hook(t, exit_hook)
+            input_nodes = {id(t.grad_fn) for t in inputs}
+            done: set[int] = set()
+            for t in _tensors(output):
+                node = t.grad_fn
+                if node is None or id(node) in input_nodes or id(node) in done:
+                    continue  # nothing to mark, or the output is an input passed through
+                done.add(id(node))
+                entry = self._entries.get((fqn, path)) or self._entry_marker(fqn, path)
+                if t._backward_hooks:
+                    _add_tensor_hook(t, entry, first=True)  # else FSDP2's pre-backward runs first
+                else:
+                    node.register_prehook(entry)
 
-        return mark
+        return post_hook
+
+    # ---- backward ---------------------------------------------------------------------------
+
+    def _entry_marker(self, fqn: str, path: tuple[str, ...]) -> Callable:
+        def entry(_: object) -> None:
+            if not self.active:
+                return
+            if _graph_task_id() != self.task:
+                self.begin_task()
+            # a parent returning its child's output enters on the same node after the child
+            node = id(_current_node())
+            if node == self._last_entry_node and fqn in self.bw_path:
+                return
+            self._last_entry_node = node
+            if path is not self.bw_path:
+                self.bw_path = path
+                self._on_move()
+
+        self._entries[(fqn, path)] = entry
+        return entry
+
+    def _exit_marker(self, fqn: str) -> Callable:
+        def exit_(_: object) -> None:
+            if not self.active:
+                return
+            if _graph_task_id() != self.task:
+                self.begin_task()
+            path = self.bw_path
+            if fqn in path and path[-1] != fqn:
+                self.bw_path = path[: path.index(fqn) + 1]
+                self._on_move()
+
+        self._exits[fqn] = exit_
+        return exit_
+
+    def begin_task(self) -> None:
+        """Called on the first event of a backward (graph task) this tracker has not seen."""
+        self.task = _graph_task_id()
+        self._tasks.append((self.task, self.bw_path))
+        if len(self._tasks) == 1:
+            self.bw_path = (GLOBAL,)
+            self._new_forward = True
+        self._last_entry_node = 0
+        torch.autograd.Variable._execution_engine.queue_callback(self._end_task)
+
+    def _end_task(self) -> None:
+        _, interrupted = self._tasks.pop()
+        if self._tasks:
+            self.task = self._tasks[-1][0]
+            self.bw_path = interrupted
+        else:
+            # FSDP2's final callback (queued after ours) reduce-scatters the root's gradients
+            self.bw_path = self._root_path
+        self._on_move()
+
+    # ---- optimizer --------------------------------------------------------------------------
+
+    def _optimizer_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self.fw_phase = OPTIMIZER
+        self._on_move()
+
+    def _optimizer_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self.fw_phase = FORWARD
+        self._on_move()
+
+    # ---- context ----------------------------------------------------------------------------
 
     def __enter__(self) -> "ModuleTracker":
         self.stack.clear()
+        self.paths.clear()
+        self._calls.clear()
         self.bw_path = (GLOBAL,)
-        self._handles = [register_module_forward_pre_hook(self._pre_hook)]
+        self.fw_phase = FORWARD
+        self.resume()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.pause()
         for handle in self._handles:
             handle.remove()
         self._handles = []
-        self._called = weakref.WeakSet()
+        self._hooked = weakref.WeakKeyDictionary()
         self.stack.clear()
+        self.paths.clear()
+        self._calls.clear()
+
+    def pause(self) -> None:
+        """Stop tracking, keeping what is known: the global hooks go, modules' own stay (they
+        return at once while paused)."""
+        self.active = False
+        for handle in self._global_handles:
+            handle.remove()
+        self._global_handles = []
+        self.fw_phase = FORWARD
+
+    def resume(self) -> None:
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+        if self.active:
+            return
+        self.active = True
+        self._global_handles = [
+            register_module_forward_pre_hook(self._pre_hook),
+            register_optimizer_step_pre_hook(self._optimizer_pre),
+            register_optimizer_step_post_hook(self._optimizer_post),
+        ]

@@ -11,12 +11,18 @@ from typing import Any
 from commdebug import ops as _ops
 from commdebug.errors import DumpError
 from commdebug.fileio import write_text_atomic
-from commdebug.model.trace import GLOBAL, PHASES, TRIVIAL_OPS, CollectiveEvent, Trace, check_noise_level, ops_at_noise
+from commdebug.model.trace import GLOBAL, PHASES, TRIVIAL_OPS, CollectiveEvent, GroupInfo, Trace, check_noise_level, ops_at_noise
 
 __all__ = ["SCHEMA_VERSION", "to_dump_dict", "write_dump", "load", "read_dump_json", "from_dump_dict"]
 
-SCHEMA_VERSION = 1
-_OP_LISTS = {"forward": "operations_forward", "backward": "operations_backward", "checkpoint": "operations_checkpointing"}
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+_OP_LISTS = {
+    "forward": "operations_forward",
+    "backward": "operations_backward",
+    "checkpoint": "operations_checkpointing",
+    "optimizer": "operations_optimizer",  # ours; the reference has no optimizer phase
+}
 
 
 def to_dump_dict(trace: Trace, noise_level: int = 3) -> dict[str, Any]:
@@ -30,8 +36,8 @@ def to_dump_dict(trace: Trace, noise_level: int = 3) -> dict[str, Any]:
             "module_type": info.module_type if noise_level >= 1 else "",
             "parameters": [[n, p] for n, p in info.parameters.items()] if noise_level >= 1 else [],
             "children": [],
-            "collectives_forward": list(map(list, trace.collective_counts(fqn, "forward").items())),
-            # the reference counts recompute as backward
+            # the reference counts recompute as backward and knows no optimizer phase
+            "collectives_forward": list(map(list, _merged_counts(trace, fqn, ("forward", "optimizer")).items())),
             "collectives_backward": list(map(list, _merged_counts(trace, fqn, ("backward", "checkpoint")).items())),
         }
         for phase, key in _OP_LISTS.items():
@@ -41,7 +47,7 @@ def to_dump_dict(trace: Trace, noise_level: int = 3) -> dict[str, Any]:
                     "input_shape": list(r.input_shape),
                     "input_sharding": list(r.input_sharding),
                     "device_mesh": r.device_mesh,
-                    "is_bw": phase != "forward",
+                    "is_bw": phase in ("backward", "checkpoint"),
                     "is_activation_checkpointing": phase == "checkpoint",
                     "count": r.count,
                 }
@@ -52,7 +58,7 @@ def to_dump_dict(trace: Trace, noise_level: int = 3) -> dict[str, Any]:
             "bytes": {p: totals[p][1] for p in PHASES},
             "counts": {p: totals[p][0] for p in PHASES},
             "collectives": [
-                {"op": s.op, "key": s.key, "phase": p, "group": s.group, "group_size": s.group_size, "count": s.count, "bytes": s.bytes}
+                {"op": s.op, "key": s.key, "phase": p, "group": s.group.name, "count": s.count, "bytes": s.bytes}
                 for p in PHASES
                 for s in trace.collective_stats(fqn, p)
             ],
@@ -66,6 +72,7 @@ def to_dump_dict(trace: Trace, noise_level: int = 3) -> dict[str, Any]:
         "noise_level": noise_level,
         "trivial_ops": sorted(TRIVIAL_OPS),
         "metadata": {**trace.metadata, "steps": trace.steps},
+        "groups": {name: g.to_dict() for name, g in trace.groups.items()},
         "summary": trace.summary(),
         "events": [e.to_dict() for e in trace.events],
         "events_dropped": trace.events_dropped,
@@ -127,10 +134,10 @@ def from_dump_dict(data: Any, source: str = "<dump>") -> Trace:
     section = data.get("commdebug")
     if section is not None:
         version = section.get("schema_version") if isinstance(section, dict) else None
-        if version != SCHEMA_VERSION:
+        if version not in READABLE_VERSIONS:
             raise DumpError(
                 f"{source}: dump schema version {version!r} is not supported "
-                f"(this commdebug reads version {SCHEMA_VERSION}; upgrade commdebug)"
+                f"(this commdebug reads versions {', '.join(map(str, READABLE_VERSIONS))}; upgrade commdebug)"
             )
     try:
         return _build(data, section)
@@ -140,6 +147,14 @@ def from_dump_dict(data: Any, source: str = "<dump>") -> Trace:
 
 def _build(root: dict[str, Any], section: dict[str, Any] | None) -> Trace:
     trace = Trace(max_events=section.get("max_events") if section else None)
+    events: list[CollectiveEvent] = []
+    if section:
+        # groups first: events and node aggregates refer to them by name
+        for name, g in (section.get("groups") or {}).items():
+            trace.add_group(GroupInfo.from_dict(name, g))
+        events = [CollectiveEvent.from_dict(e, trace.groups) for e in section.get("events") or []]
+        for e in events:  # schema 1 keeps groups inside events only
+            trace.add_group(e.group)
     stack: list[tuple[dict[str, Any], str | None]] = [(root, None)]
     while stack:
         node, parent = stack.pop()
@@ -158,12 +173,12 @@ def _build(root: dict[str, Any], section: dict[str, Any] | None) -> Trace:
     if section:
         trace.noise_level = int(section.get("noise_level", 3))
         trace.metadata = dict(section.get("metadata") or {})
-        events = [CollectiveEvent.from_dict(e) for e in section.get("events") or []]
         trace.events.extend(events)
         trace.events_total = len(events) + int(section.get("events_dropped", 0))
         trace.step = int(trace.metadata.get("steps", 0) or 0)
     else:
         trace.metadata = {"format": "torch.distributed.tensor.debug.CommDebugMode"}
+        trace.bytes_recorded = False
     return trace
 
 
@@ -171,10 +186,12 @@ def _read_collectives(trace: Trace, fqn: str, node: dict[str, Any]) -> None:
     ours = node.get("commdebug_node")
     if ours is not None:
         for s in ours.get("collectives", []):
-            key = (str(s["key"]), str(s["op"]), str(s["group"]), int(s["group_size"]))
+            key = (str(s["key"]), str(s["op"]), str(s["group"]))
+            if "group_size" in s:  # schema 1 keeps group sizes here
+                trace.add_group(GroupInfo(key[2], "", int(s["group_size"]), None))
             trace.collectives.setdefault((fqn, str(s["phase"])), {})[key] = [int(s["count"]), int(s["bytes"])]
         return
     # a reference dump: counts only, no groups or bytes
     for phase, field in (("forward", "collectives_forward"), ("backward", "collectives_backward")):
         for key, count in node.get(field, []):
-            trace.collectives.setdefault((fqn, phase), {})[(str(key), _ops.op_for_key(str(key)), "?", 0)] = [int(count), 0]
+            trace.collectives.setdefault((fqn, phase), {})[(str(key), _ops.op_for_key(str(key)), "?")] = [int(count), 0]

@@ -7,12 +7,14 @@ dump from another machine renders exactly like a live run.
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, NamedTuple
 
 __all__ = [
+    "GLOBAL",
     "PHASES",
+    "GroupInfo",
     "TRIVIAL_OPS",
     "ModuleInfo",
     "OpRow",
@@ -24,7 +26,7 @@ __all__ = [
 ]
 
 GLOBAL = "Global"
-PHASES = ("forward", "backward", "checkpoint")
+PHASES = ("forward", "backward", "checkpoint", "optimizer")
 
 # Ops the reference hides below noise level 3.
 TRIVIAL_OPS = frozenset(
@@ -37,6 +39,35 @@ TRIVIAL_OPS = frozenset(
         "aten.transpose.int",
     }
 )
+
+
+class GroupInfo(NamedTuple):
+    """A process group: its name (torch's ``group_name``), description (``group_desc``, e.g.
+    DeviceMesh's ``mesh_tp``), size and global ranks (``None`` when unknown)."""
+
+    name: str
+    desc: str
+    size: int
+    ranks: tuple[int, ...] | None
+
+    @property
+    def label(self) -> str:
+        """How reports name the group: ``mesh_tp[4]``, ``default_pg[8]``, ``group 7[2]``."""
+        if self.name == "?":
+            return "?"
+        base = self.desc if self.desc and self.desc != "undefined" else f"group {self.name}"
+        return f"{base}[{self.size}]" if self.size else base
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"desc": self.desc, "size": self.size, "ranks": None if self.ranks is None else list(self.ranks)}
+
+    @classmethod
+    def from_dict(cls, name: str, d: dict[str, Any]) -> "GroupInfo":
+        ranks = d.get("ranks")
+        return cls(str(name), str(d.get("desc") or ""), int(d.get("size") or 0), None if ranks is None else tuple(int(r) for r in ranks))
+
+
+UNKNOWN_GROUP = GroupInfo("?", "", 0, None)
 
 
 @dataclass
@@ -75,8 +106,7 @@ class CollectiveStat:
 
     key: str  # reference count key, e.g. "c10d_functional.all_reduce"
     op: str  # canonical name, e.g. "all_reduce"
-    group: str
-    group_size: int
+    group: GroupInfo
     count: int
     bytes: int  # sum of message sizes S
 
@@ -93,10 +123,8 @@ class CollectiveEvent(NamedTuple):
     step: int
     phase: str
     module: str
-    group_name: str
-    group_size: int
-    group_ranks: tuple[int, ...] | None
-    seq: int
+    group: GroupInfo
+    seq: int | None  # per-group collective sequence number; None for point-to-point ops
     dtype: str | None
     input_shapes: tuple[tuple[int, ...], ...]
     output_shapes: tuple[tuple[int, ...], ...]
@@ -109,6 +137,21 @@ class CollectiveEvent(NamedTuple):
     mesh: str | None = None
     source: str | None = None
     latency_s: float | None = None
+    peer: int | None = None  # send/recv: the other side, as a global rank
+    p2p_seq: int | None = None  # send/recv: n-th send to (or recv from) this peer on this group
+    microbatch: int | None = None  # pipelining: the schedule's microbatch index
+
+    @property
+    def group_name(self) -> str:
+        return self.group.name
+
+    @property
+    def group_size(self) -> int:
+        return self.group.size
+
+    @property
+    def group_ranks(self) -> tuple[int, ...] | None:
+        return self.group.ranks
 
     @property
     def algbw_gbps(self) -> float | None:
@@ -123,20 +166,21 @@ class CollectiveEvent(NamedTuple):
         return None if algbw is None else algbw * self.busbw_factor
 
     def to_dict(self) -> dict[str, Any]:
+        """The event as JSON-ready data; the group by name (the dump keeps a group table)."""
         d = self._asdict()
-        d["group"] = {
-            "name": d.pop("group_name"),
-            "size": d.pop("group_size"),
-            "ranks": None if self.group_ranks is None else list(self.group_ranks),
-        }
+        d["group"] = self.group.name
         d["input_shapes"] = [list(s) for s in self.input_shapes]
         d["output_shapes"] = [list(s) for s in self.output_shapes]
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "CollectiveEvent":
-        group = d.get("group") or {}
-        ranks = group.get("ranks")
+    def from_dict(cls, d: dict[str, Any], groups: dict[str, GroupInfo]) -> "CollectiveEvent":
+        group = d.get("group")
+        if isinstance(group, dict):  # schema 1: the group inline
+            info = GroupInfo.from_dict(str(group.get("name", "?")), group)
+        else:
+            info = groups.get(str(group), UNKNOWN_GROUP)
+        seq = d.get("seq")
         return cls(
             index=int(d["index"]),
             op=str(d["op"]),
@@ -145,10 +189,8 @@ class CollectiveEvent(NamedTuple):
             step=int(d.get("step", 0)),
             phase=str(d.get("phase", "forward")),
             module=str(d.get("module", GLOBAL)),
-            group_name=str(group.get("name", "?")),
-            group_size=int(group.get("size", 0)),
-            group_ranks=None if ranks is None else tuple(int(r) for r in ranks),
-            seq=int(d.get("seq", 0)),
+            group=info,
+            seq=None if seq is None else int(seq),
             dtype=d.get("dtype"),
             input_shapes=tuple(tuple(s) for s in d.get("input_shapes", ())),
             output_shapes=tuple(tuple(s) for s in d.get("output_shapes", ())),
@@ -161,6 +203,9 @@ class CollectiveEvent(NamedTuple):
             mesh=d.get("mesh"),
             source=d.get("source"),
             latency_s=d.get("latency_s"),
+            peer=d.get("peer"),
+            p2p_seq=d.get("p2p_seq"),
+            microbatch=d.get("microbatch"),
         )
 
 
@@ -181,15 +226,15 @@ def ops_at_noise(rows: Iterable[OpRow], noise_level: int) -> list[OpRow]:
     return list(rows)
 
 
-# (reference key, canonical op, group name, group size)
-CollKey = tuple[str, str, str, int]
+# (reference key, canonical op, group name)
+CollKey = tuple[str, str, str]
 
 
 class Trace:
     """Everything recorded about one run on one rank.
 
-    Counts are kept per (module, phase) with phases ``forward``, ``backward`` and ``checkpoint``
-    (activation-checkpoint recompute). Collective counts include descendants, like the
+    Counts are kept per (module, phase) with phases ``forward``, ``backward``, ``checkpoint``
+    (activation-checkpoint recompute) and ``optimizer`` (inside ``optimizer.step()``). Collective counts include descendants, like the
     reference's; op rows are the module's own ops. Memory is bounded: ops and collectives are
     aggregated by signature, and only the last ``max_events`` collective events are kept.
 
@@ -201,12 +246,16 @@ class Trace:
 
     def __init__(self, max_events: int | None = 20_000) -> None:
         self.modules: dict[str, ModuleInfo] = {GLOBAL: ModuleInfo(GLOBAL, None)}
+        # group name -> GroupInfo, for every group a collective ran on
+        self.groups: dict[str, GroupInfo] = {}
         # (fqn, phase) -> CollKey -> [count, bytes]
         self.collectives: dict[tuple[str, str], dict[CollKey, list[int]]] = {}
-        # (fqn, phase) -> op signature -> count. Live signatures hold torch objects (op
-        # overloads, placements, meshes) and are turned into text only when read, which keeps
-        # the dispatch hot path free of str() calls.
-        self.ops: dict[tuple[str, str], dict[tuple, int]] = {}
+        # (fqn, phase) -> op signature -> count; see ``ops``.
+        self._ops: dict[tuple[str, str], dict[Any, int]] = {}
+        # (fqn, phase) -> signatures of ops not yet counted. The capture side appends one per op
+        # to the list of where it is, and ``Counter`` counts them in C in batches: cheaper than
+        # a dict update per op.
+        self._op_lists: dict[tuple[str, str], list] = {}
         self.max_events = max_events
         self.events: deque[CollectiveEvent] = deque(maxlen=max_events)
         self.events_total = 0
@@ -214,6 +263,8 @@ class Trace:
         self.metadata: dict[str, Any] = {}
         # the level the op rows were filtered at when this trace came from a dump
         self.noise_level = 3
+        # False for a dump written by torch's CommDebugMode, which records no bytes
+        self.bytes_recorded = True
 
     # ---- filling (capture side) -------------------------------------------------------------
 
@@ -224,6 +275,44 @@ class Trace:
             info = self.modules[fqn] = ModuleInfo(fqn, parent, module_type, dict(parameters or {}))
             self.modules[parent].children.append(fqn)
         return info
+
+    @property
+    def ops(self) -> dict[tuple[str, str], dict[Any, int]]:
+        """(fqn, phase) -> op signature -> count.
+
+        A signature is the op name (a plain op) or ``(name, shapes, placements, mesh)`` (an op
+        on DTensors). Live signatures hold torch objects (torch.Size, placements, meshes) and
+        are turned into text only when read, which keeps str() off the dispatch hot path.
+        """
+        for where, pending in self._op_lists.items():
+            if pending:
+                self.count_ops(where)
+        return self._ops
+
+    def op_list(self, fqn: str, phase: str) -> list:
+        """The list the capture side appends op signatures of (fqn, phase) to."""
+        pending = self._op_lists.get((fqn, phase))
+        if pending is None:
+            pending = self._op_lists[(fqn, phase)] = []
+        return pending
+
+    def count_ops(self, where: tuple[str, str]) -> None:
+        """Fold the pending signatures of one (fqn, phase) into its counts."""
+        pending = self._op_lists[where]
+        counts = Counter(pending)
+        pending.clear()  # in place: the capture side holds its append method
+        bucket = self._ops.get(where)
+        if bucket is None:
+            bucket = self._ops[where] = {}
+        for sig, n in counts.items():
+            bucket[sig] = bucket.get(sig, 0) + n
+
+    def add_group(self, group: GroupInfo) -> None:
+        if group.name not in self.groups:
+            self.groups[group.name] = group
+
+    def group(self, name: str) -> GroupInfo:
+        return self.groups.get(name, UNKNOWN_GROUP)
 
     def add_collective(self, path: Iterable[str], phase: str, key: CollKey, nbytes: int, count: int = 1) -> None:
         """Count a collective for every module on ``path`` (the call's module and its ancestors)."""
@@ -261,7 +350,7 @@ class Trace:
 
     def collective_stats(self, fqn: str, phase: str) -> list[CollectiveStat]:
         bucket = self.collectives.get((fqn, phase), {})
-        return [CollectiveStat(k[0], k[1], k[2], k[3], c, b) for k, (c, b) in bucket.items()]
+        return [CollectiveStat(k[0], k[1], self.group(k[2]), c, b) for k, (c, b) in bucket.items()]
 
     def collective_counts(self, fqn: str, phase: str) -> dict[str, int]:
         """Reference key -> count for a module and phase (groups merged)."""
@@ -281,7 +370,8 @@ class Trace:
     def operations(self, fqn: str, phase: str) -> list[OpRow]:
         """The module's own op rows in a phase, in first-seen order, identical rows merged."""
         merged: dict[tuple, int] = {}
-        for (name, shapes, shardings, mesh), count in self.ops.get((fqn, phase), {}).items():
+        for sig, count in self.ops.get((fqn, phase), {}).items():
+            name, shapes, shardings, mesh = (sig, (), (), None) if isinstance(sig, str) else sig
             text = (
                 str(name),
                 tuple(str(s) for s in shapes),

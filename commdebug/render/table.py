@@ -11,7 +11,12 @@ from commdebug.units import format_bytes
 
 __all__ = ["render_table", "write_table"]
 
-_SECTIONS = (("forward", "FORWARD PASS"), ("backward", "BACKWARD PASS"), ("checkpoint", "ACTIVATION CHECKPOINTING"))
+_SECTIONS = (
+    ("forward", "FORWARD PASS"),
+    ("backward", "BACKWARD PASS"),
+    ("checkpoint", "ACTIVATION CHECKPOINTING"),
+    ("optimizer", "OPTIMIZER STEP"),
+)
 _YELLOW, _RED, _RESET = "\033[1;33m", "\033[1;31m", "\033[0m"
 
 
@@ -23,13 +28,15 @@ def render_table(trace: Trace, noise_level: int = 3, *, color: bool | None = Non
     """Render a trace as the tracing table.
 
     Noise levels: 0 collective counts per module; 1 adds module types, parameter placements and
-    DTensor ops; 2 adds all non-trivial ops; 3 all ops. Each collective line shows its count and
-    total message size. ``color=None`` colours only when stdout is a terminal.
+    DTensor ops; 2 adds all non-trivial ops; 3 all ops. Each collective line shows its count,
+    total message size and process group (one line per group). A dump written by torch's
+    CommDebugMode has neither bytes nor groups, and its lines show counts only.
+    ``color=None`` colours only when stdout is a terminal.
 
     >>> print(render_table(comm.trace, noise_level=0))   # doctest: +SKIP
     Global
       FORWARD PASS
-        *c10d_functional.all_reduce: 2 (64.00 KiB)
+        *c10d_functional.all_reduce: 2 (64.00 KiB) on mesh_tp[4]
     """
     check_noise_level(noise_level)
     if color is None:
@@ -49,17 +56,15 @@ def render_table(trace: Trace, noise_level: int = 3, *, color: bool | None = Non
         coll_indent = "  " * (2 * depth + 2)
         op_indent = "  " * (2 * depth + 3)
         for phase, title in _SECTIONS:
-            per_key: dict[str, list[int]] = {}
-            for stat in trace.collective_stats(fqn, phase):
-                agg = per_key.setdefault(stat.key, [0, 0])
-                agg[0] += stat.count
-                agg[1] += stat.bytes
+            stats = trace.collective_stats(fqn, phase)
             rows = ops_at_noise(trace.operations(fqn, phase), noise_level)
-            if not per_key and not rows:
+            if not stats and not rows:
                 continue
             lines.append(f"{indent}  {title}")
-            for key, (count, nbytes) in per_key.items():
-                lines.append(f"{yellow}{coll_indent}*{key}: {count} ({format_bytes(nbytes)}){reset}")
+            for stat in stats:
+                size = f" ({format_bytes(stat.bytes)})" if trace.bytes_recorded else ""
+                on = f" on {stat.group.label}" if stat.group.name != "?" else ""
+                lines.append(f"{yellow}{coll_indent}*{stat.key}: {stat.count}{size}{on}{reset}")
             for row in rows:
                 times = f" x{row.count}" if row.count > 1 else ""
                 lines.append(f"{yellow}{coll_indent}**{row.name}{times}{reset}")

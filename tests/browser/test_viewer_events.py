@@ -32,7 +32,7 @@ def test_events_in_run_order(viewer, dump):
     rows = viewer.table("events-grid")
     assert [int(r[0]) for r in rows] == [e["index"] for e in events]
     first = events[1]  # the embedding's all_reduce
-    assert rows[1] == [str(first["index"]), "0", "forward", "all_reduce", "4.0 KiB", "0 (8)",
+    assert rows[1] == [str(first["index"]), "0", "forward", "all_reduce", "4.0 KiB", "group 0[8]",
                        "Transformer.tok_embeddings", "train.py:40", f"{first['latency_s'] * 1e3:.3f} ms"]
 
 

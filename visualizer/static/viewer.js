@@ -8,18 +8,18 @@
 (() => {
   "use strict";
 
-  const SCHEMA_VERSION = 1;
+  const SCHEMA_VERSIONS = [1, 2];
   // torch/distributed/tensor/debug/_comm_mode.py's trivial_ops: reference dumps don't carry
   // the list that noise levels 1-2 leave out; ours do (commdebug.trivial_ops).
   const REFERENCE_TRIVIAL_OPS = [
     "aten.detach.default", "aten.t.default", "aten.view.default",
     "aten._to_copy.default", "aten.as_strided.default", "aten.transpose.int",
   ];
-  const PHASES = ["forward", "backward", "checkpoint"];
-  const PHASE_SHORT = {forward: "fwd", backward: "bwd", checkpoint: "ckpt"};
+  const PHASES = ["forward", "backward", "checkpoint", "optimizer"];
+  const PHASE_SHORT = {forward: "fwd", backward: "bwd", checkpoint: "ckpt", optimizer: "opt"};
   const OP_LISTS = {
     forward: "operations_forward", backward: "operations_backward",
-    checkpoint: "operations_checkpointing",
+    checkpoint: "operations_checkpointing", optimizer: "operations_optimizer",
   };
   const PAGE_ROWS = 200;
 
@@ -80,10 +80,10 @@
     }
     if ("commdebug" in dump) {
       const version = isObj(dump.commdebug) ? dump.commdebug.schema_version : undefined;
-      if (version !== SCHEMA_VERSION) {
+      if (!SCHEMA_VERSIONS.includes(version)) {
         throw new DumpError(
           `Unsupported commdebug schema_version ${JSON.stringify(version) ?? "(missing)"}.`,
-          `This viewer reads schema version ${SCHEMA_VERSION}; ` +
+          `This viewer reads schema versions ${SCHEMA_VERSIONS.join(" and ")}; ` +
           "open the file with the commdebug version that wrote it.");
       }
     }
@@ -132,7 +132,7 @@
       counts = {
         forward: sum(arr(raw.collectives_forward).map((p) => num(arr(p)[1]))),
         backward: sum(arr(raw.collectives_backward).map((p) => num(arr(p)[1]))),
-        checkpoint: null,
+        checkpoint: null, optimizer: null,
       };
     }
     return {
@@ -151,12 +151,12 @@
   }
 
   /** The node's collectives (descendants included) as {op, phase, count, bytes, group}. */
-  function collectivesOf(node) {
+  function collectivesOf(node, model) {
     const extra = node.raw.commdebug_node;
     if (isObj(extra) && Array.isArray(extra.collectives)) {
       return extra.collectives.filter(isObj).map((c) => ({
         op: str(c.op ?? c.key), phase: str(c.phase), count: num(c.count), bytes: optNum(c.bytes),
-        group: c.group == null ? null : `${str(c.group)} (${str(c.group_size)} ranks)`,
+        group: c.group == null ? null : groupLabel(model, c.group, c.group_size),
       }));
     }
     // Reference node: op keys per phase, nothing on bytes or groups.
@@ -166,10 +166,20 @@
       })));
   }
 
+  /** "mesh_tp[4]": a group by its description and size (schema 2 keeps a table of groups). */
+  function groupLabel(model, name, size) {
+    const g = model && model.cd && isObj(model.cd.groups) && isObj(model.cd.groups[str(name)])
+      ? model.cd.groups[str(name)] : {};
+    const desc = str(g.desc);
+    const n = g.size ?? size;
+    const base = desc && desc !== "undefined" ? desc : `group ${str(name)}`;
+    return n ? `${base}[${str(n)}]` : base;
+  }
+
   function opTotals(node) {
     if (!node.opTotals) {
       node.opTotals = new Map();
-      for (const c of collectivesOf(node)) node.opTotals.set(c.op, (node.opTotals.get(c.op) || 0) + c.count);
+      for (const c of collectivesOf(node, null)) node.opTotals.set(c.op, (node.opTotals.get(c.op) || 0) + c.count);
     }
     return node.opTotals;
   }
@@ -188,7 +198,7 @@
       return {count: num(s.collectives), bytes: optNum(s.bytes), byOp};
     }
     const byOp = new Map();
-    for (const c of collectivesOf(model.root)) {
+    for (const c of collectivesOf(model.root, model)) {
       const e = byOp.get(c.op) || {op: c.op, count: 0, bytes: null};
       e.count += c.count;
       if (c.bytes != null) e.bytes = (e.bytes || 0) + c.bytes;
@@ -572,7 +582,7 @@
         {key: "count", label: "calls", value: (c) => c.count, cell: (c) => fmtCount(c.count), cls: "num"},
         {key: "bytes", label: "bytes", value: (c) => c.bytes, cell: (c) => fmtBytes(c.bytes), cls: "num"},
         {key: "group", label: "group", value: (c) => c.group, cell: (c) => c.group ?? "—"},
-      ], collectivesOf(node), {id: "detail-collectives", empty: "No collectives."});
+      ], collectivesOf(node, this.model), {id: "detail-collectives", empty: "No collectives."});
       const params = pagedTable([
         {key: "name", label: "parameter", value: (p) => p[0]},
         {key: "placements", label: "placements", value: (p) => p[1], cell: (p) => h("code", null, p[1])},
@@ -618,7 +628,7 @@
       $("events").hidden = events === null;
       if (events === null) return;
       const {byFqn} = this.model;
-      const group = (e) => (isObj(e.group) ? e.group : {});
+      const group = (e) => (isObj(e.group) ? e.group : {name: e.group});
       const moduleCell = (e) => {
         const node = byFqn.get(e.module);
         return node ? h("a", {href: "#", class: "module-link", onclick: (ev) => {
@@ -634,7 +644,7 @@
         {key: "op", label: "op", value: (e) => e.op, cell: (e) => opTag(str(e.op))},
         {key: "bytes", label: "bytes", value: (e) => optNum(e.size_bytes), cell: (e) => fmtBytes(optNum(e.size_bytes)), cls: "num"},
         {key: "group", label: "group", value: (e) => str(group(e).name),
-          cell: (e) => `${str(group(e).name)} (${str(group(e).size)})`},
+          cell: (e) => groupLabel(this.model, group(e).name, group(e).size)},
         {key: "module", label: "module", value: (e) => e.module, cell: moduleCell},
         {key: "source", label: "source", value: (e) => e.source, cell: (e) => h("code", null, str(e.source))},
         {key: "latency", label: "latency", value: (e) => optNum(e.latency_s), cls: "num",
