@@ -1,9 +1,13 @@
-"""Real multi-process runs: gloo on CPU, 2 and 4 spawned ranks, each dump checked."""
+"""Real multi-process runs: gloo on CPU, 2 and 4 spawned ranks, each dump checked: tensor
+parallelism and eager collectives, a pipelining schedule, and a cross-check against
+torch.profiler's own gloo events."""
 
 from __future__ import annotations
 
+import json
 import socket
 import time
+from collections import Counter
 
 import pytest
 import torch.multiprocessing as mp
@@ -20,8 +24,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _spawn(world_size: int, out_dir: str) -> None:
-    ctx = mp.start_processes(gloo_worker.run, args=(world_size, _free_port(), out_dir), nprocs=world_size, join=False, start_method="spawn")
+def _spawn(world_size: int, out_dir: str, worker=gloo_worker.run) -> None:
+    ctx = mp.start_processes(worker, args=(world_size, _free_port(), out_dir), nprocs=world_size, join=False, start_method="spawn")
     deadline = time.monotonic() + DEADLINE_S
     while not ctx.join(timeout=1):
         if time.monotonic() > deadline:
@@ -56,3 +60,45 @@ def test_gloo_ranks_record_counts_and_bytes(world_size, tmp_path):
         assert forward[0].size_bytes == 4 * 16 * 4  # the full (4, 16) float32 output
         assert all(e.group_size == world_size for e in trace.events)
         assert trace.collective_counts("Sequential", "forward") == {"c10d_functional.all_reduce": 2}
+
+
+@pytest.mark.timeout(DEADLINE_S + 30)
+def test_pipelining_sends_and_recvs_by_phase_peer_and_microbatch(tmp_path):
+    _spawn(2, str(tmp_path), gloo_worker.pipeline)
+    first, last = (commdebug.load(tmp_path / f"rank{r}.json") for r in (0, 1))
+    mb_bytes = gloo_worker.BATCH // gloo_worker.MICROBATCHES * gloo_worker.WIDTH * 4
+    scheduled = {r: [e for e in t.events if e.microbatch is not None] for r, t in ((0, first), (1, last))}
+    for rank, trace in ((0, first), (1, last)):
+        peer = 1 - rank
+        # activations go forward from stage 0 to 1, gradients come back
+        fwd_op, bwd_op = ("send", "recv") if rank == 0 else ("recv", "send")
+        for step in (0, 1):
+            events = [e for e in scheduled[rank] if e.step == step]
+            assert [(e.phase, e.op, e.microbatch) for e in events] == [
+                ("forward", fwd_op, mb) for mb in range(gloo_worker.MICROBATCHES)
+            ] + [("backward", bwd_op, mb) for mb in range(gloo_worker.MICROBATCHES)], rank
+            assert {e.peer for e in events} == {peer}
+            assert {e.size_bytes for e in events} == {mb_bytes}
+            assert {e.module for e in events} == {"Sequential"}  # the stage's module
+            assert all(e.seq is None and e.p2p_seq is not None for e in events)
+        # no scheduled send/recv is left at Global or labelled by where it ran
+        assert trace.collective_counts("Sequential", "backward") == {("c10d.recv_" if rank == 0 else "c10d.send"): 8}
+    # the two sides pair up by (peer, p2p sequence): same microbatch, same bytes
+    sends = {(e.p2p_seq, e.microbatch, e.size_bytes, e.phase) for e in scheduled[0] if e.op == "send"}
+    recvs = {(e.p2p_seq, e.microbatch, e.size_bytes, e.phase) for e in scheduled[1] if e.op == "recv"}
+    assert sends == recvs and len(sends) == 8
+
+
+# gloo runs reduce_scatter_tensor as an all_reduce, and its profiler event is named for that
+_GLOO_NAME = {"reduce_scatter": "gloo:all_reduce"}
+
+
+@pytest.mark.timeout(DEADLINE_S + 30)
+def test_counts_per_op_equal_torch_profiler_gloo_events(tmp_path):
+    _spawn(2, str(tmp_path), gloo_worker.profiled)
+    for rank in range(2):
+        trace = commdebug.load(tmp_path / f"rank{rank}.json")
+        profiler = Counter(json.loads((tmp_path / f"profiler{rank}.json").read_text()))
+        ours = Counter(_GLOO_NAME.get(e.op, f"gloo:{e.op}") for e in trace.events)
+        assert ours == profiler, rank
+        assert ours["gloo:all_gather"] >= 5 and sum(ours.values()) == trace.summary()["collectives"]

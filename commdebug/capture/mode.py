@@ -132,7 +132,7 @@ class CommDebugMode(TorchDispatchMode):
         self.trace = Trace(self.max_events)
         self._params: dict[str, dict[str, torch.nn.Parameter]] = {}
         self._sharding: dict[str, Any] = {}
-        self._tracker = ModuleTracker(self._on_first_call, self._moved)
+        self._tracker = ModuleTracker(self._on_first_call, self._moved, self._on_optimizer_step)
         # where ops dispatched now belong, and the append of that place's pending op list:
         # recomputed by _sync when the tracker moves or autograd starts or ends a backward
         self._task = -2
@@ -143,7 +143,6 @@ class CommDebugMode(TorchDispatchMode):
         self._p2p_seq: dict[tuple[str, int | None, str], int] = defaultdict(int)
         self._pipeline = PipelineTags()
         self._last_dtensor: tuple | None = None
-        self._optimizer_hook = None
         self._events_at_boundary = 0
         self._paused = False
 
@@ -156,9 +155,6 @@ class CommDebugMode(TorchDispatchMode):
         try:
             self._tracker.__enter__()
             self._pipeline.__enter__()
-            from torch.optim.optimizer import register_optimizer_step_post_hook
-
-            self._optimizer_hook = register_optimizer_step_post_hook(self._on_optimizer_step)
         except BaseException:
             self._pipeline.__exit__()
             self._tracker.__exit__()
@@ -172,9 +168,6 @@ class CommDebugMode(TorchDispatchMode):
         try:
             self._tracker.__exit__()
             self._pipeline.__exit__()
-            if self._optimizer_hook is not None:
-                self._optimizer_hook.remove()
-                self._optimizer_hook = None
             self.trace.metadata["end_time"] = _now()
             self.trace.metadata["steps"] = self.trace.steps
         finally:
@@ -210,7 +203,7 @@ class CommDebugMode(TorchDispatchMode):
             self.trace.step += 1
         return self.trace.step
 
-    def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+    def _on_optimizer_step(self) -> None:
         if self.auto_step:
             self.step()
 

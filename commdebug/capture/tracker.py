@@ -100,12 +100,20 @@ class ModuleTracker:
 
     ``on_first_call(module, fqn, parent_fqn)`` is called the first time a module runs forward;
     ``on_move()`` whenever :meth:`location` may have changed, except by autograd starting or
-    ending a graph task, which the caller notices itself (``torch._C._current_graph_task_id``).
+    ending a graph task, which the caller notices itself (``torch._C._current_graph_task_id``);
+    ``on_optimizer_step()`` when the outermost ``optimizer.step()`` returns, also while paused.
     """
 
-    def __init__(self, on_first_call: Callable[[torch.nn.Module, str, str], None], on_move: Callable[[], None] = lambda: None) -> None:
+    def __init__(
+        self,
+        on_first_call: Callable[[torch.nn.Module, str, str], None],
+        on_move: Callable[[], None] = lambda: None,
+        on_optimizer_step: Callable[[], None] = lambda: None,
+    ) -> None:
         self._on_first_call = on_first_call
         self._on_move = on_move
+        self._on_optimizer_step = on_optimizer_step
+        self._optimizer_depth = 0  # optimizers calling a parent class's step() nest
         self._names: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._named: weakref.WeakSet = weakref.WeakSet()
         # modules with our forward hook in this context -> (fqn, has children): one weak lookup
@@ -126,7 +134,8 @@ class ModuleTracker:
         self._root_path: tuple[str, ...] = (GLOBAL,)
         self._new_forward = True
         self._handles: list = []  # our forward hook on each module seen
-        self._global_handles: list = []
+        self._optimizer_handles: list = []
+        self._pre_handle = None
         self.active = False
 
     # Names follow the reference: a module first seen with no known parent is named by its class,
@@ -310,51 +319,58 @@ class ModuleTracker:
     # ---- optimizer --------------------------------------------------------------------------
 
     def _optimizer_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self._optimizer_depth += 1
         self.fw_phase = OPTIMIZER
         self._on_move()
 
     def _optimizer_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        self.fw_phase = FORWARD
-        self._on_move()
+        self._optimizer_depth = max(0, self._optimizer_depth - 1)
+        if self._optimizer_depth == 0:
+            self.fw_phase = FORWARD
+            self._on_move()
+            self._on_optimizer_step()
 
     # ---- context ----------------------------------------------------------------------------
 
     def __enter__(self) -> "ModuleTracker":
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
         self.stack.clear()
         self.paths.clear()
         self._calls.clear()
         self.bw_path = (GLOBAL,)
         self.fw_phase = FORWARD
+        self._optimizer_depth = 0
+        # optimizer hooks stay while paused: steps are still counted
+        self._optimizer_handles = [
+            register_optimizer_step_pre_hook(self._optimizer_pre),
+            register_optimizer_step_post_hook(self._optimizer_post),
+        ]
         self.resume()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.pause()
-        for handle in self._handles:
+        for handle in self._handles + self._optimizer_handles:
             handle.remove()
         self._handles = []
+        self._optimizer_handles = []
         self._hooked = weakref.WeakKeyDictionary()
         self.stack.clear()
         self.paths.clear()
         self._calls.clear()
-
-    def pause(self) -> None:
-        """Stop tracking, keeping what is known: the global hooks go, modules' own stay (they
-        return at once while paused)."""
-        self.active = False
-        for handle in self._global_handles:
-            handle.remove()
-        self._global_handles = []
         self.fw_phase = FORWARD
 
-    def resume(self) -> None:
-        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+    def pause(self) -> None:
+        """Stop tracking modules, keeping what is known: the global hook goes, modules' own
+        stay (they return at once while paused), optimizer steps are still seen."""
+        self.active = False
+        if self._pre_handle is not None:
+            self._pre_handle.remove()
+            self._pre_handle = None
 
+    def resume(self) -> None:
         if self.active:
             return
         self.active = True
-        self._global_handles = [
-            register_module_forward_pre_hook(self._pre_hook),
-            register_optimizer_step_pre_hook(self._optimizer_pre),
-            register_optimizer_step_post_hook(self._optimizer_post),
-        ]
+        self._pre_handle = register_module_forward_pre_hook(self._pre_hook)
