@@ -212,6 +212,11 @@ def pick(where: int | str | None, args: Sequence[Any], kwargs: dict, result: Any
     return None
 
 
+def canonical_names() -> frozenset[str]:
+    """Every canonical op name in the registry: all_reduce, all_gather, send, ..."""
+    return frozenset(spec.op for spec in _TABLE.values())
+
+
 def op_for_key(key: str) -> str:
     """Canonical op name of a reference count key (``"c10d_functional.all_reduce"`` -> ``"all_reduce"``)."""
     for spec in _TABLE.values():

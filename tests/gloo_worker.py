@@ -125,3 +125,98 @@ def profiled(rank: int, world_size: int, port: int, out_dir: str) -> None:
             json.dump(gloo, f)
     finally:
         dist.destroy_process_group()
+
+
+SLEEPY_RANK, SLEEP_S = 1, 0.4
+
+
+def _every_op(rank: int, world_size: int) -> None:
+    """One of each collective kind, and a send/recv ring."""
+    t = torch.full((16,), float(rank))
+    dist.all_reduce(t)
+    dist.all_gather_into_tensor(torch.empty(16 * world_size), t)
+    dist.reduce_scatter_tensor(torch.empty(16), torch.ones(16 * world_size))
+    dist.all_to_all_single(torch.empty(16 * world_size), torch.ones(16 * world_size))
+    dist.broadcast(t, src=0)
+    dist.reduce(t, dst=0)
+    dist.gather(t, [torch.empty(16) for _ in range(world_size)] if rank == 0 else None, dst=0)
+    dist.scatter(t, [torch.ones(16) for _ in range(world_size)] if rank == 0 else None, src=0)
+    nxt, prv = (rank + 1) % world_size, (rank - 1) % world_size
+    for work in dist.batch_isend_irecv([dist.P2POp(dist.isend, t, nxt), dist.P2POp(dist.irecv, torch.empty(16), prv)]):
+        work.wait()
+    dist.barrier()
+
+
+def timing(rank: int, world_size: int, port: int, out_dir: str) -> None:
+    """Timing, filters, the step window, verbose logging and configuration, for real."""
+    import json
+    import logging
+    import time
+
+    _init(rank, world_size, port)
+    try:
+        # 1. every op kind timed; one rank arrives late at the third all_reduce
+        comm = CommDebugMode(timing="sync")
+        with comm:
+            _every_op(rank, world_size)
+            for i in range(4):
+                if i == 2 and rank == SLEEPY_RANK:
+                    time.sleep(SLEEP_S)
+                dist.all_reduce(torch.ones(1024))
+        comm.generate_json_dump(os.path.join(out_dir, f"timed{rank}.json"))
+        with open(os.path.join(out_dir, f"summary{rank}.txt"), "w") as f:
+            f.write(comm.generate_summary_table(by="op,size"))
+
+        # 2. only the collectives asked for
+        only = CommDebugMode(ops=["all_reduce", "broadcast"])
+        with only:
+            _every_op(rank, world_size)
+        only.generate_json_dump(os.path.join(out_dir, f"ops{rank}.json"))
+
+        # 3. across nodes only, two ranks per node: pairs {0,1}, {2,3} stay inside a node
+        pairs = [dist.new_group([0, 1]), dist.new_group([2, 3])]
+        strided = [dist.new_group([0, 2]), dist.new_group([1, 3])]
+        node_group, other_group = pairs[rank // 2], strided[rank % 2]
+        cross = CommDebugMode(crossnode_only=True, ranks_per_node=2)
+        with cross:
+            dist.all_reduce(torch.ones(4))  # world: crosses
+            dist.all_reduce(torch.ones(4), group=node_group)  # inside one node
+            dist.all_reduce(torch.ones(4), group=other_group)  # crosses
+            peer = rank ^ 1  # same node
+            far = (rank + 2) % world_size  # other node
+            ops = [dist.P2POp(dist.isend, torch.ones(4), peer), dist.P2POp(dist.irecv, torch.empty(4), peer),
+                   dist.P2POp(dist.isend, torch.ones(4), far), dist.P2POp(dist.irecv, torch.empty(4), far)]
+            for work in dist.batch_isend_irecv(ops):
+                work.wait()
+        cross.generate_json_dump(os.path.join(out_dir, f"cross{rank}.json"))
+
+        # 4. a step window, verbose lines through logging, configured from a DeepSpeed file
+        #    and environment variables together
+        log_path = os.path.join(out_dir, f"verbose{rank}.log")
+        handler = logging.FileHandler(log_path)
+        logging.getLogger("commdebug").addHandler(handler)
+        logging.getLogger("commdebug").setLevel(logging.INFO)
+        config = os.path.join(out_dir, f"ds_config{rank}.json")
+        with open(config, "w") as f:
+            json.dump({"train_batch_size": 8, "comms_logger": {"enabled": True, "verbose": True, "prof_all": False,
+                                                               "prof_ops": ["all_reduce", "all_gather_into_tensor"], "debug": True}}, f)
+        os.environ["COMMDEBUG_START_STEP"] = "1"
+        os.environ["COMMDEBUG_END_STEP"] = "3"
+        model = torch.nn.Linear(4, 4)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        window = CommDebugMode.from_config(config)
+        with window:
+            for step in range(5):
+                model(torch.ones(2, 4)).sum().backward()
+                for p in model.parameters():
+                    dist.all_reduce(p.grad)
+                dist.all_gather_into_tensor(torch.empty(4 * world_size), torch.full((4,), float(step)))
+                dist.broadcast(torch.ones(2), src=0)  # not in prof_ops
+                opt.step()
+                opt.zero_grad()
+        del os.environ["COMMDEBUG_START_STEP"], os.environ["COMMDEBUG_END_STEP"]
+        logging.getLogger("commdebug").removeHandler(handler)
+        handler.close()
+        window.generate_json_dump(os.path.join(out_dir, f"window{rank}.json"))
+    finally:
+        dist.destroy_process_group()

@@ -171,7 +171,7 @@ def test_max_events_keeps_the_newest_and_counts_drops(world):
 
 
 def test_bad_max_events_is_a_clear_error():
-    with pytest.raises(ValueError, match="max_events must be a non-negative int or None"):
+    with pytest.raises(ValueError, match=r"max_events must be an integer >= 0 or null, got -1"):
         CommDebugMode(max_events=-1)
 
 

@@ -18,6 +18,11 @@ class GroupResolver:
 
     def __init__(self) -> None:
         self._by_name: dict[str, GroupInfo] = {}
+        self._pgs: dict[str, Any] = {}  # name -> the ProcessGroup object, for timing hooks
+
+    def pg(self, name: str) -> Any:
+        """The ProcessGroup object of a group resolved before, or None."""
+        return self._pgs.get(name)
 
     def resolve(self, spec_group: int | str | None, args: tuple) -> GroupInfo:
         if type(spec_group) is int and spec_group < len(args):  # the common case, cached
@@ -42,7 +47,8 @@ class GroupResolver:
             try:
                 from torch.distributed.distributed_c10d import _resolve_process_group
 
-                info = _describe(_resolve_process_group(name), name)
+                pg = self._pgs[name] = _resolve_process_group(name)
+                info = _describe(pg, name)
             except Exception:  # a group torch no longer knows: keep the name
                 info = GroupInfo(name, "", 0, None)
             self._by_name[name] = info
@@ -61,6 +67,7 @@ class GroupResolver:
         info = self._by_name.get(name)
         if info is None:
             info = self._by_name[name] = _describe(pg, name)
+            self._pgs[name] = pg
         return info
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import sys
@@ -9,16 +10,18 @@ import sysconfig
 import time
 from collections import defaultdict
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Callable, Iterable, Mapping
 
 import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
 
 from commdebug import ops as _ops
+from commdebug.capture.config import Options, read_config
 from commdebug.capture.groups import GroupResolver
 from commdebug.capture.pipelining import PipelineTags
+from commdebug.capture.timing import AsyncTimer, nvtx_label, time_sync
 from commdebug.capture.tracker import BACKWARD, CHECKPOINT, FORWARD, ModuleTracker
 from commdebug.model.trace import GLOBAL, PHASES, CollectiveEvent, Trace
 
@@ -69,6 +72,22 @@ def _frame_kind(frame: Any) -> str:
     return _USER
 
 
+class _Unset:
+    def __repr__(self) -> str:
+        return "(default)"
+
+
+_UNSET: Any = _Unset()  # an option not given: the environment or the default decides
+log = logging.getLogger("commdebug")
+_SAID: set[str] = set()
+
+
+def _say_once(key: str, message: str) -> None:
+    if key not in _SAID:
+        _SAID.add(key)
+        log.warning("commdebug: %s", message)
+
+
 _BUSBW: dict[tuple[str, int], float] = {}
 
 
@@ -99,34 +118,69 @@ class CommDebugMode(TorchDispatchMode):
         comm.generate_json_dump("comm.json", noise_level=2)
         comm.get_comm_counts()[torch.ops.c10d_functional.all_reduce]
 
-    Args:
+    Options (keyword-only; also from ``COMMDEBUG_*`` environment variables and config files,
+    see :meth:`from_config` and docs/configuration.md):
         max_events: keep at most this many collective events (the oldest are dropped and
             counted); ``None`` keeps all. Aggregated counts and bytes are never dropped.
         record_source: record the user's ``file:line`` of each collective (turn off to keep
             file paths out of dumps you share).
-        timing: wait for each collective to finish and record its latency. This serialises
-            communication with compute, so use it to measure collectives, not whole steps.
+        timing: ``False``/``"off"``; ``True``/``"sync"``: wait for each collective and record its
+            latency (CUDA events on CUDA), which serialises communication with compute, so it
+            measures collectives, not whole steps; ``"async"``: NCCL's own kernel timings,
+            without waiting (other backends record none and say so once).
         auto_step: let ``optimizer.step()`` mark step boundaries; ``step()`` marks them by
             hand (both together count one boundary).
+        ops: record only these collectives (``["all_reduce", "all_gather"]``; torch's and
+            deepspeed.comm's names such as ``all_gather_into_tensor`` are understood).
+        crossnode_only: record only collectives whose group spans more than one node, with
+            ``ranks_per_node`` ranks per node (default: the launcher's ``LOCAL_WORLD_SIZE``).
+        start_step, end_step: record only steps ``start_step <= step < end_step``; outside
+            that window the mode is popped and the program runs at close to bare speed.
+        verbose: log one line per collective to the ``commdebug`` logger (INFO).
+        nvtx: on CUDA, wrap each collective in an NVTX range named with op, size, group and
+            module, for Nsight.
+        enabled: ``False`` makes the context do nothing (DeepSpeed's ``comms_logger.enabled``).
     """
 
     def __init__(
         self,
         *,
-        max_events: int | None = 20_000,
-        record_source: bool = True,
-        timing: bool = False,
-        auto_step: bool = True,
+        max_events: int | None | _Unset = _UNSET,
+        record_source: bool | _Unset = _UNSET,
+        timing: bool | str | _Unset = _UNSET,
+        auto_step: bool | _Unset = _UNSET,
+        ops: Iterable[str] | None | _Unset = _UNSET,
+        crossnode_only: bool | _Unset = _UNSET,
+        ranks_per_node: int | None | _Unset = _UNSET,
+        start_step: int | _Unset = _UNSET,
+        end_step: int | None | _Unset = _UNSET,
+        verbose: bool | _Unset = _UNSET,
+        nvtx: bool | _Unset = _UNSET,
+        enabled: bool | _Unset = _UNSET,
+        config: Mapping[str, Any] | str | os.PathLike | None = None,
     ) -> None:
         super().__init__()
-        if max_events is not None and (not isinstance(max_events, int) or max_events < 0):
-            raise ValueError(f"max_events must be a non-negative int or None, got {max_events!r}")
+        given = {k: v for k, v in locals().items() if k not in ("self", "config", "__class__") and v is not _UNSET}
+        self.options = Options.resolve(given, read_config(config) if config is not None else None)
         self.supports_higher_order_operators = True
-        self.max_events = max_events
-        self.record_source = record_source
-        self.timing = timing
-        self.auto_step = auto_step
+        self._listeners: list[Callable[[CollectiveEvent], None]] = []
         self._reset()
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any] | str | os.PathLike, **overrides: Any) -> "CommDebugMode":
+        """A mode configured by a dict or a JSON file: our option names, or a DeepSpeed config
+        with a ``comms_logger`` block, read as is. ``overrides`` win over the file.
+
+        >>> comm = CommDebugMode.from_config({"timing": "sync", "ops": ["all_reduce"]})
+        >>> comm = CommDebugMode.from_config("ds_config.json")   # doctest: +SKIP
+        """
+        return cls(config=config, **overrides)
+
+    # the reference's attribute names, read-only views of the options
+    max_events = property(lambda self: self.options.max_events)
+    record_source = property(lambda self: self.options.record_source)
+    timing = property(lambda self: self.options.timing != "off")
+    auto_step = property(lambda self: self.options.auto_step)
 
     def _reset(self) -> None:
         self.trace = Trace(self.max_events)
@@ -143,41 +197,72 @@ class CommDebugMode(TorchDispatchMode):
         self._p2p_seq: dict[tuple[str, int | None, str], int] = defaultdict(int)
         self._pipeline = PipelineTags()
         self._last_dtensor: tuple | None = None
-        self._events_at_boundary = 0
+        self._events_at_boundary = self._forwards_at_boundary = 0
         self._paused = False
+        self._active = False
+        self._async = AsyncTimer(self._note) if self.options.timing == "async" else None
+        self._crosses: dict[str, bool] = {}
+        self._t0 = time.perf_counter()
+        self._t0_wall = time.time()
+        self._recorded_s = 0.0
+        self._resumed_at = self._t0
 
     # ---- context ----------------------------------------------------------------------------
 
     def __enter__(self) -> "CommDebugMode":
         self._reset()
         self.trace.metadata = _run_metadata()
+        self.trace.metadata["timing"] = self.options.timing
+        if not self.options.enabled:
+            return self
+        if self.options.verbose:
+            from commdebug.render.verbose import VerboseLog
+
+            self._listeners = [VerboseLog(int(self.trace.metadata["rank"]))]
         super().__enter__()
         try:
             self._tracker.__enter__()
             self._pipeline.__enter__()
+            if self._async is not None:
+                self._async.__enter__()
         except BaseException:
             self._pipeline.__exit__()
             self._tracker.__exit__()
             super().__exit__(None, None, None)
             raise
+        self._active = True
+        self._resumed_at = time.perf_counter()
+        if self.options.nvtx and not torch.cuda.is_available():
+            _say_once("nvtx", "nvtx=True has no effect without CUDA: there is no Nsight timeline to annotate")
+        if self.options.start_step > 0:
+            self._pause()  # until the window opens
         return self
 
     def __exit__(self, *exc: Any) -> None:  # type: ignore[override]
+        if not self._active:
+            return
         if self._paused:  # the mode is not on the stack: put it back for the pop below
             self._resume()
         try:
+            self._recorded_s += time.perf_counter() - self._resumed_at
             self._tracker.__exit__()
             self._pipeline.__exit__()
-            self.trace.metadata["end_time"] = _now()
-            self.trace.metadata["steps"] = self.trace.steps
+            self._finish_timing()
+            meta = self.trace.metadata
+            meta["end_time"] = _now()
+            meta["elapsed_s"] = time.perf_counter() - self._t0
+            meta["recorded_s"] = self._recorded_s
+            meta["steps"] = self.trace.steps
         finally:
+            self._active = False
             super().__exit__(*exc)
 
     def _pause(self) -> None:
         """Stop recording without leaving the context: the dispatch mode is popped and the
         global hooks removed, so the program runs at close to bare speed; state is kept."""
-        if self._paused:
+        if self._paused or not self._active:
             return
+        self._recorded_s += time.perf_counter() - self._resumed_at
         self._tracker.pause()
         self._pipeline.__exit__()
         super().__exit__(None, None, None)
@@ -191,17 +276,34 @@ class CommDebugMode(TorchDispatchMode):
         self._pipeline.__enter__()
         self._tracker.resume()
         self._paused = False
+        self._resumed_at = time.perf_counter()
 
     def step(self) -> int:
         """Mark a step boundary; returns the current step index.
 
-        A boundary with no collective since the previous one is ignored, so calling this after
-        ``optimizer.step()`` (which marks one too when ``auto_step``) counts one step.
+        A boundary with no forward pass and no collective since the previous one is ignored,
+        so calling this after ``optimizer.step()`` (which marks one too when ``auto_step``)
+        counts one step. With ``start_step``/``end_step``, recording starts and stops here.
         """
-        if self.trace.events_total > self._events_at_boundary:
+        tracker = self._tracker
+        if self.trace.events_total > self._events_at_boundary or tracker.forwards > self._forwards_at_boundary:
             self._events_at_boundary = self.trace.events_total
+            self._forwards_at_boundary = tracker.forwards
             self.trace.step += 1
+            self._join_timing()
+            if self.options.windowed:
+                self._enter_window(self.trace.step)
         return self.trace.step
+
+    def _enter_window(self, step: int) -> None:
+        end = self.options.end_step
+        inside = step >= self.options.start_step and (end is None or step < end)
+        if inside:
+            self._resume()
+        elif _get_current_dispatch_mode() is self or self._paused:
+            self._pause()
+        else:  # another mode was pushed after ours: we cannot pop from under it
+            _say_once("window", "a dispatch mode entered after CommDebugMode is active: the step window cannot pause recording")
 
     def _on_optimizer_step(self) -> None:
         if self.auto_step:
@@ -275,18 +377,32 @@ class CommDebugMode(TorchDispatchMode):
     # ---- collectives ------------------------------------------------------------------------
 
     def _collective(self, func, name: str, spec: _ops.CollectiveSpec, args: tuple, kwargs: dict):
-        fqn, phase = self._where  # synced by __torch_dispatch__ just before
-        latency = None
-        if self.timing:
-            _sync_if_cuda(args)
-            start = time.perf_counter()
-            out = func(*args, **kwargs)
-            _wait(out, spec, args, kwargs)
-            latency = time.perf_counter() - start
-        else:
-            out = func(*args, **kwargs)
-
+        options = self.options
+        if options.ops is not None and spec.op not in options.ops:
+            return func(*args, **kwargs)  # not asked for: run it, record nothing
         group = self._groups.resolve(spec.group, args)
+        peer = self._peer(spec, args, group) if spec.is_p2p else None
+        if options.crossnode_only and not self._crosses_nodes(group, peer):
+            return func(*args, **kwargs)
+        fqn, phase = self._where  # synced by __torch_dispatch__ just before
+        start_s = latency = None
+        nvtx = options.nvtx and _on_cuda(args)
+        if nvtx:
+            torch.cuda.nvtx.range_push(nvtx_label(spec.op, _ops.tensor_bytes(_ops.pick(spec.inputs, args, kwargs, None))[0], group, fqn))
+        try:
+            if options.timing == "sync" and not spec.is_p2p:
+                out, started, latency = time_sync(lambda: func(*args, **kwargs), lambda o: _wait(o, spec, args, kwargs), _on_cuda(args))
+                start_s = started - self._t0
+            else:
+                if options.timing == "sync":
+                    # Waiting on a send before its matching receive is posted deadlocks rings
+                    # and pipeline schedules, and gloo's sends have no future to time them by.
+                    self._note("p2p", "timing='sync' does not time send/recv: waiting on each would change the program's order and can deadlock it")
+                out = func(*args, **kwargs)
+        finally:
+            if nvtx:
+                torch.cuda.nvtx.range_pop()
+
         self.trace.add_group(group)
         inputs = _ops.pick(spec.inputs, args, kwargs, out)
         outputs = _ops.pick(spec.outputs, args, kwargs, out)
@@ -294,10 +410,9 @@ class CommDebugMode(TorchDispatchMode):
         out_bytes, out_shapes, out_dtype = _ops.tensor_bytes(outputs)
         size = _SIZE[spec.size](in_bytes, out_bytes, group.size)
 
-        seq = peer = p2p_seq = microbatch = None
+        seq = p2p_seq = microbatch = None
         path = None
         if spec.is_p2p:
-            peer = self._peer(spec, args, group)
             key = (group.name, peer, spec.op)
             p2p_seq = self._p2p_seq[key]
             self._p2p_seq[key] = p2p_seq + 1
@@ -318,36 +433,90 @@ class CommDebugMode(TorchDispatchMode):
         source, from_dtensor = self._caller()
         dt = self._last_dtensor if from_dtensor else None
         trace = self.trace
+        index = trace.events_total
         # positional, in CollectiveEvent's field order: this runs for every collective
-        trace.add_event(
-            CollectiveEvent(
-                trace.events_total,
-                spec.op,
-                spec.compat_key,
-                name,
-                trace.step,
-                phase,
-                fqn,
-                group,
-                seq,
-                dtype or out_dtype,
-                in_shapes,
-                out_shapes,
-                in_bytes,
-                out_bytes,
-                size,
-                _busbw_factor(spec, group.size),
-                None if dt is None else dt[0],
-                None if dt is None else _text(dt[2], list),
-                None if dt is None or dt[3] is None else _text(dt[3]),
-                source if self.record_source else None,
-                latency,
-                peer,
-                p2p_seq,
-                microbatch,
-            )
+        event = CollectiveEvent(
+            index,
+            spec.op,
+            spec.compat_key,
+            name,
+            trace.step,
+            phase,
+            fqn,
+            group,
+            seq,
+            dtype or out_dtype,
+            in_shapes,
+            out_shapes,
+            in_bytes,
+            out_bytes,
+            size,
+            _busbw_factor(spec, group.size),
+            None if dt is None else dt[0],
+            None if dt is None else _text(dt[2], list),
+            None if dt is None or dt[3] is None else _text(dt[3]),
+            source if options.record_source else None,
+            latency,
+            peer,
+            p2p_seq,
+            microbatch,
+            start_s,
         )
+        trace.add_event(event)
+        if self._async is not None and self._async.watch(group.name, self._groups.pg(group.name)):
+            self._async.issued(group.name, self._groups.pg(group.name), index)  # timed later
+        elif self._listeners:
+            self._emit(event)
         return out
+
+    def _crosses_nodes(self, group: Any, peer: int | None) -> bool:
+        """Whether a collective leaves the node: its group (or, for send/recv, its peer) spans
+        more than one node of ``ranks_per_node`` consecutive ranks. Unknown ranks count as
+        crossing: better recorded than lost."""
+        per_node = self.options.ranks_per_node or 1
+        if peer is not None:
+            return peer // per_node != int(self.trace.metadata.get("rank") or 0) // per_node
+        crosses = self._crosses.get(group.name)
+        if crosses is None:
+            ranks = group.ranks
+            crosses = self._crosses[group.name] = ranks is None or len({r // per_node for r in ranks}) > 1
+        return crosses
+
+    def _note(self, key: str, message: str) -> None:
+        """A fact about this run's timing, said once: logged and kept in the dump."""
+        notes = self.trace.metadata.setdefault("timing_notes", [])
+        if message not in notes:
+            notes.append(message)
+            log.warning("commdebug: %s", message)
+
+    def _emit(self, event: CollectiveEvent) -> None:
+        for listener in self._listeners:
+            listener(event)
+
+    def _join_timing(self) -> None:
+        """Give asynchronously timed events their NCCL durations (step boundaries, exit, reads)."""
+        if self._async is None:
+            return
+
+        def apply(index: int, started_at: float | None, seconds: float | None) -> None:
+            start_s = None if started_at is None else started_at - self._t0_wall
+            event = self.trace.set_timing(index, start_s, seconds)
+            if event is not None and self._listeners:
+                self._emit(event)
+
+        self._async.join(apply)
+
+    def _finish_timing(self) -> None:
+        if self._async is None:
+            return
+        self._join_timing()
+        self._async.__exit__()
+        if self._listeners:  # never timed (not reported by NCCL): log them without a time
+            for index in sorted(self._async.pending.values()):
+                pos = index - self.trace.events_dropped
+                if 0 <= pos < len(self.trace.events):
+                    self._emit(self.trace.events[pos])
+        self._async.pending.clear()
 
     @staticmethod
     def _peer(spec: _ops.CollectiveSpec, args: tuple, group: Any) -> int | None:
@@ -453,6 +622,22 @@ class CommDebugMode(TorchDispatchMode):
 
         return render_table(self.trace, noise_level, color=color)
 
+    def generate_summary_table(self, by: str = "op") -> str:
+        """Per-op (or per ``"op,size"``, ``"op,bin"``, ``"module"``, ``"group"``, ``"step"``,
+        ``"phase"``) counts, bytes and, when timed, times and bandwidths, with a header giving
+        elapsed and communication time (docs/summary.md). Same text as ``commdebug summary``.
+
+        >>> print(comm.generate_summary_table(by="op,size"))   # doctest: +SKIP
+        """
+        from commdebug.analysis.summary import summarize
+        from commdebug.render.summary import render_summary
+
+        self._join_timing()
+        if self._active:  # inside the context: how long so far
+            self.trace.metadata["elapsed_s"] = time.perf_counter() - self._t0
+            self.trace.metadata["recorded_s"] = self._recorded_s + (0.0 if self._paused else time.perf_counter() - self._resumed_at)
+        return render_summary(summarize(self.trace, by))
+
     def log_comm_debug_tracing_table_to_file(self, file_name: str = "comm_mode_log.txt", noise_level: int = 3) -> None:
         """Write the table, without colours, to ``file_name`` (atomically, folders created)."""
         from commdebug.render.table import write_table
@@ -529,9 +714,8 @@ def _run_metadata() -> dict[str, Any]:
     }
 
 
-def _sync_if_cuda(args: tuple) -> None:
-    if torch.cuda.is_available() and any(t.is_cuda for t in _tensors(args)):
-        torch.cuda.synchronize()
+def _on_cuda(args: tuple) -> bool:
+    return torch.cuda.is_available() and any(t.is_cuda for t in _tensors(args))
 
 
 def _wait(out: Any, spec: _ops.CollectiveSpec, args: tuple, kwargs: dict) -> None:
@@ -545,7 +729,6 @@ def _wait(out: Any, spec: _ops.CollectiveSpec, args: tuple, kwargs: dict) -> Non
         result = _ops.pick(spec.outputs, args, kwargs, out)
         for t in _tensors(result if result is not None else out):
             torch.ops._c10d_functional.wait_tensor(t)
-    _sync_if_cuda((out,))
 
 
 def _first_tensor(value: Any) -> torch.Tensor | None:

@@ -114,6 +114,7 @@ class ModuleTracker:
         self._on_move = on_move
         self._on_optimizer_step = on_optimizer_step
         self._optimizer_depth = 0  # optimizers calling a parent class's step() nest
+        self.forwards = 0  # module calls seen, also while paused: steps count only after work
         self._names: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._named: weakref.WeakSet = weakref.WeakSet()
         # modules with our forward hook in this context -> (fqn, has children): one weak lookup
@@ -180,6 +181,7 @@ class ModuleTracker:
     # ---- forward ----------------------------------------------------------------------------
 
     def _pre_hook(self, mod: torch.nn.Module, args: tuple) -> None:
+        self.forwards += 1
         known = self._hooked.get(mod)
         fqn, parent_module = known if known is not None else self._first_call(mod)
         paths = self.paths
@@ -351,6 +353,9 @@ class ModuleTracker:
 
     def __exit__(self, *exc: object) -> None:
         self.pause()
+        if self._pre_handle is not None:
+            self._pre_handle.remove()
+            self._pre_handle = None
         for handle in self._handles + self._optimizer_handles:
             handle.remove()
         self._handles = []
@@ -362,15 +367,20 @@ class ModuleTracker:
         self.fw_phase = FORWARD
 
     def pause(self) -> None:
-        """Stop tracking modules, keeping what is known: the global hook goes, modules' own
-        stay (they return at once while paused), optimizer steps are still seen."""
+        """Stop tracking modules, keeping what is known: modules' own hooks return at once
+        while paused, the global one only counts calls, optimizer steps are still seen."""
         self.active = False
         if self._pre_handle is not None:
             self._pre_handle.remove()
-            self._pre_handle = None
+        self._pre_handle = register_module_forward_pre_hook(self._count_forward)
 
     def resume(self) -> None:
         if self.active:
             return
         self.active = True
+        if self._pre_handle is not None:
+            self._pre_handle.remove()
         self._pre_handle = register_module_forward_pre_hook(self._pre_hook)
+
+    def _count_forward(self, mod: torch.nn.Module, args: tuple) -> None:
+        self.forwards += 1

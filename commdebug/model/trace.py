@@ -140,6 +140,7 @@ class CollectiveEvent(NamedTuple):
     peer: int | None = None  # send/recv: the other side, as a global rank
     p2p_seq: int | None = None  # send/recv: n-th send to (or recv from) this peer on this group
     microbatch: int | None = None  # pipelining: the schedule's microbatch index
+    start_s: float | None = None  # when timed: seconds from the context's start to the call
 
     @property
     def group_name(self) -> str:
@@ -206,6 +207,7 @@ class CollectiveEvent(NamedTuple):
             peer=d.get("peer"),
             p2p_seq=d.get("p2p_seq"),
             microbatch=d.get("microbatch"),
+            start_s=d.get("start_s"),
         )
 
 
@@ -328,6 +330,14 @@ class Trace:
     def add_event(self, event: CollectiveEvent) -> None:
         self.events.append(event)
         self.events_total += 1
+
+    def set_timing(self, index: int, start_s: float | None, latency_s: float | None) -> CollectiveEvent | None:
+        """Give an event its time once known (asynchronous timing); None if it was dropped."""
+        pos = index - self.events_dropped
+        if not 0 <= pos < len(self.events):
+            return None
+        event = self.events[pos] = self.events[pos]._replace(start_s=start_s, latency_s=latency_s)
+        return event
 
     # ---- reading (renderers, analysis) ------------------------------------------------------
 

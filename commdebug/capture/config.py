@@ -1,0 +1,243 @@
+"""CommDebugMode's options: one definition, read from keyword arguments, a dict or JSON file
+(ours, or DeepSpeed's ``comms_logger`` block as is) and ``COMMDEBUG_*`` environment variables.
+
+Precedence, lowest first: defaults, environment, config file or dict, keyword arguments. Every
+bad key or value is one :class:`ConfigError` that names it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from commdebug import ops as _ops
+from commdebug.errors import CommDebugError
+
+__all__ = ["Options", "ConfigError", "ENV_PREFIX", "TIMING_MODES", "canonical_ops"]
+
+ENV_PREFIX = "COMMDEBUG_"
+TIMING_MODES = ("off", "sync", "async")
+
+
+class ConfigError(CommDebugError, ValueError):
+    """A bad option: unknown key, wrong type or value out of range. The message names the key."""
+
+
+@dataclass(frozen=True)
+class Options:
+    """What CommDebugMode records. See docs/configuration.md for each field."""
+
+    enabled: bool = True
+    max_events: int | None = 20_000
+    record_source: bool = True
+    timing: str = "off"
+    auto_step: bool = True
+    ops: frozenset[str] | None = None
+    crossnode_only: bool = False
+    ranks_per_node: int | None = None
+    start_step: int = 0
+    end_step: int | None = None
+    verbose: bool = False
+    nvtx: bool = False
+
+    @classmethod
+    def resolve(cls, kwargs: Mapping[str, Any], config: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None) -> "Options":
+        """Defaults, then ``COMMDEBUG_*`` from ``env`` (``os.environ`` when None), then
+        ``config`` (see :func:`read_config`), then ``kwargs``; validated."""
+        options = cls()
+        values: dict[str, Any] = {}
+        values.update(_from_env(os.environ if env is None else env))
+        if config:
+            values.update(config)
+        values.update(kwargs)
+        for key, value in values.items():
+            options = replace(options, **{key: _check(key, value)})
+        if options.end_step is not None and options.end_step <= options.start_step:
+            raise ConfigError(f"end_step ({options.end_step}) must be greater than start_step ({options.start_step})")
+        if options.crossnode_only and options.ranks_per_node is None:
+            raise ConfigError("crossnode_only needs ranks_per_node (or LOCAL_WORLD_SIZE set by the launcher)")
+        return options
+
+    @property
+    def windowed(self) -> bool:
+        return self.start_step > 0 or self.end_step is not None
+
+
+# ---- values -------------------------------------------------------------------------------------
+
+
+def _bool(key: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("1", "true", "yes", "on"):
+        return True
+    if isinstance(value, str) and value.strip().lower() in ("0", "false", "no", "off", ""):
+        return False
+    raise ConfigError(f"{key} must be true or false, got {value!r}")
+
+
+def _int(key: str, value: Any, minimum: int, allow_none: bool = False) -> int | None:
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none")):
+        if allow_none:
+            return None
+        raise ConfigError(f"{key} must be an integer >= {minimum}, got {value!r}")
+    if isinstance(value, bool):
+        raise ConfigError(f"{key} must be an integer >= {minimum}, got {value!r}")
+    try:
+        number = int(value) if isinstance(value, (int, str)) else None
+    except ValueError:
+        number = None
+    if number is None or number < minimum:
+        raise ConfigError(f"{key} must be an integer >= {minimum}{' or null' if allow_none else ''}, got {value!r}")
+    return number
+
+
+def _timing(key: str, value: Any) -> str:
+    if value is True:
+        return "sync"
+    if value is False or value is None:
+        return "off"
+    text = str(value).strip().lower()
+    text = {"1": "sync", "true": "sync", "on": "sync", "yes": "sync", "0": "off", "false": "off", "no": "off", "": "off"}.get(text, text)
+    if text not in TIMING_MODES:
+        raise ConfigError(f"{key} must be one of {', '.join(TIMING_MODES)} (or true/false), got {value!r}")
+    return text
+
+
+# deepspeed.comm / torch.distributed function names -> our canonical op names
+_OP_ALIASES = {
+    "all_gather_into_tensor": "all_gather",
+    "all_gather_base": "all_gather",
+    "allgather_fn": "all_gather",
+    "all_gather_coalesced": "all_gather",
+    "reduce_scatter_tensor": "reduce_scatter",
+    "reduce_scatter_base": "reduce_scatter",
+    "reduce_scatter_fn": "reduce_scatter",
+    "all_to_all_single": "all_to_all",
+    "all_reduce_coalesced": "all_reduce",
+    "inference_all_reduce": "all_reduce",
+    "isend": "send",
+    "irecv": "recv",
+    "monitored_barrier": "barrier",
+}
+
+
+def canonical_ops(names: Any, key: str = "ops") -> frozenset[str]:
+    """Op names (ours, torch.distributed's or deepspeed.comm's) as canonical names."""
+    if isinstance(names, str):
+        names = [n for n in names.replace(";", ",").split(",") if n.strip()]
+    if not isinstance(names, (list, tuple, set, frozenset)) or not all(isinstance(n, str) for n in names):
+        raise ConfigError(f"{key} must be a list of collective names, got {names!r}")
+    known = _ops.canonical_names()
+    out = set()
+    for name in names:
+        op = name.strip()
+        op = _OP_ALIASES.get(op, op)
+        if op not in known:
+            raise ConfigError(f"{key}: unknown collective {name!r} (known: {', '.join(sorted(known | set(_OP_ALIASES)))})")
+        out.add(op)
+    return frozenset(out)
+
+
+_CHECKS: dict[str, Callable[[str, Any], Any]] = {
+    "enabled": _bool,
+    "max_events": lambda k, v: _int(k, v, 0, allow_none=True),
+    "record_source": _bool,
+    "timing": _timing,
+    "auto_step": _bool,
+    "ops": lambda k, v: None if v is None else canonical_ops(v, k),
+    "crossnode_only": _bool,
+    "ranks_per_node": lambda k, v: _int(k, v, 1, allow_none=True),
+    "start_step": lambda k, v: _int(k, v, 0),
+    "end_step": lambda k, v: _int(k, v, 1, allow_none=True),
+    "verbose": _bool,
+    "nvtx": _bool,
+}
+assert set(_CHECKS) == {f.name for f in fields(Options)}
+
+
+def _check(key: str, value: Any) -> Any:
+    check = _CHECKS.get(key)
+    if check is None:
+        raise ConfigError(f"unknown option {key!r} (known: {', '.join(_CHECKS)})")
+    return check(key, value)
+
+
+def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
+    """``COMMDEBUG_TIMING=sync`` -> ``{"timing": "sync"}``; ``LOCAL_WORLD_SIZE`` (torchrun) is
+    the default ranks per node. ``COMMDEBUG`` and ``COMMDEBUG_OUT`` belong to ``commdebug run``."""
+    values: dict[str, Any] = {}
+    if env.get("LOCAL_WORLD_SIZE", "").isdigit():
+        values["ranks_per_node"] = int(env["LOCAL_WORLD_SIZE"])
+    for name, text in env.items():
+        if not name.startswith(ENV_PREFIX) or name in _LAUNCHER_VARS:
+            continue
+        key = name[len(ENV_PREFIX):].lower()
+        if key not in _CHECKS:
+            raise ConfigError(f"unknown environment variable {name} (known: {', '.join(ENV_PREFIX + k.upper() for k in _CHECKS)})")
+        try:
+            values[key] = _check(key, text)
+        except ConfigError as e:
+            raise ConfigError(f"{name}: {e}") from None
+    return values
+
+
+# variables read by the launcher (commdebug run and the start-up hook), not by the mode
+_LAUNCHER_VARS = frozenset({"COMMDEBUG_OUT", "COMMDEBUG_HANG_TIMEOUT", "COMMDEBUG_HTML"})
+
+
+# ---- config files -----------------------------------------------------------------------------
+
+_DEEPSPEED_KEYS = {"enabled", "verbose", "prof_all", "prof_ops", "debug"}
+
+
+def read_config(config: Mapping[str, Any] | str | os.PathLike) -> dict[str, Any]:
+    """Options from a dict or a JSON file: our keys at the top level, or a DeepSpeed config
+    whose ``comms_logger`` block is read as is (the rest of a DeepSpeed config is DeepSpeed's).
+
+    DeepSpeed's logger times every collective by synchronising, so ``enabled`` there means
+    ``timing="sync"``; ``prof_all: false`` records only ``prof_ops``; ``debug`` records the
+    caller's source line.
+    """
+    if not isinstance(config, Mapping):
+        path = Path(config)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: no such config file") from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(f"{path}: cannot read: {e}") from None
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: a config file holds a JSON object")
+        config = data
+    if "comms_logger" in config:
+        return _from_deepspeed(config["comms_logger"])
+    for key in config:
+        if key not in _CHECKS:
+            raise ConfigError(f"unknown option {key!r} (known: {', '.join(_CHECKS)}; or a DeepSpeed 'comms_logger' block)")
+    return dict(config)
+
+
+def _from_deepspeed(block: Any) -> dict[str, Any]:
+    if not isinstance(block, Mapping):
+        raise ConfigError(f"comms_logger must be an object, got {block!r}")
+    for key in block:
+        if key not in _DEEPSPEED_KEYS:
+            raise ConfigError(f"comms_logger: unknown key {key!r} (known: {', '.join(sorted(_DEEPSPEED_KEYS))})")
+    enabled = _bool("comms_logger.enabled", block.get("enabled", False))
+    out: dict[str, Any] = {"enabled": enabled, "timing": "sync" if enabled else "off"}
+    if "verbose" in block:
+        out["verbose"] = _bool("comms_logger.verbose", block["verbose"])
+    if "debug" in block:
+        out["record_source"] = _bool("comms_logger.debug", block["debug"])
+    prof_all = _bool("comms_logger.prof_all", block.get("prof_all", True))
+    if not prof_all:
+        out["ops"] = canonical_ops(block.get("prof_ops", []), "comms_logger.prof_ops")
+    elif "prof_ops" in block:
+        canonical_ops(block["prof_ops"], "comms_logger.prof_ops")  # still check the names
+    return out

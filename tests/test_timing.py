@@ -1,0 +1,328 @@
+"""Timing, summaries, filters, the step window, verbose logging and configuration: a real
+4-rank gloo run (tests/gloo_worker.py:timing), plus the parts that need no second process."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from datetime import timedelta
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import commdebug
+import gloo_worker
+from commdebug import CommDebugMode
+from commdebug.analysis.summary import summarize
+from commdebug.capture.config import ConfigError
+from commdebug.capture.timing import AsyncTimer, WorkDone, _report
+from commdebug.render.summary import render_summary
+from test_multiprocess import DEADLINE_S, _spawn
+
+WORLD = 4
+ALL_KINDS = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "gather", "scatter", "send", "recv", "barrier"}
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("timing")
+    _spawn(WORLD, str(out), gloo_worker.timing)
+    return out
+
+
+@pytest.mark.timeout(DEADLINE_S + 30)
+def test_every_op_kind_is_timed_with_consistent_bandwidths(run):
+    for rank in range(WORLD):
+        trace = commdebug.load(run / f"timed{rank}.json")
+        assert trace.metadata["timing"] == "sync"
+        assert {e.op for e in trace.events} == ALL_KINDS
+        # waiting on each send/recv could deadlock the ring: untimed, and the dump says why
+        p2p = [e for e in trace.events if e.op in ("send", "recv")]
+        assert len(p2p) == 2 and all(e.latency_s is None for e in p2p)
+        assert any("does not time send/recv" in n for n in trace.metadata["timing_notes"])
+        for e in trace.events:
+            if e in p2p:
+                continue
+            assert e.latency_s is not None and e.latency_s > 0, e
+            assert e.start_s is not None and 0 <= e.start_s <= trace.metadata["elapsed_s"]
+            assert e.algbw_gbps == pytest.approx(e.size_bytes / e.latency_s / 1e9)
+            assert e.busbw_gbps == pytest.approx(e.algbw_gbps * e.busbw_factor)
+        starts = [e.start_s for e in trace.events if e.start_s is not None]
+        assert starts == sorted(starts)  # calls start in the order they were made
+        for row in summarize(trace, "op").rows:
+            if row.key["op"] in ("send", "recv"):
+                assert row.timed_calls == 0 and row.time_s is None
+                continue
+            events = [e for e in trace.events if e.op == row.key["op"]]
+            time_s = sum(e.latency_s for e in events)
+            assert row.calls == len(events) and row.time_s == pytest.approx(time_s)
+            assert row.algbw_gbps == pytest.approx(sum(e.size_bytes for e in events) / time_s / 1e9)
+            assert row.busbw_gbps == pytest.approx(sum(e.size_bytes * e.busbw_factor for e in events) / time_s / 1e9)
+            assert row.busbw_p50_gbps <= row.busbw_p90_gbps <= row.busbw_p99_gbps
+
+
+@pytest.mark.timeout(DEADLINE_S + 30)
+def test_a_late_rank_shows_in_the_others_latency(run):
+    for rank in range(WORLD):
+        trace = commdebug.load(run / f"timed{rank}.json")
+        waits = [e.latency_s for e in trace.events if e.op == "all_reduce" and e.size_bytes == 4096]
+        assert len(waits) == 4
+        if rank == gloo_worker.SLEEPY_RANK:
+            assert waits[2] < gloo_worker.SLEEP_S / 2  # it arrived last: no one to wait for
+        else:
+            assert waits[2] >= gloo_worker.SLEEP_S * 0.75, (rank, waits)
+            assert max(waits[3], waits[1]) < gloo_worker.SLEEP_S / 2, (rank, waits)
+
+
+@pytest.mark.timeout(DEADLINE_S + 30)
+def test_summary_of_the_dump_is_the_live_summary(run):
+    for rank in range(WORLD):
+        live = (run / f"summary{rank}.txt").read_text()
+        offline = render_summary(summarize(commdebug.load(run / f"timed{rank}.json"), "op,size"))
+        # elapsed time is measured at the live call and at exit, the rest is identical
+        assert _without_elapsed(live) == _without_elapsed(offline)
+        assert "communication" in live and "% of recorded time" in live
+
+
+def _without_elapsed(text: str) -> list[str]:
+    lines = text.splitlines()
+    return [lines[0]] + lines[2:]
+
+
+@pytest.mark.timeout(DEADLINE_S + 30)
+def test_ops_filter_records_only_those(run):
+    for rank in range(WORLD):
+        trace = commdebug.load(run / f"ops{rank}.json")
+        assert [e.op for e in trace.events] == ["all_reduce", "broadcast"]
+        assert set(trace.summary()["by_op"]) == {"all_reduce", "broadcast"}
+
+
+@pytest.mark.timeout(DEADLINE_S + 30)
+def test_crossnode_only_keeps_what_leaves_the_node(run):
+    for rank in range(WORLD):
+        trace = commdebug.load(run / f"cross{rank}.json")
+        got = [(e.op, e.group.ranks if e.op == "all_reduce" else e.peer) for e in trace.events]
+        other = (0, 2) if rank % 2 == 0 else (1, 3)
+        far = (rank + 2) % WORLD
+        assert got == [("all_reduce", (0, 1, 2, 3)), ("all_reduce", other), ("send", far), ("recv", far)]
+
+
+@pytest.mark.timeout(DEADLINE_S + 30)
+def test_step_window_verbose_and_deepspeed_config(run):
+    for rank in range(WORLD):
+        trace = commdebug.load(run / f"window{rank}.json")
+        # steps 1 and 2 only; only the DeepSpeed prof_ops; timed, since the logger is enabled
+        assert sorted({e.step for e in trace.events}) == [1, 2]
+        assert Counter(e.op for e in trace.events) == {"all_reduce": 4, "all_gather": 2}
+        assert all(e.latency_s is not None and e.source for e in trace.events)
+        assert trace.metadata["timing"] == "sync"
+        lines = (run / f"verbose{rank}.log").read_text().splitlines()
+        assert len(lines) == len(trace.events)
+        for line, e in zip(lines, trace.events):
+            fields = dict(part.split("=", 1) for part in line.split(" | "))
+            assert fields["rank"] == str(rank) and fields["op"] == e.op
+            assert fields["group"] == "default_pg[4]" and fields["module"] == "Global"
+            assert fields["time"].endswith(" ms") and fields["algbw"].endswith(" GB/s") and fields["busbw"].endswith(" GB/s")
+            assert fields["at"].startswith("gloo_worker.py:")
+
+
+# ---- without a second process -----------------------------------------------------------------
+
+
+def test_untimed_summary_says_so(world):
+    comm = CommDebugMode()
+    with comm:
+        dist.all_reduce(torch.ones(8))
+    text = comm.generate_summary_table()
+    assert "no timing was recorded (timing off): counts and bytes only" in text
+    assert "time ms" not in text and "all_reduce      1" in text.replace("  ", "  ")
+    data = summarize(comm.trace, "op").to_dict()
+    assert data["rows"] == [{"op": "all_reduce", "calls": 1, "bytes": 32, "timed_calls": 0, "time_s": None, "avg_time_s": None,
+                             "algbw_gbps": None, "busbw_gbps": None, "busbw_p50_gbps": None, "busbw_p90_gbps": None, "busbw_p99_gbps": None}]
+    assert data["header"]["timing"] == "off" and data["header"]["comm_time_s"] is None
+
+
+@pytest.mark.parametrize("by", ["op", "op,size", "op,bin", "module", "group", "step", "phase"])
+def test_summary_groupings_cover_every_call(world, tp_transformer, by):
+    model, tokens = tp_transformer()
+    comm = CommDebugMode()
+    with comm:
+        for _ in range(2):
+            model(tokens).sum().backward()
+            comm.step()
+    summary = summarize(comm.trace, by)
+    assert sum(r.calls for r in summary.rows) == comm.get_total_counts()
+    assert sum(r.bytes for r in summary.rows) == comm.trace.summary()["bytes"]
+    assert len({tuple(r.key.values()) for r in summary.rows}) == len(summary.rows)
+
+
+def test_size_bins_are_powers_of_two(world):
+    comm = CommDebugMode()
+    with comm:
+        for n in (1, 3, 4, 700, 1024):
+            dist.all_reduce(torch.ones(n))  # 4, 12, 16, 2800, 4096 bytes
+        dist.barrier()
+    rows = {(r.key["op"], r.key["size_bin"]): r.calls for r in summarize(comm.trace, "op,bin").rows}
+    assert rows == {("all_reduce", "4 B - 8 B"): 1, ("all_reduce", "8 B - 16 B"): 1, ("all_reduce", "16 B - 32 B"): 1,
+                    ("all_reduce", "2.00 KiB - 4.00 KiB"): 1, ("all_reduce", "4.00 KiB - 8.00 KiB"): 1, ("barrier", "0 B"): 1}
+
+
+def test_unknown_summary_grouping_is_a_clear_error(world):
+    with pytest.raises(commdebug.CommDebugError, match="unknown summary grouping 'size,op'"):
+        CommDebugMode().generate_summary_table(by="size,op")
+
+
+def test_async_timing_joins_reported_durations_by_group_and_sequence():
+    """The NCCL path without a GPU: completion reports arrive in any order, and out of the
+    context's events, only those (group, seq) matched get a time; nothing is made up."""
+    timer = AsyncTimer(lambda key, message: None)
+    with timer:
+        pg_a = SimpleNamespace(_get_sequence_number_for_group=lambda: seq["a"])
+        pg_b = SimpleNamespace(_get_sequence_number_for_group=lambda: seq["b"])
+        seq = {"a": 7, "b": 3}
+        timer.issued("a", pg_a, 0)
+        seq["a"] = 8
+        timer.issued("a", pg_a, 1)
+        timer.issued("b", pg_b, 2)
+        # the watchdog thread's reports, as ProcessGroupNCCL's WorkInfo carries them
+        for group, s, dur in (("a", 8, 0.002), ("b", 3, 0.001), ("a", 99, 0.5)):
+            info = SimpleNamespace(seq=s, time_started=timedelta(seconds=100.0), active_duration=timedelta(seconds=dur))
+            _report(group)(info)
+        got = {}
+        assert timer.join(lambda index, started, seconds: got.__setitem__(index, (started, seconds))) == 2
+    assert got == {1: (100.0, 0.002), 2: (100.0, 0.001)}
+    assert timer.pending == {("a", 7): 0}  # never reported: stays untimed
+    assert list(timer.done) == []
+
+
+def test_async_timing_on_a_backend_that_cannot_says_so_once(world, caplog):
+    comm = CommDebugMode(timing="async")
+    with caplog.at_level(logging.WARNING, logger="commdebug"), comm:
+        for _ in range(3):
+            dist.all_reduce(torch.ones(4))
+    assert all(e.latency_s is None for e in comm.trace.events)
+    notes = comm.trace.metadata["timing_notes"]
+    assert len(notes) == 1 and "needs NCCL" in notes[0] and "fake" in notes[0]
+    assert sum("needs NCCL" in r.message for r in caplog.records) == 1
+    assert "note: timing='async' needs NCCL" in comm.generate_summary_table()
+
+
+def test_step_window_outside_runs_without_the_mode(world):
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    comm = CommDebugMode(start_step=2, end_step=3)
+    model = torch.nn.Linear(4, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    seen = []
+    with comm:
+        for _ in range(4):
+            seen.append(_get_current_dispatch_mode() is comm)
+            model(torch.ones(1, 4)).sum().backward()
+            dist.all_reduce(torch.ones(2))
+            opt.step()
+    assert seen == [False, False, True, False]
+    assert [e.step for e in comm.trace.events] == [2]
+    assert comm.trace.metadata["recorded_s"] < comm.trace.metadata["elapsed_s"]
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"timing": "fast"}, "timing must be one of off, sync, async"),
+        ({"ops": ["all_reduse"]}, "ops: unknown collective 'all_reduse'"),
+        ({"start_step": -1}, "start_step must be an integer >= 0"),
+        ({"start_step": 5, "end_step": 5}, "end_step (5) must be greater than start_step (5)"),
+        ({"max_events": "many"}, "max_events must be an integer >= 0 or null"),
+    ],
+)
+def test_bad_options_name_the_key(kwargs, message):
+    with pytest.raises(ConfigError) as info:
+        CommDebugMode(**kwargs)
+    assert message in str(info.value)
+
+
+def test_crossnode_only_needs_ranks_per_node(monkeypatch):
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    with pytest.raises(ConfigError, match="crossnode_only needs ranks_per_node"):
+        CommDebugMode(crossnode_only=True)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")  # torchrun sets it
+    assert CommDebugMode(crossnode_only=True).options.ranks_per_node == 8
+
+
+def test_environment_variables_and_their_errors(monkeypatch):
+    monkeypatch.setenv("COMMDEBUG_TIMING", "sync")
+    monkeypatch.setenv("COMMDEBUG_OPS", "all_reduce,all_to_all_single")
+    monkeypatch.setenv("COMMDEBUG_MAX_EVENTS", "none")
+    options = CommDebugMode().options
+    assert (options.timing, options.ops, options.max_events) == ("sync", frozenset({"all_reduce", "all_to_all"}), None)
+    assert CommDebugMode(timing=False).options.timing == "off"  # arguments win
+    monkeypatch.setenv("COMMDEBUG_VERBOSE", "loud")
+    with pytest.raises(ConfigError, match=r"COMMDEBUG_VERBOSE: verbose must be true or false, got 'loud'"):
+        CommDebugMode()
+    monkeypatch.delenv("COMMDEBUG_VERBOSE")
+    monkeypatch.setenv("COMMDEBUG_TIMNG", "sync")
+    with pytest.raises(ConfigError, match="unknown environment variable COMMDEBUG_TIMNG"):
+        CommDebugMode()
+
+
+def test_config_files(tmp_path):
+    ours = tmp_path / "commdebug.json"
+    ours.write_text(json.dumps({"timing": "async", "start_step": 10, "end_step": 20, "nvtx": True}))
+    o = CommDebugMode.from_config(ours).options
+    assert (o.timing, o.start_step, o.end_step, o.nvtx) == ("async", 10, 20, True)
+    assert CommDebugMode.from_config(ours, start_step=0).options.start_step == 0
+    ds = {"comms_logger": {"enabled": True, "verbose": False, "prof_all": True, "debug": False}}
+    o = CommDebugMode.from_config(ds).options
+    assert (o.enabled, o.timing, o.ops, o.record_source, o.verbose) == (True, "sync", None, False, False)
+    disabled = CommDebugMode.from_config({"comms_logger": {"enabled": False}})
+    with disabled:
+        torch.ones(2) + 1
+    assert disabled.get_total_counts() == 0 and disabled.trace.ops == {}
+    bad = [
+        ({"timing": "sync", "colour": True}, "unknown option 'colour'"),
+        ({"comms_logger": {"enabled": True, "prof_opz": []}}, "comms_logger: unknown key 'prof_opz'"),
+        ({"comms_logger": {"prof_all": False, "prof_ops": ["all_reduce", "allreduce"]}}, "comms_logger.prof_ops: unknown collective 'allreduce'"),
+    ]
+    for data, message in bad:
+        with pytest.raises(ConfigError) as info:
+            CommDebugMode.from_config(data)
+        assert message in str(info.value)
+    (tmp_path / "broken.json").write_text("{")
+    with pytest.raises(ConfigError, match=r"broken.json: not valid JSON \(line 1, column 2"):
+        CommDebugMode.from_config(tmp_path / "broken.json")
+    with pytest.raises(ConfigError, match="missing.json: no such config file"):
+        CommDebugMode.from_config(tmp_path / "missing.json")
+
+
+def test_nvtx_without_cuda_is_a_one_time_notice(world, caplog):
+    from commdebug.capture import mode as mode_module
+
+    mode_module._SAID.discard("nvtx")
+    with caplog.at_level(logging.WARNING, logger="commdebug"):
+        for _ in range(2):
+            comm = CommDebugMode(nvtx=True)
+            with comm:
+                dist.all_reduce(torch.ones(2))
+            assert comm.get_total_counts() == 1
+    assert sum("nvtx=True has no effect without CUDA" in r.message for r in caplog.records) == 1
+
+
+def test_verbose_without_logging_configured_still_prints(world):
+    import subprocess
+    import sys
+
+    script = (
+        "import torch, torch.distributed as dist\n"
+        "from commdebug.demo import init_fake_world\n"
+        "from commdebug import CommDebugMode\n"
+        "init_fake_world(4)\n"
+        "with CommDebugMode(verbose=True):\n"
+        "    dist.all_reduce(torch.ones(256))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    (line,) = [l for l in proc.stderr.splitlines() if l.startswith("[commdebug] ")]
+    assert line == "[commdebug] rank=0 | op=all_reduce | size=1.00 KiB | group=default_pg[4] | module=Global | at=<string>:6"
