@@ -94,12 +94,14 @@ def test_json_dump_keeps_the_reference_node_format(traced, tmp_path):
     meta = section["metadata"]
     assert meta["world_size"] == 8 and meta["rank"] == 0 and meta["steps"] == 2
     assert meta["torch_version"] == torch.__version__ and meta["hostname"]
-    assert len(section["events"]) == traced.get_total_counts()
+    events = section["events"]  # by column, text in a string table (docs/json-format.md)
+    assert events["count"] == traced.get_total_counts() == len(events["columns"]["op"])
     assert section["summary"]["collectives"] == traced.get_total_counts()
     node_bytes = root["commdebug_node"]["bytes"]
-    assert sum(node_bytes.values()) == section["summary"]["bytes"] == sum(e["size_bytes"] for e in section["events"])
-    ev = section["events"][0]
-    assert ev["group"] == "0"  # events name their group; the table is stored once
+    assert sum(node_bytes.values()) == section["summary"]["bytes"] == sum(events["columns"]["size_bytes"])
+    strings = events["strings"]
+    assert {strings[i] for i in events["columns"]["group"]} == {"0"}  # groups by name; the table once
+    assert {strings[i] for i in events["columns"]["op"]} == {"all_reduce", "all_gather"}
     assert section["groups"] == {"0": {"desc": "default_pg", "size": 8, "ranks": list(range(8))}}
     # noise level 2 drops trivial ops from the rows
     def rows(node):
@@ -194,3 +196,27 @@ def test_dump_dict_noise_zero_has_no_ops_or_types(traced):
     root = to_dump_dict(traced.trace, 0)
     node = root["children"][0]
     assert node["module_type"] == "" and node["operations_forward"] == [] and node["collectives_forward"]
+
+
+def test_schema_1_dumps_still_load(tmp_path):
+    """A dump as commdebug 0.1 wrote it: events as objects with their group inline, node
+    collectives with group sizes, no group table, no optimizer phase."""
+    event = {"index": 0, "op": "all_reduce", "key": "c10d.allreduce_", "aten_op": "c10d.allreduce_.default", "step": 0,
+             "phase": "forward", "module": "Net.fc", "group": {"name": "0", "size": 4, "ranks": [0, 1, 2, 3]}, "seq": 0,
+             "dtype": "float32", "input_shapes": [[8]], "output_shapes": [[8]], "input_bytes": 32, "output_bytes": 32,
+             "size_bytes": 32, "busbw_factor": 1.5, "source": "train.py:3", "latency_s": 0.001}
+    node = {"collectives": [{"op": "all_reduce", "key": "c10d.allreduce_", "phase": "forward", "group": "0", "group_size": 4, "count": 1, "bytes": 32}],
+            "bytes": {"forward": 32, "backward": 0, "checkpoint": 0}, "counts": {"forward": 1, "backward": 0, "checkpoint": 0}}
+    fc = {"fqn": "Net.fc", "module_type": "", "parameters": [], "children": [], "collectives_forward": [["c10d.allreduce_", 1]],
+          "collectives_backward": [], "operations_forward": [], "operations_backward": [], "operations_checkpointing": [], "commdebug_node": node}
+    net = dict(fc, fqn="Net", children=[fc])
+    root = dict(fc, fqn="Global", children=[net])
+    root["commdebug"] = {"schema_version": 1, "noise_level": 3, "metadata": {"rank": 2, "world_size": 4, "steps": 1},
+                         "summary": {}, "events": [event], "events_dropped": 0, "max_events": 100}
+    path = tmp_path / "v1.json"
+    path.write_text(json.dumps(root))
+    trace = commdebug.load(path)
+    (e,) = trace.events
+    assert (e.group.name, e.group.size, e.group.ranks, e.latency_s, e.in_flight) == ("0", 4, (0, 1, 2, 3), 0.001, False)
+    assert trace.groups["0"].ranks == (0, 1, 2, 3)
+    assert render_table(trace, 0, color=False).splitlines()[2] == "    *c10d.allreduce_: 1 (32 B) on group 0[4]"

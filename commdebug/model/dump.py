@@ -11,6 +11,7 @@ from typing import Any
 from commdebug import ops as _ops
 from commdebug.errors import DumpError
 from commdebug.fileio import write_text_atomic
+from commdebug.model.events import decode_events, encode_events
 from commdebug.model.trace import GLOBAL, PHASES, TRIVIAL_OPS, CollectiveEvent, GroupInfo, Trace, check_noise_level, ops_at_noise
 
 __all__ = ["SCHEMA_VERSION", "to_dump_dict", "write_dump", "load", "read_dump_json", "from_dump_dict"]
@@ -74,7 +75,7 @@ def to_dump_dict(trace: Trace, noise_level: int = 3) -> dict[str, Any]:
         "metadata": {**trace.metadata, "steps": trace.steps},
         "groups": {name: g.to_dict() for name, g in trace.groups.items()},
         "summary": trace.summary(),
-        "events": [e.to_dict() for e in trace.events],
+        "events": encode_events(trace.events),
         "events_dropped": trace.events_dropped,
         "max_events": trace.max_events,
     }
@@ -140,19 +141,23 @@ def from_dump_dict(data: Any, source: str = "<dump>") -> Trace:
                 f"(this commdebug reads versions {', '.join(map(str, READABLE_VERSIONS))}; upgrade commdebug)"
             )
     try:
-        return _build(data, section)
+        return _build(data, section, source)
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise DumpError(f"{source}: malformed dump ({type(e).__name__}: {e})") from None
 
 
-def _build(root: dict[str, Any], section: dict[str, Any] | None) -> Trace:
+def _build(root: dict[str, Any], section: dict[str, Any] | None, source: str) -> Trace:
     trace = Trace(max_events=section.get("max_events") if section else None)
     events: list[CollectiveEvent] = []
     if section:
         # groups first: events and node aggregates refer to them by name
         for name, g in (section.get("groups") or {}).items():
             trace.add_group(GroupInfo.from_dict(name, g))
-        events = [CollectiveEvent.from_dict(e, trace.groups) for e in section.get("events") or []]
+        raw = section.get("events")
+        if isinstance(raw, list):  # schema 1: one object per event, the group inline
+            events = [CollectiveEvent.from_dict(e, trace.groups) for e in raw]
+        else:
+            events = decode_events(raw, trace.groups, source) if raw is not None else []
         for e in events:  # schema 1 keeps groups inside events only
             trace.add_group(e.group)
     stack: list[tuple[dict[str, Any], str | None]] = [(root, None)]

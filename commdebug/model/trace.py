@@ -141,6 +141,7 @@ class CollectiveEvent(NamedTuple):
     p2p_seq: int | None = None  # send/recv: n-th send to (or recv from) this peer on this group
     microbatch: int | None = None  # pipelining: the schedule's microbatch index
     start_s: float | None = None  # when timed: seconds from the context's start to the call
+    in_flight: bool = False  # not finished when the dump was written (a hang)
 
     @property
     def group_name(self) -> str:
@@ -167,7 +168,8 @@ class CollectiveEvent(NamedTuple):
         return None if algbw is None else algbw * self.busbw_factor
 
     def to_dict(self) -> dict[str, Any]:
-        """The event as JSON-ready data; the group by name (the dump keeps a group table)."""
+        """The event as plain data, the group by name (the dump stores events by column, see
+        :func:`commdebug.model.events.encode_events`)."""
         d = self._asdict()
         d["group"] = self.group.name
         d["input_shapes"] = [list(s) for s in self.input_shapes]
@@ -176,6 +178,7 @@ class CollectiveEvent(NamedTuple):
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], groups: dict[str, GroupInfo]) -> "CollectiveEvent":
+        """An event from :meth:`to_dict`'s form, or from schema 1's (the group inline)."""
         group = d.get("group")
         if isinstance(group, dict):  # schema 1: the group inline
             info = GroupInfo.from_dict(str(group.get("name", "?")), group)
@@ -208,6 +211,7 @@ class CollectiveEvent(NamedTuple):
             p2p_seq=d.get("p2p_seq"),
             microbatch=d.get("microbatch"),
             start_s=d.get("start_s"),
+            in_flight=bool(d.get("in_flight", False)),
         )
 
 
