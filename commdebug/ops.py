@@ -13,7 +13,17 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-__all__ = ["CollectiveSpec", "lookup", "compat_key_packet", "op_for_key", "BUSBW_FACTORS", "tensor_bytes", "pick"]
+__all__ = [
+    "CollectiveSpec",
+    "lookup",
+    "compat_key_packet",
+    "op_for_key",
+    "spec_for_op",
+    "BUSBW_FACTORS",
+    "MESSAGE_SIZE",
+    "tensor_bytes",
+    "pick",
+]
 
 # Bus-bandwidth factor as a function of the group size n (nccl-tests doc/PERFORMANCE.md).
 BUSBW_FACTORS: dict[str, Callable[[int], float]] = {
@@ -21,6 +31,16 @@ BUSBW_FACTORS: dict[str, Callable[[int], float]] = {
     "ring": lambda n: (n - 1) / n,  # all_gather, reduce_scatter, all_to_all, gather, scatter
     "one": lambda n: 1.0,  # broadcast, reduce, send, recv
     "zero": lambda n: 0.0,  # barrier moves no payload
+}
+
+
+# Message size S from a call's input and output bytes and group size n, by a spec's ``size``.
+MESSAGE_SIZE: dict[str, Callable[[int, int, int], int]] = {
+    "in": lambda i, o, n: i,
+    "out": lambda i, o, n: o,
+    "in_x_n": lambda i, o, n: i * n,  # gather: each rank sends its input
+    "out_x_n": lambda i, o, n: o * n,  # scatter: each rank receives its output
+    "zero": lambda i, o, n: 0,
 }
 
 
@@ -209,6 +229,15 @@ def pick(where: int | str | None, args: Sequence[Any], kwargs: dict, result: Any
         return kwargs.get("out")
     if isinstance(where, int) and where < len(args):
         return args[where]
+    return None
+
+
+def spec_for_op(op: str) -> CollectiveSpec | None:
+    """A registry row of a canonical op (its S rule and busbw factor are the op's), for
+    records that name the op only (Flight Recorder's ``gloo:all_reduce``)."""
+    for spec in _TABLE.values():
+        if spec.op == op:
+            return spec
     return None
 
 

@@ -42,13 +42,23 @@ def run(rank: int, world_size: int, port: int, out_dir: str) -> None:
         assert torch.equal(t, torch.full((8,), float(sum(range(world_size)))))
         comm.generate_json_dump(os.path.join(out_dir, f"rank{rank}.json"))
     finally:
-        dist.destroy_process_group()
+        _teardown()
 
 
 def _init(rank: int, world_size: int, port: int) -> None:
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
+
+
+def _teardown() -> None:
+    """Meet before tearing down: a rank that closes its connections while a peer is still
+    finishing the last collective (a broadcast root returns before its receivers) makes gloo
+    abort the peer."""
+    try:
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
 
 
 MICROBATCHES, BATCH, WIDTH = 4, 8, 16
@@ -79,7 +89,7 @@ def pipeline(rank: int, world_size: int, port: int, out_dir: str) -> None:
                 opt.zero_grad()
         comm.generate_json_dump(os.path.join(out_dir, f"rank{rank}.json"))
     finally:
-        dist.destroy_process_group()
+        _teardown()
 
 
 def profiled(rank: int, world_size: int, port: int, out_dir: str) -> None:
@@ -124,7 +134,7 @@ def profiled(rank: int, world_size: int, port: int, out_dir: str) -> None:
         with open(os.path.join(out_dir, f"profiler{rank}.json"), "w") as f:
             json.dump(gloo, f)
     finally:
-        dist.destroy_process_group()
+        _teardown()
 
 
 SLEEPY_RANK, SLEEP_S = 1, 0.4
@@ -219,4 +229,4 @@ def timing(rank: int, world_size: int, port: int, out_dir: str) -> None:
         handler.close()
         window.generate_json_dump(os.path.join(out_dir, f"window{rank}.json"))
     finally:
-        dist.destroy_process_group()
+        _teardown()

@@ -38,14 +38,6 @@ _DTENSOR_DISPATCH = os.path.join(_TORCH_DIR, "distributed", "tensor", "_dispatch
 # contextlib, ...) and wrappers such as typing_extensions' deprecation decorator.
 _NOT_USER_DIRS = tuple({_TORCH_DIR, _OWN_DIR, *(sysconfig.get_paths()[k] + os.sep for k in ("stdlib", "platstdlib"))})
 _NOT_USER_MODULES = frozenset({"typing_extensions"})
-_SIZE = {
-    "in": lambda i, o, n: i,
-    "out": lambda i, o, n: o,
-    "in_x_n": lambda i, o, n: i * n,
-    "out_x_n": lambda i, o, n: o * n,
-    "zero": lambda i, o, n: 0,
-}
-
 
 def _describe(func: Any) -> tuple:
     """(collective spec or None, op name (interned: its hash is computed once), func).
@@ -53,7 +45,14 @@ def _describe(func: Any) -> tuple:
     ``func`` is kept so the id it is cached under stays unique."""
     if isinstance(func, _HOP):
         return _HOP, str(func), func
-    return _ops.lookup(func._overloadpacket), sys.intern(str(func)), func
+    packet = func._overloadpacket
+    spec = _WAIT if str(packet) in _WAIT_OPS else _ops.lookup(packet)
+    return spec, sys.intern(str(func)), func
+
+
+# A functional collective finishes when its output is waited for: tracked for hang detection.
+_WAIT = "wait"
+_WAIT_OPS = frozenset({"_c10d_functional.wait_tensor", "c10d_functional.wait_tensor"})
 
 
 # Static facts about each op the mode has seen, shared by all instances and contexts.
@@ -202,6 +201,8 @@ class CommDebugMode(TorchDispatchMode):
         self._active = False
         self._async = AsyncTimer(self._note) if self.options.timing == "async" else None
         self._crosses: dict[str, bool] = {}
+        self._in_flight: dict[int, tuple[Callable[[], bool], float]] | None = None
+        self._meta_fresh = False
         self._t0 = time.perf_counter()
         self._t0_wall = time.time()
         self._recorded_s = 0.0
@@ -357,6 +358,8 @@ class CommDebugMode(TorchDispatchMode):
         self._record(name)
         if spec is None:
             return func(*args, **(kwargs or {}))
+        if spec is _WAIT:
+            return self._wait(func, args, kwargs or {})
         return self._collective(func, name, spec, args, kwargs or {})
 
     def _moved(self) -> None:
@@ -378,6 +381,9 @@ class CommDebugMode(TorchDispatchMode):
 
     def _collective(self, func, name: str, spec: _ops.CollectiveSpec, args: tuple, kwargs: dict):
         options = self.options
+        if not self._meta_fresh:  # the process group may have been set up after entering
+            self._meta_fresh = True
+            self.refresh_metadata()
         if options.ops is not None and spec.op not in options.ops:
             return func(*args, **kwargs)  # not asked for: run it, record nothing
         group = self._groups.resolve(spec.group, args)
@@ -398,6 +404,7 @@ class CommDebugMode(TorchDispatchMode):
                     # Waiting on a send before its matching receive is posted deadlocks rings
                     # and pipeline schedules, and gloo's sends have no future to time them by.
                     self._note("p2p", "timing='sync' does not time send/recv: waiting on each would change the program's order and can deadlock it")
+                start_s = time.perf_counter() - self._t0  # when it was called, not how long it took
                 out = func(*args, **kwargs)
         finally:
             if nvtx:
@@ -408,7 +415,7 @@ class CommDebugMode(TorchDispatchMode):
         outputs = _ops.pick(spec.outputs, args, kwargs, out)
         in_bytes, in_shapes, dtype = _ops.tensor_bytes(inputs)
         out_bytes, out_shapes, out_dtype = _ops.tensor_bytes(outputs)
-        size = _SIZE[spec.size](in_bytes, out_bytes, group.size)
+        size = _ops.MESSAGE_SIZE[spec.size](in_bytes, out_bytes, group.size)
 
         seq = p2p_seq = microbatch = None
         path = None
@@ -463,11 +470,69 @@ class CommDebugMode(TorchDispatchMode):
             start_s,
         )
         trace.add_event(event)
+        if self._in_flight is not None:
+            self._track(index, out, outputs)
         if self._async is not None and self._async.watch(group.name, self._groups.pg(group.name)):
             self._async.issued(group.name, self._groups.pg(group.name), index)  # timed later
         elif self._listeners:
             self._emit(event)
         return out
+
+    # ---- in flight (hang detection) ----------------------------------------------------------
+
+    def track_in_flight(self) -> None:
+        """Keep track of collectives issued and not finished, for :meth:`in_flight` (the hang
+        watchdog of ``commdebug run`` asks for it; otherwise nothing is kept)."""
+        if self._in_flight is None:
+            self._in_flight = {}
+            self._awaited: dict[int, int] = {}  # id(output tensor) -> event index
+
+    def _track(self, index: int, out: Any, outputs: Any) -> None:
+        work = _work_of(out)
+        issued = time.monotonic()
+        if work is not None:  # eager c10d op: its Work says when it is done
+            self._in_flight[index] = (work.is_completed, issued)
+        else:  # functional op: done once its output has been waited for
+            for t in _tensors(outputs if outputs is not None else out):
+                self._awaited[id(t)] = index
+            self._in_flight[index] = (lambda: index not in self._awaited.values(), issued)
+        if len(self._in_flight) > 256:  # forget what finished
+            for i, (done, _) in list(self._in_flight.items()):
+                if done():
+                    del self._in_flight[i]
+
+    def _wait(self, func, args: tuple, kwargs: dict):
+        out = func(*args, **kwargs)
+        if self._in_flight is not None and args:
+            self._awaited.pop(id(args[0]), None)
+        return out
+
+    def in_flight(self, older_than_s: float = 0.0) -> list[tuple[CollectiveEvent, float]]:
+        """Collectives issued and not finished for more than ``older_than_s`` seconds, with
+        their age, oldest first. Safe to call from another thread."""
+        if self._in_flight is None:
+            return []
+        now = time.monotonic()
+        stuck = []
+        for index, (done, issued) in list(self._in_flight.items()):
+            age = now - issued
+            if age >= older_than_s and not done():
+                event = self.trace.event(index)
+                if event is not None:
+                    stuck.append((event, age))
+        return sorted(stuck, key=lambda pair: -pair[1])
+
+    def mark_in_flight(self) -> list[CollectiveEvent]:
+        """Flag the events of collectives not finished now (and clear the flag of those that
+        finished since), so the next dump shows where the program is stuck."""
+        stuck = {e.index for e, _ in self.in_flight()}
+        marked = []
+        for e in list(self.trace.events):
+            if e.in_flight != (e.index in stuck):
+                e = self.trace.set_in_flight(e.index, e.index in stuck) or e
+            if e.in_flight:
+                marked.append(e)
+        return marked
 
     def _crosses_nodes(self, group: Any, peer: int | None) -> bool:
         """Whether a collective leaves the node: its group (or, for send/recv, its peer) spans
@@ -648,8 +713,17 @@ class CommDebugMode(TorchDispatchMode):
         """Write the JSON dump (docs/json-format.md): the reference's format plus our section."""
         from commdebug.model.dump import write_dump
 
+        self.refresh_metadata()
+        self._join_timing()
         self.trace.metadata["steps"] = self.trace.steps
         write_dump(self.trace, file_name, noise_level)
+
+    def refresh_metadata(self) -> None:
+        """Rank, world size and backend from torch.distributed, if it was initialised after the
+        context was entered (a recording started before the program set up its process group)."""
+        if dist.is_available() and dist.is_initialized():
+            meta = self.trace.metadata
+            meta["rank"], meta["world_size"], meta["backend"] = dist.get_rank(), dist.get_world_size(), str(dist.get_backend())
 
     def __repr__(self) -> str:
         return f"CommDebugMode(get_total_counts()={self.get_total_counts()})"
@@ -712,6 +786,17 @@ def _run_metadata() -> dict[str, Any]:
         "end_time": None,
         "steps": 0,
     }
+
+
+def _work_of(out: Any) -> Any:
+    """The c10d Work an eager op returned (alone or after its tensors), or None."""
+    for item in out if isinstance(out, (tuple, list)) else (out,):
+        if isinstance(item, torch.ScriptObject):
+            try:
+                return dist.distributed_c10d.Work.unbox(item)
+            except Exception:
+                return None
+    return None
 
 
 def _on_cuda(args: tuple) -> bool:

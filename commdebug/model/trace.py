@@ -140,7 +140,7 @@ class CollectiveEvent(NamedTuple):
     peer: int | None = None  # send/recv: the other side, as a global rank
     p2p_seq: int | None = None  # send/recv: n-th send to (or recv from) this peer on this group
     microbatch: int | None = None  # pipelining: the schedule's microbatch index
-    start_s: float | None = None  # when timed: seconds from the context's start to the call
+    start_s: float | None = None  # seconds from the context's start to the call (host clock)
     in_flight: bool = False  # not finished when the dump was written (a hang)
 
     @property
@@ -334,6 +334,18 @@ class Trace:
     def add_event(self, event: CollectiveEvent) -> None:
         self.events.append(event)
         self.events_total += 1
+
+    def event(self, index: int) -> CollectiveEvent | None:
+        """The event with this index, if still kept."""
+        pos = index - self.events_dropped
+        return self.events[pos] if 0 <= pos < len(self.events) else None
+
+    def set_in_flight(self, index: int, in_flight: bool) -> CollectiveEvent | None:
+        pos = index - self.events_dropped
+        if not 0 <= pos < len(self.events):
+            return None
+        event = self.events[pos] = self.events[pos]._replace(in_flight=in_flight)
+        return event
 
     def set_timing(self, index: int, start_s: float | None, latency_s: float | None) -> CollectiveEvent | None:
         """Give an event its time once known (asynchronous timing); None if it was dropped."""

@@ -1,0 +1,358 @@
+"""Are the ranks' collectives consistent? ``commdebug check``.
+
+Every member of a process group must issue the group's collectives in the same order, each
+with the same op, message size and dtype. For each group this aligns its members' sequences by
+sequence number and reports the first place they part:
+
+- ``mismatch``: at one sequence number, ranks issued different ops, sizes or dtypes;
+- ``missing``: some ranks never issued a collective the others did (the others wait for them);
+  when those others have it unfinished (``in_flight``, a hang dump), the finding says so;
+- ``shape``: one call breaks its op's own rule (all_gather output = group size x input,
+  reduce_scatter input = group size x output);
+- ``all_to_all``: the group's members send, in total, other than they receive;
+- ``unmatched``: a send with no matching receive, or a receive with no send, by (group, sender,
+  receiver, point-to-point sequence), or the two sides' sizes differ;
+- ``no_dump``: a rank of the job left no dump.
+
+The majority decides which side is odd. Each finding names the group, the ranks on each side,
+the sequence number, the op and sizes, and the module and source line on each side.
+
+It streams: ranks are read one at a time; per group it keeps one reference sequence (interned
+signatures in integer arrays) and only what differs from it, so a thousand ranks of ten thousand
+collectives fit well under a gigabyte.
+"""
+
+from __future__ import annotations
+
+import os
+from array import array
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from commdebug.model.ranks import RankView, iter_ranks
+from commdebug.model.trace import CollectiveEvent
+from commdebug.units import format_bytes
+
+__all__ = ["Finding", "CheckResult", "check", "check_path"]
+
+
+@dataclass
+class Side:
+    """One side of a finding: which ranks, what they issued, where."""
+
+    ranks: list[int]
+    op: str | None = None
+    size_bytes: int | None = None
+    dtype: str | None = None
+    module: str | None = None
+    source: str | None = None
+    in_flight: bool = False
+
+    def describe(self) -> str:
+        if self.op is None:
+            return f"ranks {_ranks(self.ranks)}: nothing"
+        what = f"{self.op} {format_bytes(self.size_bytes or 0)}{' ' + self.dtype if self.dtype else ''}"
+        where = "".join(f" {k} {v}" for k, v in (("in", self.module), ("at", self.source)) if v and v != "?")
+        flight = " (unfinished)" if self.in_flight else ""
+        return f"ranks {_ranks(self.ranks)}: {what}{flight}{where}"
+
+
+@dataclass
+class Finding:
+    kind: str
+    group: str
+    seq: int | None
+    message: str
+    sides: list[Side] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "group": self.group, "seq": self.seq, "message": self.message, "sides": [s.__dict__ for s in self.sides]}
+
+
+@dataclass
+class CheckResult:
+    findings: list[Finding]
+    ranks: list[int]
+    groups: int
+    collectives: int
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def consistent(self) -> bool:
+        return not self.findings
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "consistent": self.consistent,
+            "ranks": len(self.ranks),
+            "groups": self.groups,
+            "collectives": self.collectives,
+            "findings": [f.to_dict() for f in self.findings],
+            "notes": self.notes,
+        }
+
+
+def _ranks(ranks: Iterable[int]) -> str:
+    """[0, 1, 2, 3, 5] -> "0-3,5"."""
+    out: list[str] = []
+    rs = sorted(set(ranks))
+    i = 0
+    while i < len(rs):
+        j = i
+        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
+            j += 1
+        out.append(str(rs[i]) if i == j else f"{rs[i]}-{rs[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+class _Interner:
+    def __init__(self) -> None:
+        self.ids: dict[Any, int] = {}
+        self.values: list[Any] = []
+
+    def __call__(self, value: Any) -> int:
+        i = self.ids.get(value)
+        if i is None:
+            i = self.ids[value] = len(self.values)
+            self.values.append(value)
+        return i
+
+
+class _Group:
+    """One group's reference sequence and what differs from it."""
+
+    def __init__(self, name: str, label: str, ranks: tuple[int, ...] | None) -> None:
+        self.name, self.label, self.ranks = name, label, ranks
+        self.ref_rank: int | None = None
+        self.first = 0  # sequence number of the reference's first entry
+        self.sig = array("i")  # signature id per sequence number, from `first`
+        self.ctx = array("i")  # (module, source) id
+        self.flight = array("b")
+        self.members: dict[int, int] = {}  # rank -> its last sequence number (-1: none)
+        self.first_of: dict[int, int] = {}  # rank -> its first kept sequence number
+        self.divergent: dict[int, dict[int, list[int]]] = {}  # seq -> sig id -> ranks
+        self.diverge_ctx: dict[tuple[int, int], int] = {}  # (seq, sig) -> ctx id of one of them
+        self.in_flight: dict[int, list[int]] = {}  # seq -> ranks with it unfinished
+        self.a2a: dict[int, list[int]] = {}  # seq -> [sum in, sum out]
+
+
+class _Checker:
+    def __init__(self) -> None:
+        self.sigs = _Interner()  # (op, size, dtype)
+        self.ctxs = _Interner()  # (module, source)
+        self.groups: dict[str, _Group] = {}
+        self.findings: list[Finding] = []
+        self.ranks: list[int] = []
+        self.world_size = 0
+        self.collectives = 0
+        self.notes: list[str] = []
+        self.sends: dict[tuple, tuple[int, int]] = {}  # (group, src, dst, p2p seq) -> (bytes, ctx)
+        self.recvs: dict[tuple, tuple[int, int]] = {}
+
+    def add(self, view: RankView) -> None:
+        rank = view.rank
+        self.ranks.append(rank)
+        self.world_size = max(self.world_size, int(view.metadata.get("world_size") or 0))
+        for note in view.notes:
+            self.notes.append(f"rank {rank}: {note}")
+        by_group: dict[str, list[CollectiveEvent]] = {}
+        pair_p2p = view.source_format == "commdebug"
+        for e in view.events:
+            if e.seq is None:
+                if pair_p2p and e.peer is not None and e.p2p_seq is not None and e.op in ("send", "recv"):
+                    self._p2p(rank, e)
+                continue
+            self.collectives += 1
+            by_group.setdefault(e.group.name, []).append(e)
+            self._rules(rank, e)
+        for name, events in by_group.items():
+            self._sequence(rank, view.groups.get(name) or events[0].group, events)
+        # a member of a known group that issued nothing on it
+        for name, g in view.groups.items():
+            if name not in by_group and g.ranks and rank in g.ranks:
+                self._group(name, g).members.setdefault(rank, -1)
+
+    def _group(self, name: str, info: Any) -> _Group:
+        g = self.groups.get(name)
+        if g is None:
+            g = self.groups[name] = _Group(name, info.label if info.name != "?" else name, info.ranks)
+        elif g.ranks is None and info.ranks:
+            g.ranks = info.ranks
+        return g
+
+    def _sequence(self, rank: int, info: Any, events: list[CollectiveEvent]) -> None:
+        g = self._group(info.name, info)
+        events.sort(key=lambda e: e.seq)
+        g.members[rank] = events[-1].seq
+        g.first_of[rank] = events[0].seq
+        if g.ref_rank is None:  # the first member seen is the reference
+            g.ref_rank, g.first = rank, events[0].seq
+            for e in events:
+                pos = e.seq - g.first
+                while len(g.sig) < pos:  # a gap (events dropped): unknown entries
+                    g.sig.append(-1)
+                    g.ctx.append(-1)
+                    g.flight.append(0)
+                g.sig.append(self.sigs((e.op, e.size_bytes, e.dtype)))
+                g.ctx.append(self.ctxs((e.module, e.source)))
+                g.flight.append(1 if e.in_flight else 0)
+                if e.in_flight:
+                    g.in_flight.setdefault(e.seq, []).append(rank)
+            return
+        sig_of, ref_sig, first, n = self.sigs, g.sig, g.first, len(g.sig)
+        for e in events:
+            if e.in_flight:
+                g.in_flight.setdefault(e.seq, []).append(rank)
+            pos = e.seq - first
+            s = sig_of((e.op, e.size_bytes, e.dtype))
+            if 0 <= pos < n:
+                if ref_sig[pos] == s or ref_sig[pos] == -1:
+                    continue
+            elif pos >= n:  # beyond the reference: the reference may be the short one
+                while len(g.sig) < pos:
+                    g.sig.append(-1)
+                    g.ctx.append(-1)
+                    g.flight.append(0)
+                g.sig.append(s)
+                g.ctx.append(self.ctxs((e.module, e.source)))
+                g.flight.append(1 if e.in_flight else 0)
+                n = len(g.sig)
+                continue
+            else:
+                continue  # before the reference's first kept entry: dropped there
+            g.divergent.setdefault(e.seq, {}).setdefault(s, []).append(rank)
+            g.diverge_ctx.setdefault((e.seq, s), self.ctxs((e.module, e.source)))
+
+    def _rules(self, rank: int, e: CollectiveEvent) -> None:
+        n = e.group.size
+        if n <= 0 or e.op not in ("all_gather", "reduce_scatter", "all_to_all"):
+            return
+        if e.op == "all_to_all":
+            g = self._group(e.group.name, e.group)
+            totals = g.a2a.setdefault(e.seq, [0, 0])
+            totals[0] += e.input_bytes
+            totals[1] += e.output_bytes
+            return
+        expected, got, what = (n * e.input_bytes, e.output_bytes, "output") if e.op == "all_gather" else (n * e.output_bytes, e.input_bytes, "input")
+        if e.key.startswith("fr:") and e.op == "all_gather" and len(e.output_shapes) != 1:
+            return  # a list of outputs: Flight Recorder gives one entry per tensor, fine
+        if got != expected:
+            other = "input" if what == "output" else "output"
+            self.findings.append(Finding("shape", e.group.label, e.seq,
+                f"{e.op} on rank {rank}: {what} {format_bytes(got)} is not group size {n} x {other} {format_bytes(expected // n)}",
+                [Side([rank], e.op, e.size_bytes, e.dtype, e.module, e.source, e.in_flight)]))
+
+    def _p2p(self, rank: int, e: CollectiveEvent) -> None:
+        src, dst = (rank, e.peer) if e.op == "send" else (e.peer, rank)
+        key = (e.group.name, src, dst, e.p2p_seq)
+        (self.sends if e.op == "send" else self.recvs)[key] = (e.size_bytes, self.ctxs((e.module, e.source)))
+
+    # ---- findings -------------------------------------------------------------------------
+
+    def result(self) -> CheckResult:
+        for g in self.groups.values():
+            self._group_findings(g)
+        self._p2p_findings()
+        if self.world_size:
+            absent = sorted(set(range(self.world_size)) - set(self.ranks))
+            if absent:
+                self.findings.insert(0, Finding("no_dump", "", None, f"ranks {_ranks(absent)} of {self.world_size} left no dump", [Side(absent)]))
+        return CheckResult(self.findings, sorted(self.ranks), len(self.groups), self.collectives, self.notes)
+
+    def _side(self, ranks: list[int], sig: int, ctx: int, in_flight: bool = False) -> Side:
+        op, size, dtype = self.sigs.values[sig] if sig >= 0 else (None, None, None)
+        module, source = self.ctxs.values[ctx] if ctx >= 0 else (None, None)
+        return Side(sorted(ranks), op, size, dtype, module, source, in_flight)
+
+    def _group_findings(self, g: _Group) -> None:
+        members = set(g.members)
+        if g.ranks:  # members that never issued anything on the group
+            for r in g.ranks:
+                if r in self.ranks:
+                    g.members.setdefault(r, -1)
+            members = set(g.members)
+        # 1. different calls at one sequence number: the first one
+        if g.divergent:
+            seq = min(g.divergent)
+            pos = seq - g.first
+            having = [r for r, last in g.members.items() if last >= seq and g.first_of.get(r, 0) <= seq]
+            odd = {r for ranks in g.divergent[seq].values() for r in ranks}
+            sides = [self._side([r for r in having if r not in odd], g.sig[pos], g.ctx[pos])]
+            for sig, ranks in g.divergent[seq].items():
+                sides.append(self._side(ranks, sig, g.diverge_ctx[(seq, sig)]))
+            sides.sort(key=lambda s: -len(s.ranks))
+            minority = sides[-1]
+            self.findings.append(Finding("mismatch", g.label, seq,
+                f"group {g.label} seq {seq}: ranks issued different collectives; "
+                f"rank{'s' if len(minority.ranks) > 1 else ''} {_ranks(minority.ranks)} differ from the other {len(having) - len(minority.ranks)}",
+                [s for s in sides if s.ranks]))
+        # 2. some members stopped short of the others
+        last = max(g.members.values(), default=-1)
+        short = sorted(r for r, l in g.members.items() if l < last)
+        if short:
+            stop = min(g.members[r] for r in short) + 1  # the first seq some rank never issued
+            pos = stop - g.first
+            ahead = sorted(r for r in members if g.members[r] >= stop)
+            missing = sorted(r for r in short if g.members[r] < stop)
+            sig = g.sig[pos] if 0 <= pos < len(g.sig) else -1
+            ctx = g.ctx[pos] if 0 <= pos < len(g.ctx) else -1
+            waiting = sorted(set(g.in_flight.get(stop, [])))
+            side = self._side(ahead, sig, ctx, in_flight=bool(waiting))
+            if waiting:
+                msg = (f"group {g.label} seq {stop}: ranks {_ranks(waiting)} wait in it (unfinished); "
+                       f"ranks {_ranks(missing)} never issued it")
+            else:
+                msg = f"group {g.label} seq {stop}: ranks {_ranks(missing)} never issued it; the other {len(ahead)} did"
+            sides = [side]
+            for r in missing:  # what each short rank did last on this group
+                l = g.members[r]
+                p = l - g.first
+                if l >= 0 and 0 <= p < len(g.sig):
+                    sides.append(self._side([r], g.sig[p], g.ctx[p]))
+                else:
+                    sides.append(Side([r]))
+            self.findings.append(Finding("missing", g.label, stop, msg, sides))
+        elif g.in_flight:  # a hang where everyone issued the call: say who waits
+            seq = min(g.in_flight)
+            pos = seq - g.first
+            waiting = sorted(set(g.in_flight[seq]))
+            self.findings.append(Finding("in_flight", g.label, seq,
+                f"group {g.label} seq {seq}: ranks {_ranks(waiting)} had it unfinished when they wrote their dumps",
+                [self._side(waiting, g.sig[pos], g.ctx[pos], True)]))
+        for seq, (sent, received) in sorted(g.a2a.items()):
+            if sent != received:
+                self.findings.append(Finding("all_to_all", g.label, seq,
+                    f"group {g.label} seq {seq}: all_to_all members send {format_bytes(sent)} in total but receive {format_bytes(received)}"))
+
+    def _p2p_findings(self) -> None:
+        for key in sorted(set(self.sends) | set(self.recvs), key=lambda k: (k[0], k[1], k[2], k[3])):
+            group, src, dst, seq = key
+            send, recv = self.sends.get(key), self.recvs.get(key)
+            if send and recv and send[0] == recv[0]:
+                continue
+            if send and recv:
+                msg = f"group {group}: send #{seq} {src}->{dst} is {format_bytes(send[0])} but the receive is {format_bytes(recv[0])}"
+            elif send:
+                msg = f"group {group}: send #{seq} from {src} to {dst} has no matching receive on rank {dst}"
+            else:
+                msg = f"group {group}: receive #{seq} on {dst} from {src} has no matching send on rank {src}"
+            sides = []
+            if send:
+                sides.append(self._side([src], self.sigs(("send", send[0], None)), send[1]))
+            if recv:
+                sides.append(self._side([dst], self.sigs(("recv", recv[0], None)), recv[1]))
+            self.findings.append(Finding("unmatched", group, seq, msg, sides))
+
+
+def check(ranks: Iterable[RankView]) -> CheckResult:
+    """Check the ranks' collectives for consistency (see the module docstring)."""
+    checker = _Checker()
+    for view in ranks:
+        checker.add(view)
+    return checker.result()
+
+
+def check_path(path: str | os.PathLike) -> CheckResult:
+    """:func:`check` over a folder of rank dumps (ours or Flight Recorder's)."""
+    return check(iter_ranks(path))

@@ -1,0 +1,110 @@
+"""Chrome Trace Event JSON of a job's collectives: ``commdebug trace traces/ -o trace.json``,
+for Perfetto (ui.perfetto.dev) and chrome://tracing.
+
+- one process per rank (``pid`` = rank), named ``rank R (host)``;
+- a track (``tid``) per process group, named by its label, plus a ``steps`` track with one
+  span per training step;
+- timed collectives are complete events (``ph: X``, ``ts`` and ``dur`` in microseconds) with
+  op, bytes, group, module, seq and busbw in ``args``; untimed ones are instant events
+  (``ph: i``) at the time they were called;
+- complete events on one track never partially overlap: a call that overlaps the one before it
+  on its group's track (asynchronous timing can do that) goes to a second lane of that group.
+
+Timestamps count from each rank's own start (entering CommDebugMode): clocks of different hosts
+are not aligned, and ranks do not start at the same instant, so compare durations across ranks,
+not positions.
+
+Events are written one at a time to the output, so a thousand ranks need not fit in memory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import IO, Any, Iterable
+
+from commdebug.fileio import open_atomic
+from commdebug.model.ranks import RankView, iter_ranks
+from commdebug.model.trace import CollectiveEvent
+
+__all__ = ["write_chrome_trace", "rank_trace_events"]
+
+_US = 1e6
+
+
+def rank_trace_events(view: RankView) -> Iterable[dict[str, Any]]:
+    """The trace events of one rank, metadata first."""
+    pid = view.rank
+    host = view.metadata.get("hostname")
+    yield {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": f"rank {pid}" + (f" ({host})" if host else "")}}
+    yield {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}}
+    yield {"ph": "M", "name": "thread_name", "pid": pid, "tid": 0, "args": {"name": "steps"}}
+    lanes: dict[str, list[float]] = {}  # group label -> end time of the last event on each lane
+    tids: dict[tuple[str, int], int] = {}
+    steps: dict[int, list[float]] = {}
+    for e in view.events:
+        if e.start_s is None:
+            continue
+        ts = e.start_s * _US
+        dur = (e.latency_s or 0.0) * _US
+        label = e.group.label
+        ends = lanes.setdefault(label, [])
+        lane = next((i for i, end in enumerate(ends) if end <= ts), len(ends))
+        if lane == len(ends):
+            ends.append(0.0)
+        ends[lane] = ts + dur
+        tid = tids.get((label, lane))
+        if tid is None:
+            tid = tids[(label, lane)] = len(tids) + 1
+            name = label if lane == 0 else f"{label} ({lane + 1})"
+            yield {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}}
+            yield {"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": tid}}
+        span = steps.setdefault(e.step, [ts, ts + dur])
+        span[0], span[1] = min(span[0], ts), max(span[1], ts + dur)
+        if e.latency_s is not None:
+            yield {"ph": "X", "name": e.op, "cat": "collective", "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": _args(e)}
+        else:
+            yield {"ph": "i", "s": "t", "name": e.op, "cat": "collective", "pid": pid, "tid": tid, "ts": ts, "args": _args(e)}
+    for step, (start, end) in sorted(steps.items()):
+        yield {"ph": "X", "name": f"step {step}", "cat": "step", "pid": pid, "tid": 0, "ts": start, "dur": max(end - start, 0.0), "args": {"step": step}}
+
+
+def _args(e: CollectiveEvent) -> dict[str, Any]:
+    args: dict[str, Any] = {"op": e.op, "bytes": e.size_bytes, "group": e.group.label, "module": e.module, "phase": e.phase, "step": e.step}
+    if e.seq is not None:
+        args["seq"] = e.seq
+    if e.peer is not None:
+        args["peer"] = e.peer
+    if e.busbw_gbps is not None:
+        args["busbw_gbps"] = round(e.busbw_gbps, 3)
+    if e.source:
+        args["source"] = e.source
+    if e.in_flight:
+        args["in_flight"] = True
+    return args
+
+
+def write_chrome_trace(path_in: str | os.PathLike, path_out: str | os.PathLike) -> dict[str, int]:
+    """Write the trace of a dump or a folder of rank dumps; returns counts of what was written."""
+    counts = {"ranks": 0, "complete": 0, "instant": 0, "skipped": 0}
+    with open_atomic(path_out) as f:
+        f.write('{"displayTimeUnit":"ms","traceEvents":[\n')
+        first = True
+        for view in iter_ranks(path_in):
+            counts["ranks"] += 1
+            counts["skipped"] += sum(1 for e in view.events if e.start_s is None)
+            for event in rank_trace_events(view):
+                if event["ph"] == "X" and event.get("cat") == "collective":
+                    counts["complete"] += 1
+                elif event["ph"] == "i":
+                    counts["instant"] += 1
+                _write(f, event, first)
+                first = False
+        f.write("\n]}\n")
+    return counts
+
+
+def _write(f: IO[str], event: dict[str, Any], first: bool) -> None:
+    if not first:
+        f.write(",\n")
+    f.write(json.dumps(event, separators=(",", ":")))

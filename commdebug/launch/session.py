@@ -1,0 +1,159 @@
+"""One process's recording, from start to a dump on disk, whatever way the process ends.
+
+A :class:`RecordingSession` enters a CommDebugMode for a whole program (``commdebug run`` or the
+start-up hook) and writes ``<out>/rank<R>.json`` once, when the program ends normally, raises,
+calls ``sys.exit``, or receives SIGTERM (the handler writes the dump, then lets the signal do
+what it would have done). With a hang timeout, a watchdog thread writes the dump as soon as a
+collective has been in flight that long, with that collective marked (``in_flight``), and logs
+which one; it never kills the program: the launcher's or the backend's timeout does that.
+
+A process that never initialised torch.distributed and recorded nothing (the launcher itself,
+a DataLoader worker) writes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from commdebug.capture.mode import CommDebugMode
+from commdebug.errors import CommDebugError
+
+__all__ = ["RecordingSession", "rank_of"]
+
+log = logging.getLogger("commdebug")
+
+
+def rank_of(meta: dict[str, Any]) -> int:
+    """This process's global rank: torch.distributed's, else the launcher's RANK, else 0."""
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank()
+    except Exception:
+        pass
+    if os.environ.get("RANK", "").isdigit():
+        return int(os.environ["RANK"])
+    return int(meta.get("rank") or 0)
+
+
+class RecordingSession:
+    """Record a whole program and write its dump however it ends.
+
+    >>> session = RecordingSession("traces", hang_timeout=300, timing="sync")   # doctest: +SKIP
+    >>> session.start(); run_the_program(); session.finish()                      # doctest: +SKIP
+    """
+
+    def __init__(self, out_dir: str | os.PathLike, *, hang_timeout: float | None = None, noise_level: int = 3, html: bool = True, **options: Any) -> None:
+        self.out = Path(out_dir)
+        if str(out_dir) == "":
+            raise CommDebugError("the output folder is empty; give a folder such as traces/")
+        if self.out.exists() and not self.out.is_dir():
+            raise CommDebugError(f"{self.out}: exists and is not a folder")
+        if hang_timeout is not None and hang_timeout <= 0:
+            raise CommDebugError(f"hang timeout must be a positive number of seconds, got {hang_timeout}")
+        self.mode = CommDebugMode(**options)
+        self.hang_timeout = hang_timeout
+        self.noise_level = noise_level
+        self.html = html
+        self.written: Path | None = None
+        self.reason = ""
+        self._lock = threading.Lock()
+        self._finished = False
+        self._stop = threading.Event()
+        self._previous_sigterm: Any = None
+        self._hang_reported: tuple[int, ...] = ()
+
+    # ---- life cycle ---------------------------------------------------------------------------
+
+    def start(self) -> "RecordingSession":
+        """Enter the mode (in the calling thread: dispatch modes are per thread) and install the
+        SIGTERM handler and, with a hang timeout, the watchdog."""
+        self.mode.__enter__()
+        if threading.current_thread() is threading.main_thread():
+            self._previous_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
+        if self.hang_timeout is not None:
+            self.mode.track_in_flight()
+            threading.Thread(target=self._watch, name="commdebug-hang-watchdog", daemon=True).start()
+        return self
+
+    def finish(self, reason: str = "exit") -> Path | None:
+        """Leave the mode (when called where it was entered) and write the dump; once."""
+        with self._lock:
+            if self._finished:
+                return self.written
+            self._finished = True
+            self._stop.set()
+            self.reason = reason
+            try:
+                self.mode.__exit__(None, None, None)
+            except Exception:  # not the thread that entered it, or the mode stack changed
+                pass
+            return self._write(final=True)
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        self.finish(reason="SIGTERM")
+        previous = self._previous_sigterm
+        signal.signal(signal.SIGTERM, previous if previous not in (None, self._on_sigterm) else signal.SIG_DFL)
+        if callable(previous) and previous not in (signal.SIG_IGN, signal.SIG_DFL):
+            previous(signum, frame)  # the program's own handler decides
+        elif previous != signal.SIG_IGN:
+            os.kill(os.getpid(), signal.SIGTERM)  # die of it, as without us
+
+    # ---- writing ------------------------------------------------------------------------------
+
+    def _write(self, final: bool) -> Path | None:
+        trace = self.mode.trace
+        meta = trace.metadata
+        initialized = bool(meta.get("backend")) or self.mode.get_total_counts() > 0
+        if not initialized:
+            return None  # this process took no part in the job (launcher, data worker)
+        self.mode.refresh_metadata()
+        stuck = self.mode.mark_in_flight()
+        meta["ended_by"] = self.reason if final else "hang"
+        rank = rank_of(meta)
+        path = self.out / f"rank{rank}.json"
+        self.mode.generate_json_dump(str(path), noise_level=self.noise_level)
+        if final and self.html and rank == 0:
+            self._write_html(path)
+        self.written = path
+        if stuck and final:
+            log.warning("commdebug: rank %d ended with %d collective(s) unfinished; see %s", rank, len(stuck), path)
+        return path
+
+    def _write_html(self, dump: Path) -> None:
+        try:
+            import visualizer
+            from commdebug.model.dump import read_dump_json
+
+            visualizer.write_html(dump.with_suffix(".html"), read_dump_json(dump), title=f"commdebug: {dump.name}")
+        except Exception as e:  # the dump is what matters; say why the page is missing
+            log.warning("commdebug: could not write the viewer page next to %s: %s", dump, e)
+
+    # ---- hang watchdog ------------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        timeout = float(self.hang_timeout or 0)
+        while not self._stop.wait(min(1.0, timeout / 4)):
+            stuck = self.mode.in_flight(older_than_s=timeout)
+            key = tuple(e.index for e, _ in stuck)
+            if not stuck or key == self._hang_reported:
+                continue
+            self._hang_reported = key
+            event, age = stuck[0]
+            with self._lock:
+                if self._finished:
+                    return
+                path = self._write(final=False)
+            where = f" at {event.source}" if event.source else ""
+            log.warning(
+                "commdebug: rank %d stuck for %.0f s in %s #%s on group %s (module %s)%s; dump written to %s",
+                rank_of(self.mode.trace.metadata), age, event.op, event.seq if event.seq is not None else f"p2p {event.p2p_seq}",
+                event.group.label, event.module, where, path,
+            )
