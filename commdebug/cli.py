@@ -1,48 +1,147 @@
-"""``commdebug <verb>``: wiring only; the work lives in the modules it calls."""
+"""``commdebug <verb>``: wiring only; the work lives in the modules it calls.
+
+Exit status: 0 done (``check``: consistent; ``diff``: no difference), 1 a finding (``check``:
+inconsistent; ``diff``: differences) or an error, 2 bad usage or unreadable input for ``check``
+and ``diff`` (so CI can tell a regression from a broken job), 130 interrupted. ``run`` exits
+with the program's own status.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 import webbrowser
 from pathlib import Path
+from typing import Any, Callable
 
 from commdebug.errors import CommDebugError
 
 __all__ = ["main"]
 
+# exit statuses (see the module docstring)
+OK, FOUND, USAGE = 0, 1, 2
 
-def _noise(value: str) -> int:
-    level = int(value)
+
+def noise_level(value: str) -> int:
+    try:
+        level = int(value)
+    except ValueError:
+        level = -1
     if not 0 <= level <= 3:
-        raise argparse.ArgumentTypeError("must be 0, 1, 2 or 3")
+        raise argparse.ArgumentTypeError(f"must be 0, 1, 2 or 3, not {value!r}")
     return level
 
 
+def positive_int(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, not {value!r}")
+    return n
+
+
+def step_number(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, not {value!r}")
+    return n
+
+
+def seconds(value: str) -> float:
+    try:
+        s = float(value)
+    except ValueError:
+        s = 0.0
+    if not s > 0 or s == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, not {value!r}")
+    return s
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("commdebug")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="commdebug", description="See every collective a PyTorch distributed program issues.")
+    from commdebug.analysis.summary import BY
+
+    parser = argparse.ArgumentParser(prog="commdebug", description="See every collective a PyTorch distributed program issues.",
+                                     epilog="Run `commdebug VERB -h` for a verb's options. Docs: docs/cli.md.")
+    parser.add_argument("--version", action="version", version=f"commdebug {_version()}")
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
 
-    demo = verbs.add_parser("demo", help="trace a tensor-parallel transformer on a simulated world; print the table, write JSON and HTML")
-    demo.add_argument("--world-size", type=int, default=8, help="simulated ranks (default 8)")
-    demo.add_argument("--layers", type=int, default=4, help="transformer layers (default 4)")
-    demo.add_argument("--steps", type=int, default=2, help="training steps (default 2)")
-    demo.add_argument("--checkpoint", action="store_true", help="activation-checkpoint every layer")
-    demo.add_argument("--noise-level", type=_noise, default=0, help="table noise level 0-3 (default 0)")
-    demo.add_argument("--out-dir", type=Path, default=Path("commdebug_demo"), help="where to write the files (default ./commdebug_demo)")
+    def verb(name: str, help: str) -> argparse.ArgumentParser:
+        return verbs.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".")
 
-    view = verbs.add_parser("view", help="write the HTML viewer of a JSON dump (ours or torch's CommDebugMode's)")
-    view.add_argument("dump", type=Path)
-    view.add_argument("-o", "--output", type=Path, help="HTML file (default: the dump's name with .html)")
-    view.add_argument("--open", action="store_true", help="open it in the browser")
+    demo = verb("demo", "trace a tensor-parallel transformer on a simulated world; print the table, write JSON and HTML")
+    demo.add_argument("--world-size", type=positive_int, default=8, help="simulated ranks, >= 1 (default 8)")
+    demo.add_argument("--layers", type=positive_int, default=4, help="transformer layers, >= 1 (default 4)")
+    demo.add_argument("--steps", type=positive_int, default=2, help="training steps, >= 1 (default 2)")
+    demo.add_argument("--checkpoint", action="store_true", help="activation-checkpoint every layer (default off)")
+    demo.add_argument("--noise-level", type=noise_level, default=0, help="table noise level 0-3 (default 0)")
+    demo.add_argument("--out-dir", default="commdebug_demo", help="folder for the files (default ./commdebug_demo)")
 
-    viewer = verbs.add_parser("viewer", help="write an empty viewer: drop any dump on it")
-    viewer.add_argument("-o", "--output", type=Path, default=Path("commdebug_viewer.html"))
-    viewer.add_argument("--open", action="store_true")
+    view = verb("view", "write the HTML viewer of a JSON dump (ours or torch's CommDebugMode's) or of a folder of rank dumps")
+    view.add_argument("dump", help="a JSON dump, or a folder of rank<N>.json dumps")
+    view.add_argument("-o", "--output", help="HTML file; {rank}/{world_size} allowed (default: the dump's name with .html; for a folder, FOLDER/index.html)")
+    view.add_argument("--open", action="store_true", help="open it in the browser (default off)")
 
-    table = verbs.add_parser("table", help="print the tracing table of a JSON dump")
-    table.add_argument("dump", type=Path)
-    table.add_argument("--noise-level", type=_noise, default=0)
+    viewer = verb("viewer", "write an empty viewer page: drop any dump on it")
+    viewer.add_argument("-o", "--output", default="commdebug_viewer.html", help="HTML file (default commdebug_viewer.html)")
+    viewer.add_argument("--open", action="store_true", help="open it in the browser (default off)")
+
+    table = verb("table", "print the tracing table of a JSON dump")
+    table.add_argument("dump", help="a JSON dump (ours or torch's CommDebugMode's)")
+    table.add_argument("--noise-level", type=noise_level, default=0, help="table noise level 0-3 (default 0)")
+
+    summary = verb("summary", "print the summary of a dump: counts, bytes, latency and bandwidth by op, size, module...")
+    summary.add_argument("dump", help="a JSON dump written by commdebug")
+    summary.add_argument("--by", default="op", help=f"grouping, one of: {', '.join(BY)} (default op)")
+    summary.add_argument("--json", action="store_true", help="print rows as JSON with stable keys (default text)")
+
+    run = verb("run", "run a Python program, unchanged, under CommDebugMode and write traces/rank<R>.json however it ends")
+    run.add_argument("--out", default="commdebug_traces", help="folder for the per-rank dumps (default ./commdebug_traces)")
+    run.add_argument("--noise", type=noise_level, default=3, help="noise level of what the dump keeps, 0-3 (default 3: everything)")
+    run.add_argument("--timing", nargs="?", const="sync", default=None, choices=("sync", "async"),
+                     help="time each collective: sync (waits for each; serialises communication) or async (NCCL's own timing); bare --timing means sync (default off)")
+    run.add_argument("--start-step", type=step_number, default=None, help="first step to record, >= 0 (default: from the start)")
+    run.add_argument("--end-step", type=step_number, default=None, help="step to stop recording at, exclusive (default: to the end)")
+    run.add_argument("--hang-timeout", type=seconds, default=None, help="write the dump when a collective is stuck this many seconds, > 0 (default off)")
+    run.add_argument("--ops", default=None, help="comma-separated collectives to record only, e.g. all_reduce,all_gather (default all)")
+    run.add_argument("-m", dest="module", action="store_true", help="the program is a module name (as python -m), not a script")
+    run.add_argument("program", nargs=argparse.REMAINDER, help="-- script.py ARGS... (or -m module ARGS...)")
+
+    hook = verb("hook", "install or remove the start-up hook that records any program when COMMDEBUG=1")
+    hook.add_argument("action", choices=("install", "uninstall", "status"), help="install, uninstall or status")
+    hook.add_argument("--site-dir", default=None, help="site-packages folder (default: this environment's)")
+
+    report = verb("report", "per-rank and per-op report of a folder of rank dumps (mpitrace-style min/median/max, stragglers)")
+    report.add_argument("path", help="a folder of rank dumps, or one dump")
+    report.add_argument("--json", action="store_true", help="print JSON (default text)")
+
+    check = verb("check", "check that the ranks' collectives match (order, op, size, dtype, send/recv pairs); exit 0 consistent, 1 not, 2 bad input")
+    check.add_argument("path", help="a folder of rank dumps (ours or PyTorch Flight Recorder's), or one dump")
+    check.add_argument("--json", action="store_true", help="print JSON (default text)")
+
+    diff = verb("diff", "compare two dumps (or folders) per module, phase and op; exit 0 same, 1 different, 2 bad input")
+    diff.add_argument("a", help="a dump or a folder of rank dumps")
+    diff.add_argument("b", help="the same kind as A")
+    diff.add_argument("--json", action="store_true", help="print JSON (default text)")
+
+    trace = verb("trace", "write a Chrome trace (Perfetto, chrome://tracing) of a dump or a folder of rank dumps")
+    trace.add_argument("path", help="a folder of rank dumps, or one dump")
+    trace.add_argument("-o", "--output", default="commdebug_trace.json", help="trace file (default commdebug_trace.json)")
     return parser
 
 
@@ -51,56 +150,200 @@ def _open(path: Path) -> None:
         print(f"commdebug: no browser to open; open {path} yourself", file=sys.stderr)
 
 
-def _demo(args: argparse.Namespace) -> None:
+def _print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=1, sort_keys=False) + "\n")
+
+
+def _demo(args: argparse.Namespace) -> int:
     from commdebug.demo import run_demo
 
     run_demo(args.world_size, args.layers, args.steps, args.out_dir, args.noise_level, args.checkpoint)
+    return OK
 
 
-def _view(args: argparse.Namespace) -> None:
+def _view(args: argparse.Namespace) -> int:
     import visualizer
+    from commdebug.fileio import output_file
     from commdebug.model.dump import from_dump_dict, read_dump_json
 
-    data = read_dump_json(args.dump)
-    from_dump_dict(data, str(args.dump))  # refuse what the page could not show
-    out = args.output or args.dump.with_suffix(".html")
-    if out.resolve() == args.dump.resolve():
-        raise CommDebugError(f"{out}: the output would overwrite the dump; choose another -o")
-    path = visualizer.write_html(out, data, title=f"commdebug: {args.dump.name}")
+    src = Path(args.dump)
+    if src.is_dir():
+        out = output_file(args.output or src / "index.html", "HTML file")
+        path = visualizer.write_ranks_html(out, src, title=f"commdebug: {src.name or src.resolve().name}")
+    else:
+        data = read_dump_json(src)
+        trace = from_dump_dict(data, str(src))  # refuse what the page could not show
+        meta = trace.metadata
+        out = args.output if args.output is not None else str(src.with_suffix(".html"))
+        out = output_file(_expand(out, meta), "HTML file")
+        if out.resolve() == src.resolve():
+            raise CommDebugError(f"{out}: the output would overwrite the dump; choose another -o")
+        path = visualizer.write_html(out, data, title=f"commdebug: {src.name}")
     print(path)
     if args.open:
         _open(path)
+    return OK
 
 
-def _viewer(args: argparse.Namespace) -> None:
+def _expand(name: str, meta: dict[str, Any]) -> str:
+    from commdebug.fileio import expand_placeholders
+
+    return expand_placeholders(name, int(meta.get("rank") or 0), int(meta.get("world_size") or 1))
+
+
+def _viewer(args: argparse.Namespace) -> int:
     import visualizer
+    from commdebug.fileio import output_file
 
-    path = visualizer.write_html(args.output, None)
+    path = visualizer.write_html(output_file(args.output, "HTML file"), None)
     print(path)
     if args.open:
         _open(path)
+    return OK
 
 
-def _table(args: argparse.Namespace) -> None:
+def _table(args: argparse.Namespace) -> int:
     from commdebug.model.dump import load
     from commdebug.render.table import render_table
 
     sys.stdout.write(render_table(load(args.dump), args.noise_level))
+    return OK
+
+
+def _single_dump(path: str, verb: str) -> Path:
+    p = Path(path)
+    if p.is_dir():
+        raise CommDebugError(f"{p}: is a folder; `commdebug {verb}` reads one dump (for a folder of ranks use `commdebug report`)")
+    return p
+
+
+def _summary(args: argparse.Namespace) -> int:
+    from commdebug.analysis.summary import parse_by, summarize
+    from commdebug.model.dump import load
+    from commdebug.render.summary import render_summary
+
+    by = parse_by(args.by)  # a bad --by fails before the file is read
+    summary = summarize(load(_single_dump(args.dump, "summary")), by)
+    if args.json:
+        _print_json(summary.to_dict())
+    else:
+        sys.stdout.write(render_summary(summary))
+    return OK
+
+
+def _run(args: argparse.Namespace) -> int:
+    from commdebug.launch.run import run_program
+
+    program = list(args.program)
+    if program and program[0] == "--":
+        program = program[1:]
+    if not program:
+        raise CommDebugError("no program to run: commdebug run [options] -- script.py [args...]  (or -m module [args...])")
+    options: dict[str, Any] = {}
+    if args.timing:
+        options["timing"] = args.timing
+    if args.start_step is not None:
+        options["start_step"] = args.start_step
+    if args.end_step is not None:
+        options["end_step"] = args.end_step
+    if args.ops:
+        options["ops"] = [op.strip() for op in args.ops.split(",") if op.strip()]
+    return run_program(program, args.module, args.out, hang_timeout=args.hang_timeout, noise_level=args.noise, **options)
+
+
+def _hook(args: argparse.Namespace) -> int:
+    from commdebug.launch import hook
+
+    if args.action == "install":
+        path = hook.install(args.site_dir)
+        print(f"installed {path}\nrecord any program in this environment with: COMMDEBUG=1 COMMDEBUG_OUT=traces/ <your launch line>")
+    elif args.action == "uninstall":
+        path = hook.uninstall(args.site_dir)
+        print(f"removed {path}" if path else f"not installed ({hook.hook_path(args.site_dir)} does not exist)")
+    else:
+        path = hook.hook_path(args.site_dir)
+        print(f"installed: {path}" if hook.installed(args.site_dir) else f"not installed ({path})")
+    return OK
+
+
+def _report(args: argparse.Namespace) -> int:
+    from commdebug.analysis.report import report_path
+    from commdebug.render.ranks import render_report
+
+    rep = report_path(args.path)
+    if args.json:
+        _print_json(rep.to_dict())
+    else:
+        sys.stdout.write(render_report(rep))
+    return OK
+
+
+def _check(args: argparse.Namespace) -> int:
+    from commdebug.analysis.check import check_path
+    from commdebug.render.findings import render_check
+
+    result = check_path(args.path)
+    if args.json:
+        _print_json(result.to_dict())
+    else:
+        sys.stdout.write(render_check(result))
+    return OK if result.consistent else FOUND
+
+
+def _diff(args: argparse.Namespace) -> int:
+    from commdebug.analysis.diff import diff_paths
+    from commdebug.render.changes import render_changes
+
+    changes = diff_paths(args.a, args.b)
+    if args.json:
+        rows = [c.to_dict() for c in changes]
+        _print_json({"a": args.a, "b": args.b, "same": not rows, "changes": rows})
+        return FOUND if rows else OK
+    text, n = render_changes(changes, args.a, args.b)
+    sys.stdout.write(text)
+    return FOUND if n else OK
+
+
+def _trace(args: argparse.Namespace) -> int:
+    from commdebug.fileio import output_file
+    from commdebug.formats.chrome_trace import write_chrome_trace
+
+    out = output_file(args.output, "trace file")
+    counts = write_chrome_trace(args.path, out)
+    timed = f"{counts['complete']} timed collectives, {counts['instant']} untimed (instant events)"
+    print(f"wrote {out}: {counts['ranks']} rank{'s' if counts['ranks'] != 1 else ''}, {timed}; open it in https://ui.perfetto.dev")
+    return OK
+
+
+VERBS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "demo": _demo, "view": _view, "viewer": _viewer, "table": _table, "summary": _summary, "run": _run,
+    "hook": _hook, "report": _report, "check": _check, "diff": _diff, "trace": _trace,
+}
+# verbs whose exit 1 means "found something": errors there exit 2
+_VERDICT_VERBS = ("check", "diff")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    error = USAGE if args.verb in _VERDICT_VERBS else 1
     try:
-        {"demo": _demo, "view": _view, "viewer": _viewer, "table": _table}[args.verb](args)
+        status = VERBS[args.verb](args)
+        sys.stdout.flush()
+        return status
+    except BrokenPipeError:
+        # `commdebug demo | head`: the reader left; end quietly, as cat does
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return OK
     except CommDebugError as e:
         print(f"commdebug: error: {e}", file=sys.stderr)
-        return 1
+        return error
     except OSError as e:
-        print(f"commdebug: error: {e}", file=sys.stderr)
-        return 1
+        print(f"commdebug: error: {e.strerror or e}{': ' + e.filename if getattr(e, 'filename', None) else ''}", file=sys.stderr)
+        return error
     except KeyboardInterrupt:
+        print("commdebug: interrupted", file=sys.stderr)
         return 130
-    return 0
 
 
 if __name__ == "__main__":

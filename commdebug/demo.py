@@ -210,8 +210,11 @@ def run_demo(world_size: int = 8, layers: int = 4, steps: int = 2, out_dir: str 
     from commdebug.errors import CommDebugError
     from commdebug.capture.mode import CommDebugMode
 
+    from commdebug.fileio import output_folder
+
     if world_size < 1 or layers < 1 or steps < 1:
         raise CommDebugError("--world-size, --layers and --steps must be at least 1")
+    out = output_folder(out_dir)  # before minutes of work, not after
     cfg = ModelConfig(n_layers=layers, n_heads=max(8, world_size), dim=max(64, 8 * world_size), checkpoint_layers=checkpoint_layers)
     try:
         init_fake_world(world_size)
@@ -230,7 +233,6 @@ def run_demo(world_size: int = 8, layers: int = 4, steps: int = 2, out_dir: str 
             print(f"step {step + 1}/{steps}: {comm.get_total_counts()} collectives so far", file=sys.stderr)
 
     print(comm.generate_comm_debug_tracing_table(noise_level=noise_level))
-    out = Path(out_dir)
     paths = {"json": out / "comm_mode_log.json", "log": out / "comm_mode_log.txt", "html": out / "comm_mode_log.html"}
     comm.generate_json_dump(paths["json"], noise_level=3)
     comm.log_comm_debug_tracing_table_to_file(paths["log"], noise_level=3)

@@ -50,11 +50,11 @@ class Side:
 
     def describe(self) -> str:
         if self.op is None:
-            return f"ranks {_ranks(self.ranks)}: nothing"
+            return f"{_who(self.ranks)}: nothing"
         what = f"{self.op} {format_bytes(self.size_bytes or 0)}{' ' + self.dtype if self.dtype else ''}"
         where = "".join(f" {k} {v}" for k, v in (("in", self.module), ("at", self.source)) if v and v != "?")
         flight = " (unfinished)" if self.in_flight else ""
-        return f"ranks {_ranks(self.ranks)}: {what}{flight}{where}"
+        return f"{_who(self.ranks)}: {what}{flight}{where}"
 
 
 @dataclass
@@ -90,6 +90,14 @@ class CheckResult:
             "findings": [f.to_dict() for f in self.findings],
             "notes": self.notes,
         }
+
+
+def _who(ranks: Iterable[int]) -> str:
+    """[3] -> "rank 3"; [0, 1, 2] -> "ranks 0-2"."""
+    rs = sorted(set(ranks))
+    if not rs:
+        return "no rank"
+    return f"rank {rs[0]}" if len(rs) == 1 else f"ranks {_ranks(rs)}"
 
 
 def _ranks(ranks: Iterable[int]) -> str:
@@ -245,7 +253,7 @@ class _Checker:
 
     def _p2p(self, rank: int, e: CollectiveEvent) -> None:
         src, dst = (rank, e.peer) if e.op == "send" else (e.peer, rank)
-        key = (e.group.name, src, dst, e.p2p_seq)
+        key = (e.group.label, src, dst, e.p2p_seq)
         (self.sends if e.op == "send" else self.recvs)[key] = (e.size_bytes, self.ctxs((e.module, e.source)))
 
     # ---- findings -------------------------------------------------------------------------
@@ -257,7 +265,7 @@ class _Checker:
         if self.world_size:
             absent = sorted(set(range(self.world_size)) - set(self.ranks))
             if absent:
-                self.findings.insert(0, Finding("no_dump", "", None, f"ranks {_ranks(absent)} of {self.world_size} left no dump", [Side(absent)]))
+                self.findings.insert(0, Finding("no_dump", "", None, f"{_who(absent)} of {self.world_size} left no dump", [Side(absent)]))
         return CheckResult(self.findings, sorted(self.ranks), len(self.groups), self.collectives, self.notes)
 
     def _side(self, ranks: list[int], sig: int, ctx: int, in_flight: bool = False) -> Side:
@@ -278,14 +286,16 @@ class _Checker:
             pos = seq - g.first
             having = [r for r, last in g.members.items() if last >= seq and g.first_of.get(r, 0) <= seq]
             odd = {r for ranks in g.divergent[seq].values() for r in ranks}
-            sides = [self._side([r for r in having if r not in odd], g.sig[pos], g.ctx[pos])]
+            stuck = set(g.in_flight.get(seq, ()))
+            base = [r for r in having if r not in odd]
+            sides = [self._side(base, g.sig[pos], g.ctx[pos], bool(base) and stuck.issuperset(base))]
             for sig, ranks in g.divergent[seq].items():
-                sides.append(self._side(ranks, sig, g.diverge_ctx[(seq, sig)]))
+                sides.append(self._side(ranks, sig, g.diverge_ctx[(seq, sig)], stuck.issuperset(ranks)))
             sides.sort(key=lambda s: -len(s.ranks))
             minority = sides[-1]
             self.findings.append(Finding("mismatch", g.label, seq,
                 f"group {g.label} seq {seq}: ranks issued different collectives; "
-                f"rank{'s' if len(minority.ranks) > 1 else ''} {_ranks(minority.ranks)} differ from the other {len(having) - len(minority.ranks)}",
+                f"{_who(minority.ranks)} {'differs' if len(minority.ranks) == 1 else 'differ'} from the other {len(having) - len(minority.ranks)}",
                 [s for s in sides if s.ranks]))
         # 2. some members stopped short of the others
         last = max(g.members.values(), default=-1)
@@ -300,10 +310,10 @@ class _Checker:
             waiting = sorted(set(g.in_flight.get(stop, [])))
             side = self._side(ahead, sig, ctx, in_flight=bool(waiting))
             if waiting:
-                msg = (f"group {g.label} seq {stop}: ranks {_ranks(waiting)} wait in it (unfinished); "
-                       f"ranks {_ranks(missing)} never issued it")
+                msg = (f"group {g.label} seq {stop}: {_who(waiting)} {'waits' if len(waiting) == 1 else 'wait'} in it (unfinished); "
+                       f"{_who(missing)} never issued it")
             else:
-                msg = f"group {g.label} seq {stop}: ranks {_ranks(missing)} never issued it; the other {len(ahead)} did"
+                msg = f"group {g.label} seq {stop}: {_who(missing)} never issued it; the other {len(ahead)} did"
             sides = [side]
             for r in missing:  # what each short rank did last on this group
                 l = g.members[r]
@@ -313,12 +323,12 @@ class _Checker:
                 else:
                     sides.append(Side([r]))
             self.findings.append(Finding("missing", g.label, stop, msg, sides))
-        elif g.in_flight:  # a hang where everyone issued the call: say who waits
+        elif g.in_flight and min(g.in_flight) not in g.divergent:  # a hang where everyone issued the call
             seq = min(g.in_flight)
             pos = seq - g.first
             waiting = sorted(set(g.in_flight[seq]))
             self.findings.append(Finding("in_flight", g.label, seq,
-                f"group {g.label} seq {seq}: ranks {_ranks(waiting)} had it unfinished when they wrote their dumps",
+                f"group {g.label} seq {seq}: {_who(waiting)} had it unfinished when they wrote their dumps",
                 [self._side(waiting, g.sig[pos], g.ctx[pos], True)]))
         for seq, (sent, received) in sorted(g.a2a.items()):
             if sent != received:
@@ -334,9 +344,9 @@ class _Checker:
             if send and recv:
                 msg = f"group {group}: send #{seq} {src}->{dst} is {format_bytes(send[0])} but the receive is {format_bytes(recv[0])}"
             elif send:
-                msg = f"group {group}: send #{seq} from {src} to {dst} has no matching receive on rank {dst}"
+                msg = f"group {group}: send #{seq} from rank {src} to rank {dst} has no matching receive on rank {dst}"
             else:
-                msg = f"group {group}: receive #{seq} on {dst} from {src} has no matching send on rank {src}"
+                msg = f"group {group}: receive #{seq} on rank {dst} from rank {src} has no matching send on rank {src}"
             sides = []
             if send:
                 sides.append(self._side([src], self.sigs(("send", send[0], None)), send[1]))

@@ -6,7 +6,6 @@ import logging
 import os
 import socket
 import sys
-import sysconfig
 import time
 from collections import defaultdict
 from datetime import datetime, timezone
@@ -30,14 +29,11 @@ __all__ = ["CommDebugMode"]
 _graph_task_id = torch._C._current_graph_task_id
 _HOP = torch._ops.HigherOrderOperator
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # the commdebug package
 # DTensor lowers an op to collectives inside this file; a collective with it on the stack came
 # from the DTensor op seen last.
 _DTENSOR_DISPATCH = os.path.join(_TORCH_DIR, "distributed", "tensor", "_dispatch.py")
-# Frames that are never the user's code: torch, commdebug, the standard library (functools,
-# contextlib, ...) and wrappers such as typing_extensions' deprecation decorator.
-_NOT_USER_DIRS = tuple({_TORCH_DIR, _OWN_DIR, *(sysconfig.get_paths()[k] + os.sep for k in ("stdlib", "platstdlib"))})
-_NOT_USER_MODULES = frozenset({"typing_extensions"})
+# Frames that are never the user's code (commdebug/sourcefiles.py)
+from commdebug.sourcefiles import NOT_USER_DIRS as _NOT_USER_DIRS, NOT_USER_MODULES as _NOT_USER_MODULES  # noqa: E402
 
 def _describe(func: Any) -> tuple:
     """(collective spec or None, op name (interned: its hash is computed once), func).
@@ -522,10 +518,11 @@ class CommDebugMode(TorchDispatchMode):
                     stuck.append((event, age))
         return sorted(stuck, key=lambda pair: -pair[1])
 
-    def mark_in_flight(self) -> list[CollectiveEvent]:
+    def mark_in_flight(self, also: Iterable[int] = ()) -> list[CollectiveEvent]:
         """Flag the events of collectives not finished now (and clear the flag of those that
-        finished since), so the next dump shows where the program is stuck."""
-        stuck = {e.index for e, _ in self.in_flight()}
+        finished since), so the next dump shows where the program is stuck. ``also``: event
+        indices to flag anyway (a hang that ended in a timeout error: its Work reads completed)."""
+        stuck = {e.index for e, _ in self.in_flight()} | set(also)
         marked = []
         for e in list(self.trace.events):
             if e.in_flight != (e.index in stuck):
@@ -704,19 +701,32 @@ class CommDebugMode(TorchDispatchMode):
         return render_summary(summarize(self.trace, by))
 
     def log_comm_debug_tracing_table_to_file(self, file_name: str = "comm_mode_log.txt", noise_level: int = 3) -> None:
-        """Write the table, without colours, to ``file_name`` (atomically, folders created)."""
+        """Write the table, without colours, to ``file_name`` (atomically, folders created).
+
+        ``{rank}`` and ``{world_size}`` in the name are replaced, so each rank writes its own:
+        ``comm.log_comm_debug_tracing_table_to_file("logs/comm_rank{rank}.txt")``."""
         from commdebug.render.table import write_table
 
-        write_table(self.trace, file_name, noise_level)
+        write_table(self.trace, self._file_name(file_name), noise_level)
 
     def generate_json_dump(self, file_name: str = "comm_mode_log.json", noise_level: int = 3) -> None:
-        """Write the JSON dump (docs/json-format.md): the reference's format plus our section."""
+        """Write the JSON dump (docs/json-format.md): the reference's format plus our section.
+
+        ``{rank}`` and ``{world_size}`` in the name are replaced:
+        ``comm.generate_json_dump("traces/rank{rank}.json")``."""
         from commdebug.model.dump import write_dump
 
         self.refresh_metadata()
         self._join_timing()
         self.trace.metadata["steps"] = self.trace.steps
-        write_dump(self.trace, file_name, noise_level)
+        write_dump(self.trace, self._file_name(file_name), noise_level)
+
+    def _file_name(self, name: str) -> str:
+        from commdebug.fileio import expand_placeholders
+
+        self.refresh_metadata()
+        meta = self.trace.metadata
+        return expand_placeholders(name, int(meta.get("rank") or 0), int(meta.get("world_size") or 1))
 
     def refresh_metadata(self) -> None:
         """Rank, world size and backend from torch.distributed, if it was initialised after the

@@ -10,6 +10,9 @@ On gloo, ``pg_config`` has one empty name and ranks written as a string, and ent
 ``scheduled``: group names come from the entries, membership from which ranks recorded the
 group, and "unfinished" from ``pg_status``'s last completed sequence number. torch's own
 analyzer raises ``KeyError`` on such dumps; this reader takes them as they are.
+
+Sequence numbers are shifted to ours (0 for a group's first collective; torch counts from 1),
+so a Flight Recorder finding and a commdebug finding about the same call name the same number.
 """
 
 from __future__ import annotations
@@ -25,12 +28,16 @@ from commdebug import ops as _ops
 from commdebug.errors import DumpError
 from commdebug.model.ranks import RankView, _rank_from_name
 from commdebug.model.trace import CollectiveEvent, GroupInfo
+from commdebug.sourcefiles import is_user_file
 
 __all__ = ["from_flight_recorder"]
 
-_DTYPE_BYTES = {
-    "Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Char": 1,
-    "Byte": 1, "Bool": 1, "ComplexFloat": 8, "ComplexDouble": 16, "Float8_e4m3fn": 1, "Float8_e5m2": 1,
+# Flight Recorder writes c10 scalar type names; ours are torch's (torch.float32 -> "float32")
+_DTYPES = {
+    "Float": ("float32", 4), "Double": ("float64", 8), "Half": ("float16", 2), "BFloat16": ("bfloat16", 2),
+    "Long": ("int64", 8), "Int": ("int32", 4), "Short": ("int16", 2), "Char": ("int8", 1), "Byte": ("uint8", 1),
+    "Bool": ("bool", 1), "ComplexFloat": ("complex64", 8), "ComplexDouble": ("complex128", 16),
+    "Float8_e4m3fn": ("float8_e4m3fn", 1), "Float8_e5m2": ("float8_e5m2", 1),
 }
 _OP_NAMES = {
     "allreduce": "all_reduce", "all_reduce": "all_reduce", "allreduce_coalesced": "all_reduce",
@@ -41,7 +48,6 @@ _OP_NAMES = {
     "send": "send", "recv": "recv", "barrier": "barrier",
 }
 _P2P = re.compile(r"^(send|recv)\s+(\d+)\s*(?:->|<-)\s*(\d+)")
-_TORCH_DIRS = ("/torch/", "\\torch\\")
 
 
 def from_flight_recorder(data: Any, path: Path) -> RankView:
@@ -102,14 +108,14 @@ def _event(index: int, e: dict[str, Any], groups: dict[str, GroupInfo], done: di
     p2p = bool(e.get("is_p2p")) or op in ("send", "recv")
     seq = None if p2p else _int(e.get("collective_seq_id"))
     completed = done.get(str(e.get("pg_id")))
-    if completed is not None and seq is not None:
+    if completed is not None and seq is not None:  # both 1-based, as torch counts
         in_flight = seq > completed
     else:
         in_flight = e.get("state") not in (None, "completed")
     duration = e.get("duration_ms")
     return CollectiveEvent(
         index=index, op=op, key=f"fr:{kind}", aten_op=name, step=0, phase="?", module="?", group=group,
-        seq=seq, dtype=(dtype or out_dtype or "").lower() or None, input_shapes=in_shapes, output_shapes=out_shapes,
+        seq=None if seq is None else seq - 1, dtype=dtype or out_dtype, input_shapes=in_shapes, output_shapes=out_shapes,
         input_bytes=in_bytes, output_bytes=out_bytes, size_bytes=size,
         busbw_factor=spec.busbw_factor(n) if spec else 0.0, source=_source(e.get("frames")),
         latency_s=None if duration is None else float(duration) / 1e3,
@@ -130,16 +136,14 @@ def _bytes(sizes: Any, dtypes: Any) -> tuple[int, tuple[tuple[int, ...], ...], s
     for i, shape in enumerate(sizes):
         shape = tuple(int(d) for d in shape) if isinstance(shape, list) else ()
         shapes.append(shape)
-        total += math.prod(shape) * _DTYPE_BYTES.get(str(dtypes[i]) if i < len(dtypes) else "", 0)
-    return total, tuple(shapes), str(dtypes[0]) if dtypes else None
+        total += math.prod(shape) * _DTYPES.get(str(dtypes[i]) if i < len(dtypes) else "", ("", 0))[1]
+    first = str(dtypes[0]) if dtypes else None
+    return total, tuple(shapes), _DTYPES[first][0] if first in _DTYPES else first
 
 
 def _source(frames: Any) -> str | None:
-    """The first frame outside torch (frames are innermost first), as ``file:line``."""
+    """The innermost frame of the user's code (frames are innermost first), as ``file:line``."""
     for f in frames or []:
-        if not isinstance(f, dict):
-            continue
-        filename = str(f.get("filename") or "")
-        if filename and not any(d in filename for d in _TORCH_DIRS) and "/python3." not in filename and not filename.startswith("<frozen"):
-            return f"{filename}:{f.get('line')}"
+        if isinstance(f, dict) and is_user_file(str(f.get("filename") or "")):
+            return f"{f.get('filename')}:{f.get('line')}"
     return None

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import threading
 import time
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import Any
 
 from commdebug.capture.mode import CommDebugMode
 from commdebug.errors import CommDebugError
+from commdebug.fileio import output_folder
 
 __all__ = ["RecordingSession", "rank_of"]
 
@@ -51,11 +53,7 @@ class RecordingSession:
     """
 
     def __init__(self, out_dir: str | os.PathLike, *, hang_timeout: float | None = None, noise_level: int = 3, html: bool = True, **options: Any) -> None:
-        self.out = Path(out_dir)
-        if str(out_dir) == "":
-            raise CommDebugError("the output folder is empty; give a folder such as traces/")
-        if self.out.exists() and not self.out.is_dir():
-            raise CommDebugError(f"{self.out}: exists and is not a folder")
+        self.out = output_folder(out_dir, "trace folder")
         if hang_timeout is not None and hang_timeout <= 0:
             raise CommDebugError(f"hang timeout must be a positive number of seconds, got {hang_timeout}")
         self.mode = CommDebugMode(**options)
@@ -64,11 +62,14 @@ class RecordingSession:
         self.html = html
         self.written: Path | None = None
         self.reason = ""
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._finished = False
         self._stop = threading.Event()
         self._previous_sigterm: Any = None
         self._hang_reported: tuple[int, ...] = ()
+        self._owner: int | None = None
+        self._finishing: int | None = None
+        self._pending_signal = False
 
     # ---- life cycle ---------------------------------------------------------------------------
 
@@ -76,8 +77,10 @@ class RecordingSession:
         """Enter the mode (in the calling thread: dispatch modes are per thread) and install the
         SIGTERM handler and, with a hang timeout, the watchdog."""
         self.mode.__enter__()
+        self._owner = threading.get_ident()
         if threading.current_thread() is threading.main_thread():
             self._previous_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
+            self._watch_signals()
         if self.hang_timeout is not None:
             self.mode.track_in_flight()
             threading.Thread(target=self._watch, name="commdebug-hang-watchdog", daemon=True).start()
@@ -89,15 +92,28 @@ class RecordingSession:
             if self._finished:
                 return self.written
             self._finished = True
+            self._finishing = threading.get_ident()
             self._stop.set()
             self.reason = reason
+            if threading.get_ident() == self._owner:  # dispatch modes are per thread
+                try:
+                    self.mode.__exit__(None, None, None)
+                except Exception:  # the program left the mode stack in another state
+                    pass
             try:
-                self.mode.__exit__(None, None, None)
-            except Exception:  # not the thread that entered it, or the mode stack changed
-                pass
-            return self._write(final=True)
+                return self._write(final=True)
+            finally:
+                self._finishing = None
+                if self._pending_signal:
+                    self._on_sigterm(signal.SIGTERM, None)
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
+        if self._finishing == threading.get_ident():
+            # SIGTERM while this thread writes the final dump (it runs between bytecodes):
+            # finish writing, then act on it
+            self._pending_signal = True
+            return
+        self._pending_signal = False
         self.finish(reason="SIGTERM")
         previous = self._previous_sigterm
         signal.signal(signal.SIGTERM, previous if previous not in (None, self._on_sigterm) else signal.SIG_DFL)
@@ -105,6 +121,41 @@ class RecordingSession:
             previous(signum, frame)  # the program's own handler decides
         elif previous != signal.SIG_IGN:
             os.kill(os.getpid(), signal.SIGTERM)  # die of it, as without us
+
+    def _watch_signals(self) -> None:
+        """Write the dump on SIGTERM even while the main thread is blocked inside a collective.
+
+        Python runs signal handlers only when the main thread is back in the interpreter; a rank
+        stuck in a gloo or NCCL wait never is, and the launcher kills it after its grace period,
+        losing the recording. Python's C-level handler does write the signal number to the
+        wakeup fd at once, so a thread reading it can write the dump first. (A program that sets
+        its own wakeup fd, as asyncio does, keeps it; then only the handler above acts.)"""
+        reader, writer = socket.socketpair()
+        writer.setblocking(False)
+        try:
+            previous = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+        except ValueError:
+            return
+        if previous != -1:  # someone else's: give it back
+            signal.set_wakeup_fd(previous)
+            reader.close()
+            writer.close()
+            return
+        self._wakeup = (reader, writer)  # keep both open for the life of the process
+
+        def wait() -> None:
+            while not self._finished:
+                try:
+                    data = reader.recv(64)
+                except OSError:
+                    return
+                if not data:
+                    return
+                if signal.SIGTERM in data:
+                    self.finish(reason="SIGTERM")
+                    log.warning("commdebug: SIGTERM: dump written to %s", self.written)
+
+        threading.Thread(target=wait, name="commdebug-signal-watch", daemon=True).start()
 
     # ---- writing ------------------------------------------------------------------------------
 
@@ -115,7 +166,10 @@ class RecordingSession:
         if not initialized:
             return None  # this process took no part in the job (launcher, data worker)
         self.mode.refresh_metadata()
-        stuck = self.mode.mark_in_flight()
+        # a hang that then ended in the backend's timeout error: its Work reads "completed", but
+        # the dump should still say where the program was stuck
+        hung = self._hang_reported if final and self.reason not in ("exit", "sys.exit(0)", "sys.exit(None)") else ()
+        stuck = self.mode.mark_in_flight(also=hung)
         meta["ended_by"] = self.reason if final else "hang"
         rank = rank_of(meta)
         path = self.out / f"rank{rank}.json"
@@ -154,6 +208,6 @@ class RecordingSession:
             where = f" at {event.source}" if event.source else ""
             log.warning(
                 "commdebug: rank %d stuck for %.0f s in %s #%s on group %s (module %s)%s; dump written to %s",
-                rank_of(self.mode.trace.metadata), age, event.op, event.seq if event.seq is not None else f"p2p {event.p2p_seq}",
+                rank_of(self.mode.trace.metadata), age, event.op, event.seq if event.seq is not None else f"{event.p2p_seq} (point-to-point, peer rank {event.peer})",
                 event.group.label, event.module, where, path,
             )

@@ -1,0 +1,166 @@
+"""Real torchrun jobs on gloo, recorded without changing the program: `commdebug run` and the
+COMMDEBUG=1 start-up hook; per-rank dumps however a rank ends (normal exit, an exception,
+SIGTERM, a hang); then `check`, `report`, `diff`, `trace` and `summary` on what they wrote,
+and `check` on PyTorch Flight Recorder dumps of the same job."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from chrome_trace_rules import validate_chrome_trace
+from commdebug.launch import hook
+
+ROOT = Path(__file__).resolve().parents[1]
+JOB = ROOT / "tests" / "programs" / "job.py"
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+DEADLINE_S = 120
+# the line of the all_reduce that JOB_BAD=skip leaves out on one rank
+SKIPPED_LINE = next(i for i, line in enumerate(JOB.read_text().splitlines(), 1) if "dist.all_reduce(grad)" in line)
+BROADCAST_LINE = next(i for i, line in enumerate(JOB.read_text().splitlines(), 1) if "dist.broadcast(" in line)
+
+
+def torchrun(nproc: int, *args: str, env: dict[str, str] | None = None, cwd: Path) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.run([*TORCHRUN, f"--nproc-per-node={nproc}", *args], capture_output=True, text=True,
+                          cwd=cwd, env=full_env, timeout=DEADLINE_S)
+
+
+def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "commdebug", *args], capture_output=True, text=True, cwd=cwd or ROOT, timeout=120)
+
+
+def dumps(folder: Path) -> dict[int, dict]:
+    return {int(p.stem[4:]): json.loads(p.read_text())["commdebug"] for p in sorted(folder.glob("rank*.json"))}
+
+
+@pytest.fixture(scope="module")
+def consistent(tmp_path_factory) -> Path:
+    """4 ranks, `commdebug run --timing`, a program that does everything right."""
+    cwd = tmp_path_factory.mktemp("consistent")
+    proc = torchrun(4, "-m", "commdebug", "run", "--out", "traces", "--timing", "--", str(JOB), cwd=cwd)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return cwd / "traces"
+
+
+@pytest.mark.timeout(DEADLINE_S + 30)
+def test_run_writes_every_rank_and_the_page(consistent):
+    got = dumps(consistent)
+    assert sorted(got) == [0, 1, 2, 3]
+    assert (consistent / "rank0.html").is_file() and not (consistent / "rank1.html").exists()
+    for rank, section in got.items():
+        meta = section["metadata"]
+        assert (meta["rank"], meta["world_size"], meta["backend"], meta["ended_by"]) == (rank, 4, "gloo", "exit")
+        ops = section["events"]["columns"]["op"]
+        names = [section["events"]["strings"][i] for i in ops]
+        # 2 steps x (grad all_reduce, broadcast, pair all_reduce, send or recv) + barrier
+        assert names.count("all_reduce") == 4 and names.count("broadcast") == 2 and names.count("barrier") == 1
+        assert names.count("send" if rank % 2 == 0 else "recv") == 2
+        assert all(t is not None and t > 0 for t, op in zip(section["events"]["columns"]["latency_s"], names) if op not in ("send", "recv"))
+
+
+@pytest.mark.timeout(60)
+def test_check_report_diff_trace_summary_on_a_consistent_job(consistent, tmp_path):
+    check = cli("check", str(consistent))
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert check.stdout.startswith("consistent: 4 ranks, 3 groups")
+
+    report = cli("report", str(consistent), "--json")
+    assert report.returncode == 0, report.stderr
+    rep = json.loads(report.stdout)
+    assert [r["rank"] for r in rep["ranks"]] == [0, 1, 2, 3] and rep["timed"]
+    ops = {o["op"]: o for o in rep["ops"]}
+    assert ops["all_reduce"]["calls"] == 16 and ops["broadcast"]["calls"] == 8
+    assert ops["all_reduce"]["busbw_gbps"] > 0 and ops["all_reduce"]["straggler_s"] >= 0
+    assert rep["spread"]["collectives"]["min"] == rep["spread"]["collectives"]["max"] == 9
+    text = cli("report", str(consistent)).stdout
+    assert "median" in text and "straggler" in text
+
+    same = cli("diff", str(consistent), str(consistent))
+    assert (same.returncode, same.stdout.splitlines()[0]) == (0, f"no differences between {consistent} and {consistent}")
+
+    out = tmp_path / "trace.json"
+    trace = cli("trace", str(consistent), "-o", str(out))
+    assert trace.returncode == 0, trace.stderr
+    events = validate_chrome_trace(json.loads(out.read_text()))
+    assert {e["pid"] for e in events} == {0, 1, 2, 3}
+    complete = [e for e in events if e["ph"] == "X" and e.get("cat") == "collective"]
+    assert len(complete) == 4 * 7  # everything but the untimed send/recv
+    assert sum(1 for e in events if e["ph"] == "i") == 4 * 2
+
+    summary = cli("summary", str(consistent / "rank0.json"), "--by", "op", "--json")
+    rows = {r["op"]: r for r in json.loads(summary.stdout)["rows"]}
+    assert rows["all_reduce"]["calls"] == 4 and rows["all_reduce"]["busbw_p50_gbps"] is not None
+
+
+@pytest.mark.timeout(DEADLINE_S + 30)
+def test_a_rank_that_raises_still_leaves_every_dump(tmp_path):
+    proc = torchrun(2, "-m", "commdebug", "run", "--out", "traces", "--", str(JOB), env={"JOB_BAD": "raise"}, cwd=tmp_path)
+    assert proc.returncode != 0
+    assert "rank 1 fails on purpose" in proc.stderr
+    got = dumps(tmp_path / "traces")
+    assert sorted(got) == [0, 1]
+    assert got[1]["metadata"]["ended_by"] == "RuntimeError: rank 1 fails on purpose"
+    check = cli("check", str(tmp_path / "traces"))
+    assert check.returncode == 1
+    assert "[missing] group default_pg[2] seq 2: rank 1 never issued it" in check.stdout
+
+
+@pytest.fixture
+def startup_hook():
+    hook.install()
+    try:
+        yield
+    finally:
+        hook.uninstall()
+
+
+@pytest.mark.timeout(DEADLINE_S + 30)
+def test_environment_variables_record_an_unchanged_launch_line_and_survive_sigterm(tmp_path, startup_hook):
+    env = {"COMMDEBUG": "1", "COMMDEBUG_OUT": "envtraces", "JOB_BAD": "sigterm", "JOB_BAD_RANK": "2", "JOB_PG_TIMEOUT": "10"}
+    proc = torchrun(4, str(JOB), env=env, cwd=tmp_path)
+    assert proc.returncode != 0  # rank 2 died of SIGTERM
+    got = dumps(tmp_path / "envtraces")
+    assert sorted(got) == [0, 1, 2, 3], proc.stderr[-3000:]
+    assert got[2]["metadata"]["ended_by"] == "SIGTERM"
+    assert got[2]["events"]["count"] == 4  # step 0: grad all_reduce, broadcast, pair all_reduce, send
+
+
+@pytest.mark.timeout(DEADLINE_S + 30)
+def test_hang_check_names_the_rank_group_seq_and_line_in_ours_and_flight_recorder(tmp_path):
+    env = {"JOB_BAD": "skip", "JOB_PG_TIMEOUT": "8", "JOB_FR_DIR": "fr", "TORCH_FR_BUFFER_SIZE": "1000"}
+    proc = torchrun(2, "-m", "commdebug", "run", "--out", "traces", "--hang-timeout", "2", "--", str(JOB), env=env, cwd=tmp_path)
+    assert proc.returncode != 0
+    assert "commdebug: rank 0 stuck for" in proc.stderr and f"job.py:{SKIPPED_LINE}" in proc.stderr
+    for folder in ("traces", "fr"):
+        check = cli("check", str(tmp_path / folder), "--json")
+        assert check.returncode == 1, check.stderr
+        first = json.loads(check.stdout)["findings"][0]
+        # default_pg per step: grad all_reduce, broadcast (the pair's all_reduce is on its own
+        # group); in step 1 rank 0 is in the grad all_reduce (seq 2), rank 1 in the broadcast
+        assert (first["kind"], first["seq"]) == ("mismatch", 2), first
+        assert first["group"].startswith("default_pg")
+        sides = {tuple(s["ranks"]): s for s in first["sides"]}
+        assert sides[(0,)]["op"] == "all_reduce" and sides[(0,)]["source"].endswith(f"job.py:{SKIPPED_LINE}")
+        assert sides[(1,)]["op"] == "broadcast" and sides[(1,)]["source"].endswith(f"job.py:{BROADCAST_LINE}")
+        if folder == "traces":  # gloo's Flight Recorder marks nothing unfinished after the timeout error
+            assert sides[(0,)]["in_flight"]
+    text = cli("check", str(tmp_path / "traces")).stdout
+    assert "rank 1 differs from the other 1" in text and f"job.py:{SKIPPED_LINE}" in text
+
+
+@pytest.mark.timeout(DEADLINE_S + 30)
+def test_a_silent_size_mismatch_is_found(tmp_path):
+    proc = torchrun(2, "-m", "commdebug", "run", "--out", "traces", "--", str(JOB), env={"JOB_BAD": "size"}, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]  # gloo does not notice
+    check = cli("check", str(tmp_path / "traces"))
+    assert check.returncode == 1
+    lines = check.stdout.splitlines()
+    assert lines[2].startswith("1. [mismatch] group default_pg[2] seq 3: ")
+    assert f"rank 0: broadcast 4.00 KiB float32 in Global at {JOB}:{BROADCAST_LINE}" in check.stdout
+    assert f"rank 1: broadcast 8.00 KiB float32 in Global at {JOB}:{BROADCAST_LINE}" in check.stdout
