@@ -104,3 +104,70 @@ def test_demo_bad_world_size_is_one_line():
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1].startswith("commdebug: error: ")
     assert "Traceback" not in proc.stderr
+
+
+def test_version_and_help_say_defaults_and_ranges():
+    from importlib.metadata import version
+
+    proc = cli("--version")
+    assert (proc.returncode, proc.stdout) == (0, f"commdebug {version('commdebug')}\n")
+    top = cli("-h").stdout
+    import argparse
+
+    from commdebug.cli import VERBS, _parser
+
+    verbs = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(verbs.choices) == set(VERBS)
+    for verb, sub in verbs.choices.items():
+        assert f"    {verb}" in top, verb
+        for action in sub._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            assert action.help, (verb, action.dest)
+            if action.option_strings:  # every option says its default (and range where it has one)
+                assert "default" in action.help or action.dest == "module", (verb, action.dest)
+
+
+def test_bad_values_never_show_internal_names():
+    proc = cli("table", "x.json", "--noise-level", "loud")
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines()[-1] == "commdebug table: error: argument --noise-level: must be 0, 1, 2 or 3, not 'loud'"
+    assert "_noise" not in proc.stderr and "invalid" not in proc.stderr
+    assert "must be a number of seconds > 0, not '0'" in cli("run", "--hang-timeout", "0", "--", "x.py").stderr
+
+
+def test_demo_checks_its_folder_before_working(tmp_path):
+    a_file = tmp_path / "taken"
+    a_file.write_text("mine")
+    proc = cli("demo", "--layers", "1", "--steps", "1", "--out-dir", str(a_file))
+    assert proc.returncode == 1 and proc.stderr == f"commdebug: error: {a_file}: exists and is not a folder (the output folder must be a folder)\n"
+    assert a_file.read_text() == "mine"
+    assert cli("demo", "--out-dir", "").stderr == "commdebug: error: the output folder is empty; give a folder name\n"
+
+
+def test_empty_or_folder_output_names_are_plain_errors(demo_dir, tmp_path):
+    dump = str(demo_dir / "comm_mode_log.json")
+    assert cli("view", dump, "-o", "").stderr == "commdebug: error: the HTML file name is empty; give a file name\n"
+    assert cli("view", dump, "-o", str(tmp_path)).stderr == f"commdebug: error: {tmp_path}: is a folder; the HTML file must be a file name\n"
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    proc = cli("trace", dump, "-o", str(blocker / "t.json"))
+    assert proc.returncode == 1 and proc.stderr == f"commdebug: error: {blocker}: is a file, so {blocker / 't.json'} cannot be written\n"
+
+
+def test_closed_pipe_ends_quietly(demo_dir):
+    shell = f"{sys.executable} -m commdebug table {demo_dir / 'comm_mode_log.json'} --noise-level 3 | head -n 1"
+    proc = subprocess.run(["bash", "-o", "pipefail", "-c", shell], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.stdout.count("\n") == 1
+    assert proc.stderr == "" and proc.returncode == 0
+
+
+def test_summary_of_a_dump_and_its_errors(demo_dir):
+    dump = str(demo_dir / "comm_mode_log.json")
+    proc = cli("summary", dump, "--by", "module")
+    assert proc.returncode == 0 and "no timing was recorded" in proc.stdout
+    rows = json.loads(cli("summary", dump, "--json").stdout)["rows"]
+    total = json.loads((demo_dir / "comm_mode_log.json").read_text())["commdebug"]["events"]["count"]
+    assert sum(r["calls"] for r in rows) == total
+    assert cli("summary", dump, "--by", "colour").stderr.startswith("commdebug: error: unknown summary grouping 'colour'")
+    assert "is a folder" in cli("summary", str(demo_dir)).stderr

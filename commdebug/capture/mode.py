@@ -526,7 +526,7 @@ class CommDebugMode(TorchDispatchMode):
         marked = []
         for e in list(self.trace.events):
             if e.in_flight != (e.index in stuck):
-                e = self.trace.set_in_flight(e.index, e.index in stuck) or e
+                e = self.trace.update_event(e.index, in_flight=e.index in stuck) or e
             if e.in_flight:
                 marked.append(e)
         return marked
@@ -562,7 +562,7 @@ class CommDebugMode(TorchDispatchMode):
 
         def apply(index: int, started_at: float | None, seconds: float | None) -> None:
             start_s = None if started_at is None else started_at - self._t0_wall
-            event = self.trace.set_timing(index, start_s, seconds)
+            event = self.trace.update_event(index, start_s=start_s, latency_s=seconds)
             if event is not None and self._listeners:
                 self._emit(event)
 

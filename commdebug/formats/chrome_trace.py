@@ -65,7 +65,10 @@ def rank_trace_events(view: RankView) -> Iterable[dict[str, Any]]:
             yield {"ph": "X", "name": e.op, "cat": "collective", "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": _args(e)}
         else:
             yield {"ph": "i", "s": "t", "name": e.op, "cat": "collective", "pid": pid, "tid": tid, "ts": ts, "args": _args(e)}
-    for step, (start, end) in sorted(steps.items()):
+    spans = sorted(steps.items())
+    for i, (step, (start, end)) in enumerate(spans):
+        if i + 1 < len(spans):  # a step's last collective may finish after the next one began
+            end = min(end, spans[i + 1][1][0])
         yield {"ph": "X", "name": f"step {step}", "cat": "step", "pid": pid, "tid": 0, "ts": start, "dur": max(end - start, 0.0), "args": {"step": step}}
 
 

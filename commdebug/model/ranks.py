@@ -119,6 +119,8 @@ def rank_files(folder: str | os.PathLike) -> list[Path]:
 def iter_ranks(path: str | os.PathLike) -> Iterator[RankView]:
     """Each rank of a folder (or the one dump a file is), loaded one at a time."""
     p = Path(path)
+    if not p.exists():
+        raise DumpError(f"{p}: no such file or folder")
     for f in rank_files(p) if p.is_dir() else [p]:
         yield load_rank(f)
 

@@ -340,19 +340,13 @@ class Trace:
         pos = index - self.events_dropped
         return self.events[pos] if 0 <= pos < len(self.events) else None
 
-    def set_in_flight(self, index: int, in_flight: bool) -> CollectiveEvent | None:
+    def update_event(self, index: int, **fields: Any) -> CollectiveEvent | None:
+        """Change fields of a kept event once they are known (its time under asynchronous
+        timing, its in-flight flag at a hang); None if it was dropped (``max_events``)."""
         pos = index - self.events_dropped
         if not 0 <= pos < len(self.events):
             return None
-        event = self.events[pos] = self.events[pos]._replace(in_flight=in_flight)
-        return event
-
-    def set_timing(self, index: int, start_s: float | None, latency_s: float | None) -> CollectiveEvent | None:
-        """Give an event its time once known (asynchronous timing); None if it was dropped."""
-        pos = index - self.events_dropped
-        if not 0 <= pos < len(self.events):
-            return None
-        event = self.events[pos] = self.events[pos]._replace(start_s=start_s, latency_s=latency_s)
+        event = self.events[pos] = self.events[pos]._replace(**fields)
         return event
 
     # ---- reading (renderers, analysis) ------------------------------------------------------
