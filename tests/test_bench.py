@@ -28,3 +28,13 @@ def test_memory_bench_prints_its_ratios():
     assert proc.returncode == 0, proc.stderr
     assert re.search(r"^ours/reference after 1 step  = \d+\.\d\d", proc.stdout, flags=re.M), proc.stdout
     assert re.search(r"^ours 300 steps / 100 steps   = \d+\.\d\d", proc.stdout, flags=re.M), proc.stdout
+
+
+def test_ranks_scale_bench_finds_the_planted_mismatch():
+    proc = subprocess.run(
+        [sys.executable, "bench/ranks_scale.py", "--ranks", "16", "--events", "400"], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for name in ("check", "report"):
+        assert re.search(rf"^{name} *: .* events/s .* peak RSS \d+ MiB", proc.stdout, flags=re.M), proc.stdout
+    assert "planted mismatch on rank 8: found" in proc.stdout

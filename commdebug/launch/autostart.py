@@ -4,7 +4,8 @@
     COMMDEBUG=1 COMMDEBUG_OUT=traces/ torchrun --nproc-per-node 4 train.py
 
 Options come from the ``COMMDEBUG_*`` variables (docs/configuration.md), plus ``COMMDEBUG_OUT``
-(folder, default ``commdebug_traces``) and ``COMMDEBUG_HANG_TIMEOUT`` (seconds). The launcher
+(folder, default ``commdebug_traces``), ``COMMDEBUG_HANG_TIMEOUT`` (seconds) and ``COMMDEBUG_HTML``
+(``0``: no page from rank 0). The launcher
 process itself and commdebug's own commands are left alone; a process that never joins a
 process group (a DataLoader worker) writes nothing.
 """
@@ -26,8 +27,13 @@ def _skip() -> bool:
 def _start() -> None:
     from commdebug.launch.session import RecordingSession
 
-    timeout = os.environ.get("COMMDEBUG_HANG_TIMEOUT")
-    session = RecordingSession(os.environ.get("COMMDEBUG_OUT") or "commdebug_traces", hang_timeout=float(timeout) if timeout else None)
+    timeout = os.environ.get("COMMDEBUG_HANG_TIMEOUT", "").strip()
+    try:
+        hang = float(timeout) if timeout else None
+    except ValueError:
+        raise ValueError(f"COMMDEBUG_HANG_TIMEOUT must be a number of seconds, not {timeout!r}") from None
+    html = os.environ.get("COMMDEBUG_HTML", "1").strip().lower() not in ("0", "false", "no", "off")
+    session = RecordingSession(os.environ.get("COMMDEBUG_OUT") or "commdebug_traces", hang_timeout=hang, html=html)
     session.start()
     atexit.register(session.finish, "exit")
 

@@ -5,21 +5,9 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from commdebug.analysis.report import Report
-from commdebug.units import format_bytes
+from commdebug.units import format_bytes, format_gbps, format_s, format_share
 
 __all__ = ["render_report"]
-
-
-def _s(v: float | None) -> str:
-    return "-" if v is None else f"{v:.3f}"
-
-
-def _pct(v: float | None) -> str:
-    return "-" if v is None else f"{v * 100:.1f}%"
-
-
-def _gbps(v: float | None) -> str:
-    return "-" if v is None else f"{v:.2f}"
 
 
 def _align(rows: list[list[str]], left: int = 1) -> list[str]:
@@ -30,10 +18,10 @@ def _align(rows: list[list[str]], left: int = 1) -> list[str]:
 _RANK_COLUMNS: list[tuple[str, str, Callable[[Any], str]]] = [
     ("collectives", "collectives", lambda v: f"{v:g}"),
     ("bytes", "bytes", format_bytes),
-    ("comm_time_s", "comm s", _s),
-    ("elapsed_s", "elapsed s", _s),
-    ("share", "share", _pct),
-    ("straggler_s", "straggler s", _s),
+    ("comm_time_s", "comm s", format_s),
+    ("elapsed_s", "elapsed s", format_s),
+    ("share", "share", format_share),
+    ("straggler_s", "straggler s", format_s),
 ]
 
 
@@ -59,8 +47,8 @@ def render_report(rep: Report) -> str:
     lines.append("")
     rows = [["op", "calls", "bytes", "timed", "time s", "algbw GB/s", "busbw GB/s", "straggler s"]]
     for o in rep.ops:
-        rows.append([o.op, str(o.calls), format_bytes(o.bytes), str(o.timed), _s(o.time_s if o.timed else None),
-                     _gbps(o.algbw_gbps), _gbps(o.busbw_gbps), _s(o.straggler_s if o.timed else None)])
+        rows.append([o.op, str(o.calls), format_bytes(o.bytes), str(o.timed), format_s(o.time_s if o.timed else None),
+                     format_gbps(o.algbw_gbps), format_gbps(o.busbw_gbps), format_s(o.straggler_s if o.timed else None)])
     lines += _align(rows)
     if rep.timed:
         lines += ["", "straggler s: time spent in calls beyond the fastest rank's time for the same call (group, sequence number);",

@@ -6,21 +6,13 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from commdebug.analysis.summary import Summary
-from commdebug.units import format_bytes
+from commdebug.units import format_bytes, format_gbps, format_ms, format_s
 
 __all__ = ["render_summary"]
 
 
-def _ms(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds * 1e3:.3f}"
-
-
-def _gbps(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
-
-
 def _seconds(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f} s"
+    return f"{format_s(value)} s" if value is not None else "-"
 
 
 _KEY_CELLS: dict[str, tuple[str, Callable[[Any], str]]] = {
@@ -65,8 +57,8 @@ def render_summary(summary: Summary) -> str:
     for r in summary.rows:
         cells = [_KEY_CELLS[k][1](r.key[k]) for k in key_cols] + [str(r.calls), format_bytes(r.bytes)]
         if timed:
-            cells += [_ms(r.time_s), _ms(r.avg_time_s), _gbps(r.algbw_gbps), _gbps(r.busbw_gbps),
-                      _gbps(r.busbw_p50_gbps), _gbps(r.busbw_p90_gbps), _gbps(r.busbw_p99_gbps)]
+            cells += [format_ms(r.time_s), format_ms(r.avg_time_s), format_gbps(r.algbw_gbps), format_gbps(r.busbw_gbps),
+                      format_gbps(r.busbw_p50_gbps), format_gbps(r.busbw_p90_gbps), format_gbps(r.busbw_p99_gbps)]
         table.append(cells)
     if not summary.rows:
         lines.append("no collectives recorded")
