@@ -79,16 +79,16 @@ class Viewer:
         return self.page.eval_on_selector_all(
             "#tree li.node > .row", "els => els.filter(e => e.offsetParent).map(e => e.parentNode.dataset.fqn)")
 
-    COLUMNS = ["Module", "fwd", "bwd", "ckpt", "bytes", "share"]
+    COLUMNS = ["Module", "fwd", "bwd", "ckpt", "opt", "bytes", "share"]
 
     def cells(self) -> dict[str, dict[str, str]]:
         """Per drawn row: its count and bytes cells' text, by position under the column heads."""
         assert self.page.eval_on_selector_all(".tree-head > span", "s => s.map(e => e.textContent)") == self.COLUMNS
         return self.page.eval_on_selector_all("#tree li.node", """els => Object.fromEntries(els.map(li => {
-            const [, forward, backward, checkpoint, bytes, share] = li.querySelector(':scope > .row').children;
+            const [, forward, backward, checkpoint, optimizer, bytes, share] = li.querySelector(':scope > .row').children;
             return [li.dataset.fqn, {
               forward: forward.textContent, backward: backward.textContent,
-              checkpoint: checkpoint.textContent, bytes: bytes.textContent,
+              checkpoint: checkpoint.textContent, optimizer: optimizer.textContent, bytes: bytes.textContent,
               data_bytes: bytes.dataset.bytes, share: share.dataset.share}];
           }))""")
 

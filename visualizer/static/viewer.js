@@ -90,6 +90,70 @@
     return dump;
   }
 
+  // ---------------------------------------------------------------- events
+
+  // CollectiveEvent's fields (commdebug/model/trace.py); schema 2 stores them by column.
+  const EVENT_FIELDS = [
+    "index", "op", "key", "aten_op", "step", "phase", "module", "group", "seq", "dtype",
+    "input_shapes", "output_shapes", "input_bytes", "output_bytes", "size_bytes", "busbw_factor",
+    "dtensor_op", "placements", "mesh", "source", "latency_s", "peer", "p2p_seq", "microbatch",
+    "start_s", "in_flight",
+  ];
+  // Columns holding string-table indices; the shapes hold the index of their JSON text.
+  const TEXT_FIELDS = new Set(["op", "key", "aten_op", "phase", "module", "group", "dtype",
+    "dtensor_op", "placements", "mesh", "source", "input_shapes", "output_shapes"]);
+
+  /**
+   * The dump's events as one plain object each, `group` as {name, size}: schema 1 lists objects
+   * (the group inline), schema 2 has {count, strings, columns}. null when the dump has none.
+   * Shapes stay text (schema 2) or arrays (schema 1) until the detail shows them.
+   */
+  function decodeEvents(cd) {
+    const raw = cd ? cd.events : null;
+    if (Array.isArray(raw)) {
+      return raw.filter(isObj).map((e) => {
+        const g = isObj(e.group) ? e.group : {name: e.group};
+        return Object.assign({}, e, {group: {name: g.name == null ? null : str(g.name), size: optNum(g.size)}});
+      });
+    }
+    if (!isObj(raw)) return null;
+    if (!isObj(raw.columns) || !Array.isArray(raw.strings)) {
+      throw new DumpError("Malformed events in this dump.",
+        'Schema 2 events need "count", "strings" and "columns".');
+    }
+    const {columns, strings} = raw;
+    const count = Number.isInteger(raw.count) ? raw.count : arr(columns.index).length;
+    const groups = isObj(cd.groups) ? cd.groups : {};
+    const cols = EVENT_FIELDS.map((name) => [name, Array.isArray(columns[name]) ? columns[name] : null,
+      TEXT_FIELDS.has(name)]);
+    const text = (i) => (Number.isInteger(i) && i >= 0 && i < strings.length ? str(strings[i]) : null);
+    const events = new Array(count);
+    for (let i = 0; i < count; i++) {
+      const e = {};
+      for (const [name, values, isText] of cols) {
+        const v = values ? values[i] : undefined;
+        e[name] = isText ? text(v) : v ?? null;
+      }
+      const g = e.group == null ? null : groups[e.group];
+      e.group = {name: e.group, size: isObj(g) ? optNum(g.size) : null};
+      e.in_flight = e.in_flight === true;
+      events[i] = e;
+    }
+    return events;
+  }
+
+  /** A shapes field as text: "[16384, 4096]" per tensor, or "—". */
+  function fmtShapes(v) {
+    let shapes = v;
+    if (typeof v === "string") {
+      try { shapes = JSON.parse(v); } catch (e) { return v; }
+    }
+    const list = arr(shapes).map((s) => `[${arr(s).map(str).join(", ")}]`);
+    return list.length ? list.join(" ") : "—";
+  }
+
+  const fmtSeconds = (s) => (optNum(s) == null ? "—" : s < 1 ? `${(s * 1e3).toFixed(3)} ms` : `${s.toFixed(3)} s`);
+
   // ---------------------------------------------------------------- model
 
   function buildModel(dump) {
@@ -109,6 +173,7 @@
     const byBytes = root.totalBytes != null;
     return {
       cd, nodes, root,
+      events: decodeEvents(cd),
       reference: cd === null,
       byFqn: new Map(nodes.map((n) => [n.fqn, n])),
       trivial: new Set(cd && Array.isArray(cd.trivial_ops) ? cd.trivial_ops : REFERENCE_TRIVIAL_OPS),
@@ -236,7 +301,7 @@
    * 100k rows. columns: {key, label, value(row), cell?(row) -> text|Node, cls?}. With
    * `sortable`, clicking a header sorts by value (nulls last), clicking again reverses.
    */
-  function pagedTable(columns, rows, {id, sortable = false, empty = "None."}) {
+  function pagedTable(columns, rows, {id, sortable = false, empty = "None.", rowProps = null}) {
     if (rows.length === 0) return h("p", {id, class: "muted empty"}, empty);
     const tbody = h("tbody");
     const more = h("button", {type: "button", class: "more", onclick: () => fill()});
@@ -253,8 +318,11 @@
       const frag = document.createDocumentFragment();
       for (; shown < end; shown++) {
         const row = sorted[shown];
-        frag.append(h("tr", null, ...columns.map((col) =>
-          h("td", {class: col.cls}, col.cell ? col.cell(row) : str(col.value(row))))));
+        frag.append(h("tr", rowProps && rowProps(row), ...columns.map((col) => {
+          const text = str(col.value(row));
+          // A clipped cell ends in an ellipsis: its title carries the full text.
+          return h("td", {class: col.cls, title: col.clip && text ? text : null}, col.cell ? col.cell(row) : text);
+        })));
       }
       tbody.append(frag);
       const left = sorted.length - shown;
@@ -290,6 +358,7 @@
   const lines = (items) => h("span", {class: "lines"}, ...items.map((t) => h("code", null, t)));
   const phaseTag = (phase) => h("span", {class: "phase " + (PHASE_SHORT[phase] || "")}, phase);
   const opTag = (op) => h("span", {class: "op", "data-op": op}, op);
+  const inFlightTag = () => h("span", {class: "badge in-flight", title: "not finished when the dump was written"}, "in flight");
 
   // ---------------------------------------------------------------- tree
 
@@ -353,10 +422,10 @@
       const nameCell = h("span", {class: "name-cell"},
         h("span", {class: "caret", "aria-hidden": "true"}),
         h("span", {class: "name", title: node.fqn}, node.label),
-        h("span", {class: "type"}, shortType(node.raw.module_type)));
+        h("span", {class: "type", title: str(node.raw.module_type) || null}, shortType(node.raw.module_type)));
       nameCell.style.setProperty("--depth", String(node.depth));
       const row = h("div", {class: "row cols" + (this.filter && this.filter.matches.has(node) ? " match" : "")},
-        nameCell, cell("forward"), cell("backward"), cell("checkpoint"),
+        nameCell, ...PHASES.map(cell),
         h("span", {class: "num bytes", "data-bytes": node.totalBytes ?? "", title: bytesTitle},
           fmtBytes(node.totalBytes)),
         h("span", {class: "share", "data-share": share.toFixed(4),
@@ -549,6 +618,7 @@
       $("op-filter").replaceChildren(h("option", {value: ""}, "any collective"),
         ...ops.map((op) => h("option", {value: op}, `issues ${op}`)));
       $("match-count").textContent = "";
+      $("op-filter").title = "";
     }
 
     applyFilters() {
@@ -571,11 +641,11 @@
 
     renderDetail(node) {
       this.node = node;
-      const phases = h("table", {id: "detail-phases", class: "grid compact"},
+      const phases = h("div", {class: "table-wrap"}, h("table", {id: "detail-phases", class: "grid compact"},
         h("thead", null, h("tr", null, ...["", "calls", "bytes"].map((t) => h("th", {class: t && "num"}, t)))),
         h("tbody", null, ...PHASES.map((p) => h("tr", {"data-phase": p}, h("td", null, phaseTag(p)),
           h("td", {class: "num"}, fmtCount(node.counts[p])),
-          h("td", {class: "num"}, node.bytes ? fmtBytes(node.bytes[p]) : "—")))));
+          h("td", {class: "num"}, node.bytes ? fmtBytes(node.bytes[p]) : "—"))))));
       const collectives = pagedTable([
         {key: "phase", label: "phase", value: (c) => c.phase, cell: (c) => phaseTag(c.phase)},
         {key: "op", label: "op", value: (c) => c.op, cell: (c) => opTag(c.op)},
@@ -623,33 +693,104 @@
     }
 
     renderEvents() {
-      const events = this.model.cd && Array.isArray(this.model.cd.events)
-        ? this.model.cd.events.filter(isObj) : null;
+      const events = this.model.events;
       $("events").hidden = events === null;
+      $("event-detail").hidden = true;
       if (events === null) return;
       const {byFqn} = this.model;
-      const group = (e) => (isObj(e.group) ? e.group : {name: e.group});
       const moduleCell = (e) => {
         const node = byFqn.get(e.module);
         return node ? h("a", {href: "#", class: "module-link", onclick: (ev) => {
           ev.preventDefault();
+          ev.stopPropagation();
           this.showModule(node);
         }}, str(e.module)) : str(e.module);
       };
-      $("events-count").textContent = `${fmtCount(events.length)} recorded`;
-      $("events-table").replaceChildren(pagedTable([
+      const columns = [
         {key: "index", label: "#", value: (e) => optNum(e.index), cls: "num"},
         {key: "step", label: "step", value: (e) => optNum(e.step), cls: "num"},
         {key: "phase", label: "phase", value: (e) => e.phase, cell: (e) => phaseTag(str(e.phase))},
         {key: "op", label: "op", value: (e) => e.op, cell: (e) => opTag(str(e.op))},
         {key: "bytes", label: "bytes", value: (e) => optNum(e.size_bytes), cell: (e) => fmtBytes(optNum(e.size_bytes)), cls: "num"},
-        {key: "group", label: "group", value: (e) => str(group(e).name),
-          cell: (e) => groupLabel(this.model, group(e).name, group(e).size)},
-        {key: "module", label: "module", value: (e) => e.module, cell: moduleCell},
-        {key: "source", label: "source", value: (e) => e.source, cell: (e) => h("code", null, str(e.source))},
+        {key: "group", label: "group", value: (e) => e.group.name,
+          cell: (e) => groupLabel(this.model, e.group.name, e.group.size)},
+        {key: "module", label: "module", value: (e) => e.module, cell: moduleCell, cls: "clip", clip: true},
+        {key: "source", label: "source", value: (e) => e.source, cell: (e) => h("code", null, str(e.source)),
+          cls: "clip", clip: true},
         {key: "latency", label: "latency", value: (e) => optNum(e.latency_s), cls: "num",
-          cell: (e) => (optNum(e.latency_s) == null ? "—" : `${(e.latency_s * 1e3).toFixed(3)} ms`)},
-      ], events, {id: "events-grid", sortable: true, empty: "No collective calls recorded."}));
+          cell: (e) => fmtSeconds(e.latency_s)},
+      ];
+      // Fields most runs leave empty get a column only when some call has them.
+      const any = (field) => events.some((e) => e[field] != null && e[field] !== false);
+      if (any("microbatch")) {
+        columns.push({key: "microbatch", label: "mb", value: (e) => optNum(e.microbatch), cls: "num"});
+      }
+      if (any("peer")) {
+        columns.push({key: "peer", label: "peer", value: (e) => optNum(e.peer), cls: "num",
+          cell: (e) => (e.peer == null ? "" : `${e.op === "recv" ? "from" : "to"} ${e.peer}` +
+            (e.p2p_seq == null ? "" : ` #${e.p2p_seq}`))});
+      }
+      const inFlight = events.filter((e) => e.in_flight).length;
+      if (inFlight) {
+        columns.push({key: "state", label: "state", value: (e) => (e.in_flight ? "in flight" : null),
+          cell: (e) => (e.in_flight ? inFlightTag() : "")});
+      }
+      $("events-count").textContent = `${fmtCount(events.length)} recorded` +
+        (inFlight ? `, ${fmtCount(inFlight)} in flight` : "");
+      $("events-table").replaceChildren(pagedTable(columns, events, {
+        id: "events-grid", sortable: true, empty: "No collective calls recorded.",
+        rowProps: (e) => ({
+          class: e.in_flight ? "in-flight" : null, "data-index": optNum(e.index) ?? "",
+          title: "show this call's details",
+          onclick: (ev) => { if (!ev.target.closest("a")) this.renderEvent(e, ev.currentTarget); },
+        }),
+      }));
+    }
+
+    /** Every field of one call, below the list. */
+    renderEvent(e, tr) {
+      for (const old of document.querySelectorAll("#events-grid tr.chosen")) old.classList.remove("chosen");
+      if (tr) tr.classList.add("chosen");
+      const g = this.model.cd && isObj(this.model.cd.groups) ? this.model.cd.groups[str(e.group.name)] : null;
+      const ranks = isObj(g) && Array.isArray(g.ranks) ? g.ranks : null;
+      const timed = optNum(e.latency_s) != null && e.latency_s > 0;
+      const algbw = timed && optNum(e.size_bytes) != null ? e.size_bytes / e.latency_s / 1e9 : null;
+      const rows = [
+        ["index", fmtCount(optNum(e.index))],
+        ["state", e.in_flight ? inFlightTag() : "finished"],
+        ["step", str(e.step)],
+        ["microbatch", e.microbatch == null ? "—" : str(e.microbatch)],
+        ["phase", phaseTag(str(e.phase))],
+        ["op", opTag(str(e.op))],
+        ["key", h("code", null, str(e.key))],
+        ["aten op", h("code", null, str(e.aten_op))],
+        ["module", str(e.module)],
+        ["group", `${groupLabel(this.model, e.group.name, e.group.size)} (name ${str(e.group.name)}` +
+          (ranks ? `, ranks ${ranks.map(str).join(",")})` : ")")],
+        ["seq", e.seq == null ? "— (point-to-point)" : str(e.seq)],
+        ["peer", e.peer == null ? "—" : `${e.op === "recv" ? "from" : "to"} rank ${str(e.peer)}`],
+        ["p2p seq", e.p2p_seq == null ? "—" : str(e.p2p_seq)],
+        ["dtype", str(e.dtype) || "—"],
+        ["input shapes", h("code", null, fmtShapes(e.input_shapes))],
+        ["output shapes", h("code", null, fmtShapes(e.output_shapes))],
+        ["input bytes", fmtBytes(optNum(e.input_bytes))],
+        ["output bytes", fmtBytes(optNum(e.output_bytes))],
+        ["message size", fmtBytes(optNum(e.size_bytes))],
+        ["DTensor op", h("code", null, str(e.dtensor_op) || "—")],
+        ["placements", h("code", null, str(e.placements) || "—")],
+        ["mesh", h("code", null, str(e.mesh) || "—")],
+        ["source", h("code", null, str(e.source) || "—")],
+        ["start", e.start_s == null ? "—" : `${fmtSeconds(e.start_s)} after the start`],
+        ["latency", timed ? fmtSeconds(e.latency_s) : "not timed"],
+        ["bandwidth", algbw == null ? "—" :
+          `algbw ${algbw.toFixed(2)} GB/s, busbw ${(algbw * num(e.busbw_factor)).toFixed(2)} GB/s`],
+      ];
+      const box = $("event-detail");
+      box.replaceChildren(h("h3", null, `Call #${str(e.index)}`),
+        h("div", {class: "table-wrap"}, h("table", {id: "event-fields", class: "grid compact kv"},
+          h("tbody", null, ...rows.map(([k, v]) => h("tr", {"data-field": k}, h("th", {scope: "row"}, k), h("td", null, v)))))));
+      box.hidden = false;
+      box.classList.toggle("in-flight", e.in_flight);
     }
 
     showModule(node) {
@@ -711,7 +852,11 @@
       clearTimeout(pending);  // filtering walks every module: wait for a pause in typing
       pending = setTimeout(() => viewer && viewer.applyFilters(), 120);
     });
-    $("op-filter").addEventListener("change", () => viewer && viewer.applyFilters());
+    $("op-filter").addEventListener("change", (e) => {
+      const select = e.target;  // narrow: the chosen op may be cut, the title shows it whole
+      select.title = select.value ? select.options[select.selectedIndex].textContent : "";
+      if (viewer) viewer.applyFilters();
+    });
     $("expand-all").addEventListener("click", () => viewer && viewer.tree.setAll(true));
     $("collapse-all").addEventListener("click", () => viewer && viewer.tree.setAll(false));
     for (const radio of document.querySelectorAll('input[name="noise"]')) {
