@@ -398,13 +398,13 @@ def rank_dumps(ranks: int = 4, layers: int = 2, steps: int = 1, *, world_size: i
                odd_rank: int | None = None, odd_module: str | None = None, **kw: Any) -> Iterator[tuple[int, dict]]:
     """(rank, dump) for each rank of a job of `ranks` ranks running the same model in groups of
     `world_size` (min(ranks, world_size)), one at a time. Each rank's latencies differ a little
-    (rank r is 1 + r % 5 / 10 times slower), and rank `odd_rank` issues `odd_module`'s first
+    (rank r is 1 + r / 50 times slower), and rank `odd_rank` issues `odd_module`'s first
     call twice as large: a mismatch `commdebug check` reports."""
     tp = min(world_size, ranks)
     for r in range(ranks):
         yield r, transformer_dump(layers, steps, world_size=tp, rank=r, job_size=ranks,
                                   odd_module=odd_module if r == odd_rank else None,
-                                  latency_scale=1 + (r % 5) / 10, **kw)
+                                  latency_scale=1 + r / 50, **kw)
 
 
 def write_rank_dumps(folder: str | os.PathLike[str], ranks: int = 4, layers: int = 2, steps: int = 1,
