@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from visualizer import write_html
+from visualizer import write_html, write_ranks_html
 from visualizer.synthetic import to_reference, transformer_dump
 
 CHROMIUM = os.environ.get("COMMDEBUG_CHROMIUM", "/usr/bin/chromium")
@@ -59,6 +59,13 @@ class Viewer:
         path = write_html(self.directory / name, dump, title=title)
         self.page.goto(path.as_uri())
         # Not wait_for_function: its polling evaluates strings, which the page's CSP refuses.
+        self.page.wait_for_selector("body:not([data-state=loading])", state="attached")
+        return self.page
+
+    def open_ranks(self, folder: Path, *, name: str = "ranks.html", title: str | None = None):
+        """Open the folder page of the rank dumps in `folder`."""
+        path = write_ranks_html(self.directory / name, folder, title=title)
+        self.page.goto(path.as_uri())
         self.page.wait_for_selector("body:not([data-state=loading])", state="attached")
         return self.page
 
