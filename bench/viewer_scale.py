@@ -1,6 +1,6 @@
 """Viewer first-draw time on a 96-layer tensor-parallel transformer dump (target: under 1 s).
 
-Builds a synthetic schema-1 dump of 3 training steps (visualizer.synthetic: ~1.9k modules, ~20k
+Builds a synthetic schema-2 dump of 3 training steps (visualizer.synthetic: ~1.9k modules, ~20k
 op rows, ~1.5k events), writes its page, and opens it in headless Chromium, a fresh browser per
 run so every load is cold. The page stamps window.__commdebugReady (ms since navigation start)
 once the tree's first level is in the DOM, and marks "commdebug:parsed" after JSON.parse. Prints
@@ -114,7 +114,8 @@ def main() -> None:
         dump, what = transformer_dump(layers=args.layers, steps=args.steps), \
             f"synthetic {args.layers}-layer TP transformer, {args.steps} steps"
     modules, rows = census(dump)
-    events = len(dump.get("commdebug", {}).get("events", []))
+    raw = dump.get("commdebug", {}).get("events", [])
+    events = raw.get("count", 0) if isinstance(raw, dict) else len(raw)  # schema 2 by column, 1 a list
     with tempfile.TemporaryDirectory() as tmp:
         page_path = visualizer.write_html(args.out or Path(tmp) / "viewer.html", dump)
         size = page_path.stat().st_size

@@ -4,6 +4,10 @@
 request, so it can be mailed around and opened from file://. The dump is untrusted (module names
 and placements come from user code): the page builds DOM with textContent only, and a
 Content-Security-Policy allows no script but the viewer's own, by hash.
+
+`write_ranks_html(path, folder)` writes one page for a folder of per-rank dumps (``rank0.json``,
+``rank1.json``, ...): the module tree once, each rank's numbers per module, and the findings of
+``commdebug check`` marked on the modules they name.
 """
 
 from __future__ import annotations
@@ -15,13 +19,14 @@ import json
 import math
 import os
 import pathlib
+import re
 from importlib import resources
-from typing import Any
+from typing import Any, Iterator
 
 import jinja2
 import markupsafe
 
-__all__ = ["render_html", "write_html"]
+__all__ = ["render_html", "write_html", "ranks_data", "render_ranks_html", "write_ranks_html"]
 
 # Inside <script> the HTML parser only looks for "</script" (and "<!--"), but escaping every
 # <, > and & makes the embedded JSON inert wherever it lands. U+2028/U+2029 are legal in JSON
@@ -83,7 +88,8 @@ def render_html(dump: dict | None, *, title: str = "commdebug") -> str:
     template, css, js, csp = _assets()
     data = None if dump is None else markupsafe.Markup(_embed(dump))
     return template.render(
-        title=title, csp=csp, css=markupsafe.Markup(css), js=markupsafe.Markup(js), dump_json=data
+        title=title, csp=csp, css=markupsafe.Markup(css), js=markupsafe.Markup(js), dump_json=data,
+        ranks_json=None, blocks=[],
     )
 
 
@@ -97,3 +103,193 @@ def write_html(path: str | os.PathLike[str], dump: dict | None, *, title: str = 
 
     write_text_atomic(path, render_html(dump, title=title))
     return pathlib.Path(path)
+
+
+# ---------------------------------------------------------------------------- a folder of ranks
+
+RANKS_FORMAT = "commdebug-ranks"
+_PHASES = ("forward", "backward", "checkpoint", "optimizer")
+_TRAILING_NUMBER = re.compile(r"(\d+)(?:\.\w+)?$")
+
+
+def _is_flight_recorder(path: pathlib.Path) -> bool:
+    with path.open("rb") as f:
+        return f.read(1) == b"\x80"  # a pickle; Flight Recorder's JSON form is told by its keys
+
+
+class _Blocks:
+    """Numeric arrays as JSON text, each distinct one stored once (ranks of a job often agree)."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+        self._ids: dict[str, int] = {}
+
+    def add(self, values: list) -> int:
+        text = json.dumps(values, separators=(",", ":"), allow_nan=False)
+        i = self._ids.get(text)
+        if i is None:
+            i = self._ids[text] = len(self.texts)
+            self.texts.append(text)
+        return i
+
+
+def ranks_data(folder: str | os.PathLike[str]) -> tuple[dict[str, Any], list[str]]:
+    """What the folder page embeds: (index, blocks).
+
+    `index` holds the union of the ranks' module trees (ranks of one job share it), one entry
+    per rank (metadata, totals and the ids of its blocks), and ``commdebug check``'s result.
+    `blocks` are JSON arrays of numbers, one value per module in the index's order: a rank's
+    calls per phase (four per module, descendants included, null where the rank lacks the
+    module), its bytes, and its timed seconds (when timed). Files are read one at a time.
+    """
+    from commdebug.analysis.check import check
+    from commdebug.errors import DumpError
+    from commdebug.model.dump import from_dump_dict, read_dump_json
+    from commdebug.model.ranks import RankView, load_rank, rank_files
+    from commdebug.model.trace import GLOBAL
+
+    root = pathlib.Path(folder)
+    fqns: list[str] = []
+    parents: list[int] = []
+    type_ids: list[int] = []
+    types: list[str] = []
+    index_of: dict[str, int] = {}
+    type_index: dict[str, int] = {}
+    blocks = _Blocks()
+    ranks: list[dict[str, Any]] = []
+    errors: list[str] = []
+
+    def module_index(fqn: str, parent: str | None, module_type: str) -> int:
+        i = index_of.get(fqn)
+        if i is None:
+            i = index_of[fqn] = len(fqns)
+            fqns.append(fqn)
+            parents.append(-1 if parent is None else index_of[parent])
+            t = type_index.get(module_type)
+            if t is None:
+                t = type_index[module_type] = len(types)
+                types.append(module_type)
+            type_ids.append(t)
+        return i
+
+    def views() -> Iterator[RankView]:
+        for path in rank_files(root):
+            try:
+                if _is_flight_recorder(path):
+                    view = load_rank(path)
+                else:
+                    data = read_dump_json(path)
+                    if isinstance(data, dict) and "entries" in data and "pg_config" in data:
+                        view = load_rank(path)
+                    else:
+                        view = _add_rank(path, from_dump_dict(data, str(path)))
+                        yield view
+                        continue
+            except DumpError as e:
+                errors.append(str(e))
+                continue
+            ranks.append({"rank": view.rank, "file": path.name, "format": view.source_format,
+                          "meta": _meta(view.metadata), "events": len(view.events), "tree": False,
+                          "notes": list(view.notes)})
+            yield view
+
+    def _add_rank(path: pathlib.Path, trace: Any) -> RankView:
+        rank = trace.metadata.get("rank")
+        if not isinstance(rank, int):
+            m = _TRAILING_NUMBER.search(path.name)
+            rank = int(m.group(1)) if m else len(ranks)
+        present = []
+        for fqn, _ in trace.walk():
+            info = trace.modules[fqn]
+            present.append(module_index(fqn, info.parent, info.module_type))
+        n = len(fqns)
+        counts: list[int | None] = [None] * (4 * n)
+        nbytes: list[int | None] = [None] * n
+        for fqn, _ in trace.walk():
+            i = index_of[fqn]
+            total = 0
+            for k, phase in enumerate(_PHASES):
+                c, b = trace.phase_totals(fqn, phase)
+                counts[4 * i + k] = c
+                total += b
+            nbytes[i] = total if trace.bytes_recorded else None
+        seconds: list[float | None] | None = None
+        if any(e.latency_s for e in trace.events):
+            acc = [0.0] * n
+            for e in trace.events:
+                if not e.latency_s or not math.isfinite(e.latency_s):  # untimed, NaN or infinite
+                    continue
+                fqn: str | None = e.module if e.module in trace.modules else GLOBAL
+                while fqn is not None:  # descendants included, like the counts
+                    acc[index_of[fqn]] += e.latency_s
+                    fqn = trace.modules[fqn].parent
+            seconds = [None] * n
+            for i in present:
+                seconds[i] = float(f"{acc[i]:.4g}")
+        summary = trace.summary()
+        notes = []
+        if trace.events_dropped:
+            notes.append(f"{trace.events_dropped} older events were dropped (max_events): times cover the rest")
+        ranks.append({
+            "rank": rank, "file": path.name, "format": "commdebug", "meta": _meta(trace.metadata),
+            "events": len(trace.events), "tree": True, "notes": notes,
+            "collectives": summary["collectives"], "bytes": summary["bytes"] if trace.bytes_recorded else None,
+            "seconds": None if seconds is None else seconds[index_of[GLOBAL]],
+            "blocks": {"counts": blocks.add(counts), "bytes": blocks.add(nbytes),
+                       "time": None if seconds is None else blocks.add(seconds)},
+        })
+        return RankView(rank, path, dict(trace.metadata), dict(trace.groups), list(trace.events), notes=notes)
+
+    result = check(views())
+    if not any(r["tree"] for r in ranks):
+        raise DumpError(f"{root}: no rank dump here has a module tree (commdebug dumps do)")
+    ranks.sort(key=lambda r: r["rank"])
+    index = {
+        "format": RANKS_FORMAT,
+        "folder": root.name or str(root),
+        "phases": list(_PHASES),
+        "modules": {"fqn": fqns, "parent": parents, "type": type_ids, "types": types},
+        "ranks": ranks,
+        "check": result.to_dict(),
+        "errors": errors,
+    }
+    return _finite(index), blocks.texts
+
+
+def _meta(metadata: dict[str, Any]) -> dict[str, Any]:
+    keep = ("rank", "world_size", "hostname", "backend", "torch_version", "steps", "pid")
+    return {k: metadata[k] for k in keep if k in metadata}
+
+
+def render_ranks_html(folder: str | os.PathLike[str], *, title: str | None = None) -> str:
+    """Return the folder page for the per-rank dumps in `folder` (see :func:`write_ranks_html`)."""
+    index, blocks = ranks_data(folder)
+    template, css, js, csp = _assets()
+    title = title or f"commdebug: {index['folder']} ({len(index['ranks'])} ranks)"
+    return template.render(
+        title=title, csp=csp, css=markupsafe.Markup(css), js=markupsafe.Markup(js), dump_json=None,
+        ranks_json=markupsafe.Markup(_embed(index)),
+        blocks=[markupsafe.Markup(b.translate(_SCRIPT_SAFE)) for b in blocks],
+    )
+
+
+def write_ranks_html(path_out: str | os.PathLike[str], folder: str | os.PathLike[str], *,
+                     title: str | None = None) -> pathlib.Path:
+    """Write one page for a folder of per-rank dumps and return its path.
+
+    `folder` holds one commdebug dump per rank (``rank0.json``, ``rank1.json``, ...; found by
+    :func:`commdebug.model.ranks.rank_files`; Flight Recorder files there count for the check
+    but have no module tree). The page has the module tree once (the union of the ranks'
+    trees), a rank selector that switches the tree's numbers to that rank's, a panel listing
+    every rank's calls, bytes and time (when timed) for the selected module with the minimum,
+    median and maximum marked, and the findings of ``commdebug check`` listed and marked on the
+    modules they name. Each rank contributes only numbers per module, not its events, and the
+    page parses a rank's numbers when it first needs them.
+
+    The page is written atomically, like :func:`write_html`. Raises
+    :class:`commdebug.errors.DumpError` when the folder holds no readable rank dump with a tree.
+    """
+    from commdebug.fileio import write_text_atomic
+
+    write_text_atomic(path_out, render_ranks_html(folder, title=title))
+    return pathlib.Path(path_out)

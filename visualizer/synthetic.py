@@ -1,7 +1,9 @@
 """Synthetic dumps, for the viewer's tests, demos and scale benchmark.
 
-`transformer_dump()` builds what commdebug would write (docs/json-format.md, schema version 1)
-for a Llama-style tensor-parallel transformer, without running one. The numbers are invented but
+`transformer_dump()` builds what commdebug would write (docs/json-format.md; schema version 2,
+events by column, or 1 with ``schema=1``) for a Llama-style tensor-parallel transformer, without
+running one. Events are real :class:`~commdebug.model.trace.CollectiveEvent` tuples encoded by
+:func:`commdebug.model.events.encode_events`, so the page reads what commdebug writes. The numbers are invented but
 obey the format's rules, so a viewer that shows them right shows real dumps right:
 
 * every collective call is an event; node counts and bytes are derived from the calls, with
@@ -9,20 +11,26 @@ obey the format's rules, so a viewer that shows them right shows real dumps righ
   reference's `collectives_backward` includes checkpoint recompute;
 * op rows are aggregated over steps (`count`) and filtered by the dump's noise level.
 
-`to_reference()` turns such a dump into what torch's CommDebugMode would have written.
+`to_reference()` turns such a dump into what torch's CommDebugMode would have written, and
+`rank_dumps()` writes a folder of per-rank dumps of one job (the viewer's folder page).
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import math
-from typing import Any
+import os
+import pathlib
+from typing import Any, Iterator
 
+from commdebug.model.events import encode_events
+from commdebug.model.trace import TRIVIAL_OPS, CollectiveEvent, GroupInfo
 from commdebug.ops import BUSBW_FACTORS
-from commdebug.model.trace import TRIVIAL_OPS
 
-__all__ = ["REFERENCE_TRIVIAL_OPS", "to_reference", "transformer_dump"]
+__all__ = ["REFERENCE_TRIVIAL_OPS", "event_dicts", "rank_dumps", "to_reference", "transformer_dump",
+           "write_rank_dumps"]
 
 # torch.distributed.tensor.debug._comm_mode.trivial_ops, in a stable order.
 REFERENCE_TRIVIAL_OPS = sorted(TRIVIAL_OPS)
@@ -193,6 +201,7 @@ def _step_calls(model: _Module) -> list[tuple[_Module, str, _Call]]:
 
     forward(model, "forward")
     backward(model)
+    order.extend((m, "optimizer", c) for m, _ in _modules(model) for c in m.calls.get("optimizer", []))
     return order
 
 
@@ -213,39 +222,60 @@ def _keep(row: dict, noise_level: int) -> bool:
 def transformer_dump(layers: int = 2, steps: int = 2, *, world_size: int = 8, noise_level: int = 3,
                      root: str = "Transformer", checkpoint_every: int = 2, max_events: int = 100_000,
                      dim: int = 4096, ffn: int = 14336, vocab: int = 128256, tokens: int = 16384,
+                     schema: int = 2, rank: int = 0, job_size: int | None = None,
+                     odd_module: str | None = None, latency_scale: float = 1.0,
                      ) -> dict:
-    """A schema-1 dump of `steps` training steps of a `layers`-layer TP transformer on rank 0.
+    """A dump of `steps` training steps of a `layers`-layer TP transformer on `rank`.
 
     Every `checkpoint_every`-th block is activation-checkpointed (0: none). Each step starts
-    with a barrier issued outside any module, so Global issues collectives itself.
+    with a barrier issued outside any module, so Global issues collectives itself; in schema 2
+    each step also ends with a gradient-norm all_reduce in the optimizer phase.
+
+    `world_size` is the tensor-parallel group's size (rank r is in group r // world_size, ranks
+    in blocks); `job_size` is the job's world size in the metadata (default `world_size`).
+    `odd_module` plants a bug: that module's first call of step 0 is twice as large on this rank.
+    `latency_scale` multiplies every latency (ranks of one job run at different speeds).
     """
+    if schema not in (1, 2):
+        raise ValueError(f"schema {schema}: 1 or 2")
     model = _build_model(root, layers, world_size, dim=dim, ffn=ffn, vocab=vocab, tokens=tokens,
                          checkpoint_every=checkpoint_every)
-    glob = _Module("Global", "", calls={"forward": [_Call("barrier", [])]}, children=[model])
+    glob_calls = {"forward": [_Call("barrier", [])]}
+    if schema >= 2:  # clip_grad_norm_: one scalar all_reduce inside optimizer.step()
+        glob_calls["optimizer"] = [_Call("all_reduce", [1])]
+    glob = _Module("Global", "", calls=glob_calls, children=[model])
+    phases = PHASES_V2 if schema >= 2 else PHASES_V1
     nodes: dict[str, dict] = {}
     ancestry: dict[str, tuple[_Module, ...]] = {}  # fqn -> Global ... the module itself
     for m, ancestors in _modules(glob):
         ancestry[m.fqn] = (*ancestors, m)
-        nodes[m.fqn] = _node(m, any(a.checkpointed for a in ancestry[m.fqn]), steps, noise_level)
+        nodes[m.fqn] = _node(m, any(a.checkpointed for a in ancestry[m.fqn]), steps, noise_level, schema)
         if ancestors:
             nodes[ancestors[-1].fqn]["children"].append(nodes[m.fqn])
 
+    base = rank // world_size * world_size
+    group = GroupInfo(str(rank // world_size), "mesh_tp" if schema >= 2 else "", world_size,
+                      tuple(range(base, base + world_size)))
     calls: dict[str, dict[tuple[str, str], list[int]]] = {fqn: {} for fqn in nodes}  # descendants included
-    events: list[dict] = []
+    events: list[CollectiveEvent] = []
     index = 0
+    clock = 0.0
     for step in range(steps):
         for m, phase, call in _step_calls(glob):
+            if odd_module == m.fqn and step == 0:
+                call, odd_module = dataclasses.replace(call, shape=[2 * call.shape[0], *call.shape[1:]]), None
             size = _nbytes(call.shape)
             for a in ancestry[m.fqn]:
                 totals = calls[a.fqn].setdefault((call.op, phase), [0, 0])
                 totals[0] += 1
                 totals[1] += size
+            event = _event(index, step, phase, m.fqn, call, group, clock, latency_scale)
+            clock += 1e-3 + (event.latency_s or 0.0)
             if index < max_events:
-                # One process group, so the per-group sequence number is the index.
-                events.append(_event(index, step, phase, m.fqn, call, world_size))
+                events.append(event)
             index += 1
     for fqn, node in nodes.items():
-        node.update(_collectives(calls[fqn], world_size))
+        node.update(_collectives(calls[fqn], world_size, phases))
 
     by_op: dict[str, dict[str, int]] = {}
     for (op, _), (count, size) in calls["Global"].items():
@@ -253,23 +283,42 @@ def transformer_dump(layers: int = 2, steps: int = 2, *, world_size: int = 8, no
         total["count"] += count
         total["bytes"] += size
     dump = nodes["Global"]
-    dump["commdebug"] = {
-        "schema_version": 1,
+    section: dict[str, Any] = {
+        "schema_version": schema,
         "noise_level": noise_level,
         "trivial_ops": list(REFERENCE_TRIVIAL_OPS),
-        "metadata": {"rank": 0, "world_size": world_size, "hostname": "synthetic-node", "pid": 4242,
-                     "torch_version": "2.13.0", "commdebug_version": "synthetic", "backend": "fake",
-                     "start_time": "2026-11-22T05:00:00+00:00", "end_time": "2026-11-22T05:01:00+00:00",
-                     "steps": steps},
-        "summary": {"collectives": index, "bytes": sum(v["bytes"] for v in by_op.values()), "by_op": by_op},
-        "events": events,
-        "events_dropped": index - len(events),
-        "max_events": max_events,
+        "metadata": {"rank": rank, "world_size": job_size or world_size, "hostname": f"synthetic-node{rank // 8}",
+                     "pid": 4242 + rank, "torch_version": "2.13.0", "commdebug_version": "synthetic",
+                     "backend": "fake", "start_time": "2026-11-22T05:00:00+00:00",
+                     "end_time": "2026-11-22T05:01:00+00:00", "steps": steps},
     }
+    if schema >= 2:
+        section["groups"] = {group.name: group.to_dict()}
+    section["summary"] = {"collectives": index, "bytes": sum(v["bytes"] for v in by_op.values()),
+                          "by_op": dict(sorted(by_op.items()))}
+    section["events"] = encode_events(events) if schema >= 2 else [_event_v1(e) for e in events]
+    section["events_dropped"] = index - len(events)
+    section["max_events"] = max_events
+    dump["commdebug"] = section
     return dump
 
 
-def _node(m: _Module, in_checkpoint: bool, steps: int, noise_level: int) -> dict:
+def event_dicts(dump: dict) -> list[dict]:
+    """The dump's events as one dict per event, either schema (schema 1's inline group becomes
+    its name, as in schema 2), for tests that compare the page with the dump."""
+    from commdebug.model.dump import from_dump_dict
+
+    raw = dump["commdebug"]["events"]
+    if isinstance(raw, list):
+        return [dict(e, group=e["group"]["name"] if isinstance(e["group"], dict) else e["group"]) for e in raw]
+    return [e.to_dict() for e in from_dump_dict(dump).events]
+
+
+PHASES_V1 = ("forward", "backward", "checkpoint")
+PHASES_V2 = ("forward", "backward", "checkpoint", "optimizer")
+
+
+def _node(m: _Module, in_checkpoint: bool, steps: int, noise_level: int, schema: int) -> dict:
     """A module's node without its collectives: op rows counted over `steps`, noise-filtered."""
     node = {
         "fqn": m.fqn,
@@ -283,53 +332,92 @@ def _node(m: _Module, in_checkpoint: bool, steps: int, noise_level: int) -> dict
                              ("checkpoint", "operations_checkpointing", forward if in_checkpoint else [])):
         node[key] = [dict(r, is_bw=phase != "forward", is_activation_checkpointing=phase == "checkpoint",
                           count=steps) for r in rows if _keep(r, noise_level)]
+    if schema >= 2:
+        node["operations_optimizer"] = []
     return node
 
 
-def _collectives(calls: dict[tuple[str, str], list[int]], world_size: int) -> dict:
+def _collectives(calls: dict[tuple[str, str], list[int]], world_size: int, phases: tuple[str, ...]) -> dict:
     """The node keys derived from its (op, phase) -> [calls, bytes], descendants included."""
-    phases = ("forward", "backward", "checkpoint")
     keyed: dict[str, dict[str, int]] = {"forward": {}, "backward": {}}
     for (op, phase), (count, _) in calls.items():
-        # The reference's per-phase op-key counts: backward includes checkpoint recompute.
-        side = keyed["forward" if phase == "forward" else "backward"]
+        # The reference's per-phase op-key counts: backward includes checkpoint recompute, and
+        # (as commdebug writes them) forward includes the optimizer's.
+        side = keyed["backward" if phase in ("backward", "checkpoint") else "forward"]
         side[_COLLECTIVES[op][0]] = side.get(_COLLECTIVES[op][0], 0) + count
+    rows = []
+    for (op, phase), (count, size) in calls.items():
+        row = {"op": op, "key": _COLLECTIVES[op][0], "phase": phase, "group": "0", "count": count, "bytes": size}
+        if len(phases) == 3:  # schema 1 keeps the group's size here; 2 in commdebug.groups
+            row["group_size"] = world_size
+        rows.append(row)
     return {
         "collectives_forward": [[k, c] for k, c in keyed["forward"].items()],
         "collectives_backward": [[k, c] for k, c in keyed["backward"].items()],
         "commdebug_node": {
             "bytes": {p: sum(b for (_, ph), (_, b) in calls.items() if ph == p) for p in phases},
             "counts": {p: sum(c for (_, ph), (c, _) in calls.items() if ph == p) for p in phases},
-            "collectives": [{"op": op, "key": _COLLECTIVES[op][0], "phase": phase, "group": "0",
-                             "group_size": world_size, "count": count, "bytes": size}
-                            for (op, phase), (count, size) in calls.items()],
+            "collectives": rows,
         },
     }
 
 
-def _event(index: int, step: int, phase: str, module: str, call: _Call, world_size: int) -> dict:
+def _event(index: int, step: int, phase: str, module: str, call: _Call, group: GroupInfo,
+           start_s: float, latency_scale: float) -> CollectiveEvent:
     key, aten_op, busbw = _COLLECTIVES[call.op]
     in_shape, out_shape = list(call.shape), list(call.shape)
     if call.op == "all_gather":
-        in_shape[-1] //= world_size
+        in_shape[-1] //= group.size
     if call.op == "reduce_scatter":
-        out_shape[-1] //= world_size
+        out_shape[-1] //= group.size
     size = _nbytes(call.shape)
-    return {
-        "index": index, "op": call.op, "key": key, "aten_op": aten_op,
-        "step": step, "phase": phase, "module": module,
-        "group": {"name": "0", "size": world_size, "ranks": list(range(world_size))}, "seq": index,
-        "dtype": "bfloat16",
-        "input_shapes": [in_shape] if call.shape else [],
-        "output_shapes": [out_shape] if call.shape else [],
-        "input_bytes": _nbytes(in_shape),
-        "output_bytes": _nbytes(out_shape),
-        "size_bytes": size, "busbw_factor": busbw(world_size),
-        "dtensor_op": call.dtensor_op, "placements": call.placements,
-        "mesh": _mesh(world_size) if call.dtensor_op else None,
-        "source": f"train.py:{40 + list(_COLLECTIVES).index(call.op)}",
-        "latency_s": 20e-6 + size / 100e9,
-    }
+    return CollectiveEvent(
+        index=index, op=call.op, key=key, aten_op=aten_op, step=step, phase=phase, module=module,
+        group=group, seq=index, dtype="bfloat16",  # one process group: its sequence is the index
+        input_shapes=(tuple(in_shape),) if call.shape else (),
+        output_shapes=(tuple(out_shape),) if call.shape else (),
+        input_bytes=_nbytes(in_shape), output_bytes=_nbytes(out_shape),
+        size_bytes=size, busbw_factor=busbw(group.size),
+        dtensor_op=call.dtensor_op, placements=call.placements,
+        mesh=_mesh(group.size) if call.dtensor_op else None,
+        source=f"train.py:{40 + list(_COLLECTIVES).index(call.op)}",
+        latency_s=(20e-6 + size / 100e9) * latency_scale, start_s=round(start_s, 9),
+    )
+
+
+def _event_v1(e: CollectiveEvent) -> dict:
+    """Schema 1's event object: the group inline, no fields added since."""
+    d = e.to_dict()
+    d["group"] = {"name": e.group.name, "size": e.group.size, "ranks": list(e.group.ranks or ())}
+    for name in ("peer", "p2p_seq", "microbatch", "start_s", "in_flight"):
+        del d[name]
+    return d
+
+
+def rank_dumps(ranks: int = 4, layers: int = 2, steps: int = 1, *, world_size: int = 8,
+               odd_rank: int | None = None, odd_module: str | None = None, **kw: Any) -> Iterator[tuple[int, dict]]:
+    """(rank, dump) for each rank of a job of `ranks` ranks running the same model in groups of
+    `world_size` (min(ranks, world_size)), one at a time. Each rank's latencies differ a little
+    (rank r is 1 + r / 50 times slower), and rank `odd_rank` issues `odd_module`'s first
+    call twice as large: a mismatch `commdebug check` reports."""
+    tp = min(world_size, ranks)
+    for r in range(ranks):
+        yield r, transformer_dump(layers, steps, world_size=tp, rank=r, job_size=ranks,
+                                  odd_module=odd_module if r == odd_rank else None,
+                                  latency_scale=1 + r / 50, **kw)
+
+
+def write_rank_dumps(folder: str | os.PathLike[str], ranks: int = 4, layers: int = 2, steps: int = 1,
+                     **kw: Any) -> list[pathlib.Path]:
+    """Write :func:`rank_dumps` as `folder`/rank<R>.json, as a job's ranks would; the paths."""
+    out = pathlib.Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for r, dump in rank_dumps(ranks, layers, steps, **kw):
+        path = out / f"rank{r}.json"
+        path.write_text(json.dumps(dump, separators=(",", ":")), encoding="utf-8")
+        paths.append(path)
+    return paths
 
 
 def to_reference(dump: dict) -> dict:
@@ -341,6 +429,7 @@ def to_reference(dump: dict) -> dict:
     while stack:
         node = stack.pop()
         node.pop("commdebug_node", None)
+        node.pop("operations_optimizer", None)  # ours: the reference has no optimizer phase
         for key in ("operations_forward", "operations_backward", "operations_checkpointing"):
             node[key] = [dict(r) for r in node.get(key, []) for _ in range(r.pop("count", 1))]
         stack.extend(node["children"])

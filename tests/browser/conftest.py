@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from visualizer import write_html
+from visualizer import write_html, write_ranks_html
 from visualizer.synthetic import to_reference, transformer_dump
 
 CHROMIUM = os.environ.get("COMMDEBUG_CHROMIUM", "/usr/bin/chromium")
@@ -62,6 +62,13 @@ class Viewer:
         self.page.wait_for_selector("body:not([data-state=loading])", state="attached")
         return self.page
 
+    def open_ranks(self, folder: Path, *, name: str = "ranks.html", title: str | None = None):
+        """Open the folder page of the rank dumps in `folder`."""
+        path = write_ranks_html(self.directory / name, folder, title=title)
+        self.page.goto(path.as_uri())
+        self.page.wait_for_selector("body:not([data-state=loading])", state="attached")
+        return self.page
+
     def state(self) -> str:
         return self.page.evaluate("document.body.dataset.state")
 
@@ -79,16 +86,16 @@ class Viewer:
         return self.page.eval_on_selector_all(
             "#tree li.node > .row", "els => els.filter(e => e.offsetParent).map(e => e.parentNode.dataset.fqn)")
 
-    COLUMNS = ["Module", "fwd", "bwd", "ckpt", "bytes", "share"]
+    COLUMNS = ["Module", "fwd", "bwd", "ckpt", "opt", "bytes", "share"]
 
     def cells(self) -> dict[str, dict[str, str]]:
         """Per drawn row: its count and bytes cells' text, by position under the column heads."""
         assert self.page.eval_on_selector_all(".tree-head > span", "s => s.map(e => e.textContent)") == self.COLUMNS
         return self.page.eval_on_selector_all("#tree li.node", """els => Object.fromEntries(els.map(li => {
-            const [, forward, backward, checkpoint, bytes, share] = li.querySelector(':scope > .row').children;
+            const [, forward, backward, checkpoint, optimizer, bytes, share] = li.querySelector(':scope > .row').children;
             return [li.dataset.fqn, {
               forward: forward.textContent, backward: backward.textContent,
-              checkpoint: checkpoint.textContent, bytes: bytes.textContent,
+              checkpoint: checkpoint.textContent, optimizer: optimizer.textContent, bytes: bytes.textContent,
               data_bytes: bytes.dataset.bytes, share: share.dataset.share}];
           }))""")
 

@@ -48,9 +48,9 @@ def test_detail_shows_type_parameters_and_collectives(viewer, dump, walk):
     assert page.text_content("#detail-type") == node["module_type"]
     assert viewer.table("detail-params") == [["weight", "(Shard(dim=1),)"]]
     assert viewer.table("detail-phases") == [["forward", "2", "8.0 KiB"], ["backward", "0", "0 B"],
-                                             ["checkpoint", "0", "0 B"]]
+                                             ["checkpoint", "0", "0 B"], ["optimizer", "0", "0 B"]]
     assert viewer.table("detail-collectives") == [
-        [c["phase"], c["op"], str(c["count"]), "8.0 KiB", "0 (8 ranks)"]
+        [c["phase"], c["op"], str(c["count"]), "8.0 KiB", "mesh_tp[8]"]
         for c in node["commdebug_node"]["collectives"]]
 
 
@@ -102,7 +102,8 @@ def test_reference_node_detail(viewer, reference_dump):
     fqn = "tp-model.layers.1.attention.wo"
     viewer.select(fqn)
     # The reference's backward includes checkpoint recompute and records no bytes.
-    assert viewer.table("detail-phases") == [["forward", "2", "—"], ["backward", "2", "—"], ["checkpoint", "—", "—"]]
+    assert viewer.table("detail-phases") == [["forward", "2", "—"], ["backward", "2", "—"], ["checkpoint", "—", "—"],
+                                             ["optimizer", "—", "—"]]
     assert viewer.table("detail-collectives") == [
         ["forward", "c10d_functional.all_reduce", "2", "—", "—"],
         ["backward", "c10d_functional.all_reduce", "2", "—", "—"]]

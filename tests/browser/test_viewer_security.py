@@ -21,7 +21,13 @@ def poison(dump, payload):
     victim["parameters"] = [["weight", payload]]
     victim["operations_forward"][0]["name"] = payload
     victim["operations_forward"][0]["input_sharding"] = [payload]
-    for event in dump.get("commdebug", {}).get("events", []):
+    events = dump.get("commdebug", {}).get("events")
+    if isinstance(events, dict):  # schema 2: text lives in the string table
+        strings = events["strings"]
+        strings[strings.index("Transformer.tok_embeddings")] = victim["fqn"]
+        strings.append(payload)
+        events["columns"]["source"] = [len(strings) - 1] * events["count"]
+    for event in events if isinstance(events, list) else []:  # schema 1
         event["module"] = event["module"].replace("Transformer.tok_embeddings", victim["fqn"])
         event["source"] = payload
     return victim["fqn"]
@@ -46,7 +52,11 @@ def test_payload_in_an_embedded_dump(viewer, dump, payload):
     assert viewer.state() == "ready"
     assert_shown_as_text(page, viewer, fqn, payload)
     sources = [row[7] for row in viewer.table("events-grid")]
-    assert sources.count(payload) == len(dump["commdebug"]["events"])
+    assert sources.count(payload) == dump["commdebug"]["events"]["count"]
+    page.locator("#events-grid tbody tr").nth(1).locator("td").first.click()  # the embedding's call, in detail
+    expect(page.locator('#event-fields tr[data-field="source"] td')).to_have_text(payload)
+    expect(page.locator('#event-fields tr[data-field="module"] td')).to_have_text(fqn)
+    assert page.evaluate("window.__xss") is None
 
 
 @pytest.mark.parametrize("payload", PAYLOADS)

@@ -90,6 +90,70 @@
     return dump;
   }
 
+  // ---------------------------------------------------------------- events
+
+  // CollectiveEvent's fields (commdebug/model/trace.py); schema 2 stores them by column.
+  const EVENT_FIELDS = [
+    "index", "op", "key", "aten_op", "step", "phase", "module", "group", "seq", "dtype",
+    "input_shapes", "output_shapes", "input_bytes", "output_bytes", "size_bytes", "busbw_factor",
+    "dtensor_op", "placements", "mesh", "source", "latency_s", "peer", "p2p_seq", "microbatch",
+    "start_s", "in_flight",
+  ];
+  // Columns holding string-table indices; the shapes hold the index of their JSON text.
+  const TEXT_FIELDS = new Set(["op", "key", "aten_op", "phase", "module", "group", "dtype",
+    "dtensor_op", "placements", "mesh", "source", "input_shapes", "output_shapes"]);
+
+  /**
+   * The dump's events as one plain object each, `group` as {name, size}: schema 1 lists objects
+   * (the group inline), schema 2 has {count, strings, columns}. null when the dump has none.
+   * Shapes stay text (schema 2) or arrays (schema 1) until the detail shows them.
+   */
+  function decodeEvents(cd) {
+    const raw = cd ? cd.events : null;
+    if (Array.isArray(raw)) {
+      return raw.filter(isObj).map((e) => {
+        const g = isObj(e.group) ? e.group : {name: e.group};
+        return Object.assign({}, e, {group: {name: g.name == null ? null : str(g.name), size: optNum(g.size)}});
+      });
+    }
+    if (!isObj(raw)) return null;
+    if (!isObj(raw.columns) || !Array.isArray(raw.strings)) {
+      throw new DumpError("Malformed events in this dump.",
+        'Schema 2 events need "count", "strings" and "columns".');
+    }
+    const {columns, strings} = raw;
+    const count = Number.isInteger(raw.count) ? raw.count : arr(columns.index).length;
+    const groups = isObj(cd.groups) ? cd.groups : {};
+    const cols = EVENT_FIELDS.map((name) => [name, Array.isArray(columns[name]) ? columns[name] : null,
+      TEXT_FIELDS.has(name)]);
+    const text = (i) => (Number.isInteger(i) && i >= 0 && i < strings.length ? str(strings[i]) : null);
+    const events = new Array(count);
+    for (let i = 0; i < count; i++) {
+      const e = {};
+      for (const [name, values, isText] of cols) {
+        const v = values ? values[i] : undefined;
+        e[name] = isText ? text(v) : v ?? null;
+      }
+      const g = e.group == null ? null : groups[e.group];
+      e.group = {name: e.group, size: isObj(g) ? optNum(g.size) : null};
+      e.in_flight = e.in_flight === true;
+      events[i] = e;
+    }
+    return events;
+  }
+
+  /** A shapes field as text: "[16384, 4096]" per tensor, or "—". */
+  function fmtShapes(v) {
+    let shapes = v;
+    if (typeof v === "string") {
+      try { shapes = JSON.parse(v); } catch (e) { return v; }
+    }
+    const list = arr(shapes).map((s) => `[${arr(s).map(str).join(", ")}]`);
+    return list.length ? list.join(" ") : "—";
+  }
+
+  const fmtSeconds = (s) => (optNum(s) == null ? "—" : s < 1 ? `${(s * 1e3).toFixed(3)} ms` : `${s.toFixed(3)} s`);
+
   // ---------------------------------------------------------------- model
 
   function buildModel(dump) {
@@ -109,6 +173,7 @@
     const byBytes = root.totalBytes != null;
     return {
       cd, nodes, root,
+      events: decodeEvents(cd),
       reference: cd === null,
       byFqn: new Map(nodes.map((n) => [n.fqn, n])),
       trivial: new Set(cd && Array.isArray(cd.trivial_ops) ? cd.trivial_ops : REFERENCE_TRIVIAL_OPS),
@@ -236,7 +301,7 @@
    * 100k rows. columns: {key, label, value(row), cell?(row) -> text|Node, cls?}. With
    * `sortable`, clicking a header sorts by value (nulls last), clicking again reverses.
    */
-  function pagedTable(columns, rows, {id, sortable = false, empty = "None."}) {
+  function pagedTable(columns, rows, {id, sortable = false, empty = "None.", rowProps = null}) {
     if (rows.length === 0) return h("p", {id, class: "muted empty"}, empty);
     const tbody = h("tbody");
     const more = h("button", {type: "button", class: "more", onclick: () => fill()});
@@ -253,8 +318,12 @@
       const frag = document.createDocumentFragment();
       for (; shown < end; shown++) {
         const row = sorted[shown];
-        frag.append(h("tr", null, ...columns.map((col) =>
-          h("td", {class: col.cls}, col.cell ? col.cell(row) : str(col.value(row))))));
+        frag.append(h("tr", rowProps && rowProps(row), ...columns.map((col) => {
+          const text = str(col.value(row));
+          // A clipped cell ends in an ellipsis: its title carries the full text.
+          const cls = col.cellCls ? [col.cls, col.cellCls(row)].filter(Boolean).join(" ") : col.cls;
+          return h("td", {class: cls || null, title: col.clip && text ? text : null}, col.cell ? col.cell(row) : text);
+        })));
       }
       tbody.append(frag);
       const left = sorted.length - shown;
@@ -290,6 +359,7 @@
   const lines = (items) => h("span", {class: "lines"}, ...items.map((t) => h("code", null, t)));
   const phaseTag = (phase) => h("span", {class: "phase " + (PHASE_SHORT[phase] || "")}, phase);
   const opTag = (op) => h("span", {class: "op", "data-op": op}, op);
+  const inFlightTag = () => h("span", {class: "badge in-flight", title: "not finished when the dump was written"}, "in flight");
 
   // ---------------------------------------------------------------- tree
 
@@ -348,15 +418,20 @@
       const cell = (phase) => h("span", {
         class: `num ${PHASE_SHORT[phase]}${c[phase] === 0 ? " zero" : ""}`, "data-count": c[phase] ?? "",
       }, fmtCount(c[phase]));
-      const bytesTitle = node.bytes
-        ? PHASES.map((p) => `${p} ${fmtBytes(node.bytes[p])}`).join(", ") : "bytes not recorded";
+      const bytesTitle = node.bytes ? PHASES.map((p) => `${p} ${fmtBytes(node.bytes[p])}`).join(", ")
+        : node.totalBytes != null ? "bytes, all phases" : "bytes not recorded";
+      const flags = this.model.flags && this.model.flags.get(node);
       const nameCell = h("span", {class: "name-cell"},
         h("span", {class: "caret", "aria-hidden": "true"}),
         h("span", {class: "name", title: node.fqn}, node.label),
-        h("span", {class: "type"}, shortType(node.raw.module_type)));
+        h("span", {class: "type", title: str(node.raw.module_type) || null}, shortType(node.raw.module_type)),
+        flags ? h("span", {class: "flag", "data-findings": flags.length,
+          title: flags.map((f) => `${str(f.kind)}: ${str(f.message)}`).join("\n")}, `⚠ ${flags.length}`) : null);
       nameCell.style.setProperty("--depth", String(node.depth));
-      const row = h("div", {class: "row cols" + (this.filter && this.filter.matches.has(node) ? " match" : "")},
-        nameCell, cell("forward"), cell("backward"), cell("checkpoint"),
+      const flagged = this.model.flagged && this.model.flagged.has(node);
+      const row = h("div", {class: "row cols" + (this.filter && this.filter.matches.has(node) ? " match" : "") +
+        (flags ? " flagged" : flagged ? " has-flagged" : "")},
+        nameCell, ...PHASES.map(cell),
         h("span", {class: "num bytes", "data-bytes": node.totalBytes ?? "", title: bytesTitle},
           fmtBytes(node.totalBytes)),
         h("span", {class: "share", "data-share": share.toFixed(4),
@@ -491,6 +566,7 @@
   class Viewer {
     constructor(dump) {
       const model = this.model = buildModel(dump);
+      showMode(false);
       this.noise = model.noiseLevel ?? 3;
       this.renderSummary();
       this.tree = new TreeView(model, $("tree"), (node) => this.renderDetail(node));
@@ -549,6 +625,7 @@
       $("op-filter").replaceChildren(h("option", {value: ""}, "any collective"),
         ...ops.map((op) => h("option", {value: op}, `issues ${op}`)));
       $("match-count").textContent = "";
+      $("op-filter").title = "";
     }
 
     applyFilters() {
@@ -571,11 +648,11 @@
 
     renderDetail(node) {
       this.node = node;
-      const phases = h("table", {id: "detail-phases", class: "grid compact"},
+      const phases = h("div", {class: "table-wrap"}, h("table", {id: "detail-phases", class: "grid compact"},
         h("thead", null, h("tr", null, ...["", "calls", "bytes"].map((t) => h("th", {class: t && "num"}, t)))),
         h("tbody", null, ...PHASES.map((p) => h("tr", {"data-phase": p}, h("td", null, phaseTag(p)),
           h("td", {class: "num"}, fmtCount(node.counts[p])),
-          h("td", {class: "num"}, node.bytes ? fmtBytes(node.bytes[p]) : "—")))));
+          h("td", {class: "num"}, node.bytes ? fmtBytes(node.bytes[p]) : "—"))))));
       const collectives = pagedTable([
         {key: "phase", label: "phase", value: (c) => c.phase, cell: (c) => phaseTag(c.phase)},
         {key: "op", label: "op", value: (c) => c.op, cell: (c) => opTag(c.op)},
@@ -623,33 +700,104 @@
     }
 
     renderEvents() {
-      const events = this.model.cd && Array.isArray(this.model.cd.events)
-        ? this.model.cd.events.filter(isObj) : null;
+      const events = this.model.events;
       $("events").hidden = events === null;
+      $("event-detail").hidden = true;
       if (events === null) return;
       const {byFqn} = this.model;
-      const group = (e) => (isObj(e.group) ? e.group : {name: e.group});
       const moduleCell = (e) => {
         const node = byFqn.get(e.module);
         return node ? h("a", {href: "#", class: "module-link", onclick: (ev) => {
           ev.preventDefault();
+          ev.stopPropagation();
           this.showModule(node);
         }}, str(e.module)) : str(e.module);
       };
-      $("events-count").textContent = `${fmtCount(events.length)} recorded`;
-      $("events-table").replaceChildren(pagedTable([
+      const columns = [
         {key: "index", label: "#", value: (e) => optNum(e.index), cls: "num"},
         {key: "step", label: "step", value: (e) => optNum(e.step), cls: "num"},
         {key: "phase", label: "phase", value: (e) => e.phase, cell: (e) => phaseTag(str(e.phase))},
         {key: "op", label: "op", value: (e) => e.op, cell: (e) => opTag(str(e.op))},
         {key: "bytes", label: "bytes", value: (e) => optNum(e.size_bytes), cell: (e) => fmtBytes(optNum(e.size_bytes)), cls: "num"},
-        {key: "group", label: "group", value: (e) => str(group(e).name),
-          cell: (e) => groupLabel(this.model, group(e).name, group(e).size)},
-        {key: "module", label: "module", value: (e) => e.module, cell: moduleCell},
-        {key: "source", label: "source", value: (e) => e.source, cell: (e) => h("code", null, str(e.source))},
+        {key: "group", label: "group", value: (e) => e.group.name,
+          cell: (e) => groupLabel(this.model, e.group.name, e.group.size)},
+        {key: "module", label: "module", value: (e) => e.module, cell: moduleCell, cls: "clip", clip: true},
+        {key: "source", label: "source", value: (e) => e.source, cell: (e) => h("code", null, str(e.source)),
+          cls: "clip", clip: true},
         {key: "latency", label: "latency", value: (e) => optNum(e.latency_s), cls: "num",
-          cell: (e) => (optNum(e.latency_s) == null ? "—" : `${(e.latency_s * 1e3).toFixed(3)} ms`)},
-      ], events, {id: "events-grid", sortable: true, empty: "No collective calls recorded."}));
+          cell: (e) => fmtSeconds(e.latency_s)},
+      ];
+      // Fields most runs leave empty get a column only when some call has them.
+      const any = (field) => events.some((e) => e[field] != null && e[field] !== false);
+      if (any("microbatch")) {
+        columns.push({key: "microbatch", label: "mb", value: (e) => optNum(e.microbatch), cls: "num"});
+      }
+      if (any("peer")) {
+        columns.push({key: "peer", label: "peer", value: (e) => optNum(e.peer), cls: "num",
+          cell: (e) => (e.peer == null ? "" : `${e.op === "recv" ? "from" : "to"} ${e.peer}` +
+            (e.p2p_seq == null ? "" : ` #${e.p2p_seq}`))});
+      }
+      const inFlight = events.filter((e) => e.in_flight).length;
+      if (inFlight) {
+        columns.push({key: "state", label: "state", value: (e) => (e.in_flight ? "in flight" : null),
+          cell: (e) => (e.in_flight ? inFlightTag() : "")});
+      }
+      $("events-count").textContent = `${fmtCount(events.length)} recorded` +
+        (inFlight ? `, ${fmtCount(inFlight)} in flight` : "");
+      $("events-table").replaceChildren(pagedTable(columns, events, {
+        id: "events-grid", sortable: true, empty: "No collective calls recorded.",
+        rowProps: (e) => ({
+          class: e.in_flight ? "in-flight" : null, "data-index": optNum(e.index) ?? "",
+          title: "show this call's details",
+          onclick: (ev) => { if (!ev.target.closest("a")) this.renderEvent(e, ev.currentTarget); },
+        }),
+      }));
+    }
+
+    /** Every field of one call, below the list. */
+    renderEvent(e, tr) {
+      for (const old of document.querySelectorAll("#events-grid tr.chosen")) old.classList.remove("chosen");
+      if (tr) tr.classList.add("chosen");
+      const g = this.model.cd && isObj(this.model.cd.groups) ? this.model.cd.groups[str(e.group.name)] : null;
+      const ranks = isObj(g) && Array.isArray(g.ranks) ? g.ranks : null;
+      const timed = optNum(e.latency_s) != null && e.latency_s > 0;
+      const algbw = timed && optNum(e.size_bytes) != null ? e.size_bytes / e.latency_s / 1e9 : null;
+      const rows = [
+        ["index", fmtCount(optNum(e.index))],
+        ["state", e.in_flight ? inFlightTag() : "finished"],
+        ["step", str(e.step)],
+        ["microbatch", e.microbatch == null ? "—" : str(e.microbatch)],
+        ["phase", phaseTag(str(e.phase))],
+        ["op", opTag(str(e.op))],
+        ["key", h("code", null, str(e.key))],
+        ["aten op", h("code", null, str(e.aten_op))],
+        ["module", str(e.module)],
+        ["group", `${groupLabel(this.model, e.group.name, e.group.size)} (name ${str(e.group.name)}` +
+          (ranks ? `, ranks ${ranks.map(str).join(",")})` : ")")],
+        ["seq", e.seq == null ? "— (point-to-point)" : str(e.seq)],
+        ["peer", e.peer == null ? "—" : `${e.op === "recv" ? "from" : "to"} rank ${str(e.peer)}`],
+        ["p2p seq", e.p2p_seq == null ? "—" : str(e.p2p_seq)],
+        ["dtype", str(e.dtype) || "—"],
+        ["input shapes", h("code", null, fmtShapes(e.input_shapes))],
+        ["output shapes", h("code", null, fmtShapes(e.output_shapes))],
+        ["input bytes", fmtBytes(optNum(e.input_bytes))],
+        ["output bytes", fmtBytes(optNum(e.output_bytes))],
+        ["message size", fmtBytes(optNum(e.size_bytes))],
+        ["DTensor op", h("code", null, str(e.dtensor_op) || "—")],
+        ["placements", h("code", null, str(e.placements) || "—")],
+        ["mesh", h("code", null, str(e.mesh) || "—")],
+        ["source", h("code", null, str(e.source) || "—")],
+        ["start", e.start_s == null ? "—" : `${fmtSeconds(e.start_s)} after the start`],
+        ["latency", timed ? fmtSeconds(e.latency_s) : "not timed"],
+        ["bandwidth", algbw == null ? "—" :
+          `algbw ${algbw.toFixed(2)} GB/s, busbw ${(algbw * num(e.busbw_factor)).toFixed(2)} GB/s`],
+      ];
+      const box = $("event-detail");
+      box.replaceChildren(h("h3", null, `Call #${str(e.index)}`),
+        h("div", {class: "table-wrap"}, h("table", {id: "event-fields", class: "grid compact kv"},
+          h("tbody", null, ...rows.map(([k, v]) => h("tr", {"data-field": k}, h("th", {scope: "row"}, k), h("td", null, v)))))));
+      box.hidden = false;
+      box.classList.toggle("in-flight", e.in_flight);
     }
 
     showModule(node) {
@@ -660,6 +808,249 @@
       }
       this.tree.reveal(node);
       $("tree").focus({preventScroll: true});
+    }
+  }
+
+  // ---------------------------------------------------------------- a folder of ranks
+
+  /** Show the single-dump parts of the page, or the folder page's. */
+  function showMode(ranks) {
+    $("rank-picker").hidden = !ranks;
+    $("findings").hidden = !ranks;
+    $("op-filter").hidden = ranks;
+    $("ops-section").hidden = ranks;
+    if (ranks) $("events").hidden = true;
+  }
+
+  /**
+   * The folder page's model: the union of the ranks' module trees (visualizer.ranks_data), with
+   * the numbers of one rank at a time on the nodes so the tree view draws it like one dump.
+   * Each rank's numbers are a separate JSON block, parsed when first needed.
+   */
+  function buildRanksModel(index) {
+    const mods = isObj(index.modules) ? index.modules : {};
+    const fqns = arr(mods.fqn), parents = arr(mods.parent), typeIds = arr(mods.type), types = arr(mods.types);
+    if (fqns.length === 0) throw new DumpError("This folder page has no modules.", "Write it again with commdebug.");
+    const nodes = [];
+    for (let i = 0; i < fqns.length; i++) {
+      const fqn = str(fqns[i]), p = parents[i];
+      // Parents come before their children; anything else hangs under the root.
+      const parent = i === 0 ? null : Number.isInteger(p) && p >= 0 && p < i ? nodes[p] : nodes[0];
+      const node = {
+        idx: i, fqn, parent, children: [], raw: {fqn, module_type: str(types[typeIds[i]])},
+        depth: parent ? parent.depth + 1 : 0,
+        label: parent && fqn.startsWith(parent.fqn + ".") ? fqn.slice(parent.fqn.length + 1) : fqn,
+        counts: {}, bytes: null, totalCount: 0, totalBytes: null, opTotals: new Map(),
+      };
+      nodes.push(node);
+      if (parent) parent.children.push(node);
+    }
+    const model = {
+      cd: null, nodes, root: nodes[0], reference: false, events: null,
+      byFqn: new Map(nodes.map((n) => [n.fqn, n])),
+      shareOf: (n) => n.totalBytes ?? n.totalCount, shareTotal: 0, shareUnit: "bytes",
+      flags: new Map(), flagged: new Set(),
+    };
+    // Findings on the modules they name; their ancestors are marked too, to find them collapsed.
+    const check = isObj(index.check) ? index.check : {};
+    for (const f of arr(check.findings).filter(isObj)) {
+      const named = new Set(arr(f.sides).filter(isObj).map((side) => model.byFqn.get(side.module)).filter(Boolean));
+      for (const node of named) {
+        if (!model.flags.has(node)) model.flags.set(node, []);
+        model.flags.get(node).push(f);
+        for (let n = node.parent; n; n = n.parent) model.flagged.add(n);
+      }
+    }
+    return model;
+  }
+
+  /** Lower median, min and max of the known values: the cells to mark. */
+  function spread(values) {
+    const known = values.filter((v) => v != null).sort((a, b) => a - b);
+    if (known.length === 0) return null;
+    return {min: known[0], median: known[Math.floor((known.length - 1) / 2)], max: known.at(-1)};
+  }
+
+  class RanksViewer {
+    constructor(index) {
+      this.index = index;
+      this.ranks = arr(index.ranks).filter(isObj);
+      this.withTree = this.ranks.filter((r) => r.tree && isObj(r.blocks));
+      if (this.withTree.length === 0) throw new DumpError("No rank in this folder has a module tree.", "");
+      this.cache = new Map();
+      this.check = isObj(index.check) ? index.check : {findings: []};
+      this.model = buildRanksModel(index);
+      this.noise = 0;
+      showMode(true);
+      const select = $("rank-select");
+      select.replaceChildren(...this.withTree.map((r, i) => h("option", {value: i}, `${str(r.rank)}`)));
+      select.onchange = () => this.setRank(this.withTree[Number(select.value)]);
+      this.useRank(this.withTree[0]);
+      this.renderSummary();
+      this.renderFindings();
+      this.tree = new TreeView(this.model, $("tree"), (node) => this.renderDetail(node));
+      this.resetFilters();
+      this.tree.render();
+      this.tree.select(this.model.root);
+      $("share-head").title = "share of this rank's bytes (Global = 100%)";
+    }
+
+    /** A block of numbers (one rank's counts, bytes or times), parsed once. */
+    block(id) {
+      if (id == null) return null;
+      if (!this.cache.has(id)) {
+        const el = $(`block-${Number(id)}`);
+        let values = null;
+        try { values = el ? JSON.parse(el.textContent) : null; } catch (e) { values = null; }
+        this.cache.set(id, Array.isArray(values) ? values : null);
+      }
+      return this.cache.get(id);
+    }
+
+    /** The rank's numbers for node `i`: {calls, counts per phase, bytes, seconds}. */
+    numbers(rank, i) {
+      const counts = this.block(rank.blocks.counts), bytes = this.block(rank.blocks.bytes);
+      const secs = this.block(rank.blocks.time);
+      const per = counts && counts[4 * i] != null
+        ? Object.fromEntries(PHASES.map((p, k) => [p, optNum(counts[4 * i + k])])) : null;
+      return {
+        counts: per, calls: per ? sum(Object.values(per)) : null,
+        bytes: bytes ? optNum(bytes[i]) : null, seconds: secs ? optNum(secs[i]) : null,
+      };
+    }
+
+    /** Put `rank`'s numbers on the tree's nodes. */
+    useRank(rank) {
+      this.rank = rank;
+      for (const node of this.model.nodes) {
+        const n = this.numbers(rank, node.idx);
+        node.counts = n.counts || Object.fromEntries(PHASES.map((p) => [p, null]));
+        node.totalCount = n.calls ?? 0;
+        node.totalBytes = n.bytes;
+      }
+      const root = this.model.root;
+      this.model.shareOf = root.totalBytes ? (n) => n.totalBytes ?? 0 : (n) => n.totalCount;
+      this.model.shareTotal = root.totalBytes ? root.totalBytes : root.totalCount;
+      this.model.shareUnit = root.totalBytes ? "bytes" : "calls";
+      $("rank-select").value = String(this.withTree.indexOf(rank));
+    }
+
+    setRank(rank) {
+      this.useRank(rank);
+      this.renderSummary();
+      this.tree.render();
+      if (this.tree.selected) this.renderDetail(this.tree.selected);
+    }
+
+    renderSummary() {
+      const {index, check, rank} = this;
+      const meta = isObj(rank.meta) ? rank.meta : {};
+      const fact = (id, label, value) =>
+        h("div", {class: "fact"}, h("span", {class: "label"}, label), h("span", {id, class: "value"}, value));
+      const findings = arr(check.findings);
+      const facts = [
+        fact("ranks-count", "ranks", fmtCount(this.ranks.length)),
+        fact("meta-world-size", "world size", str(meta.world_size ?? "—")),
+        fact("check-groups", "groups", fmtCount(optNum(check.groups))),
+        fact("check-collectives", "collectives checked", fmtCount(optNum(check.collectives))),
+        fact("check-status", "check", findings.length ? `${fmtCount(findings.length)} finding${findings.length === 1 ? "" : "s"}` : "consistent"),
+        fact("meta-rank", "showing rank", str(rank.rank)),
+        fact("meta-host", "host", str(meta.hostname ?? "—")),
+        fact("total-collectives", "collectives", fmtCount(optNum(rank.collectives))),
+        fact("total-bytes", "bytes", rank.bytes == null ? "not recorded" : fmtBytes(rank.bytes)),
+        fact("total-time", "time", rank.seconds == null ? "not timed" : fmtSeconds(rank.seconds)),
+      ];
+      const notes = [
+        ...arr(rank.notes).map(str),
+        ...this.ranks.filter((r) => !r.tree).map((r) => `rank ${str(r.rank)} (${str(r.file)}): ${str(r.format)} dump, no module tree`),
+        ...arr(index.errors).map((e) => `not read: ${str(e)}`),
+      ];
+      $("source").textContent = `— ${str(index.folder)}`;
+      $("summary").replaceChildren(h("div", {class: "facts"}, ...facts),
+        ...notes.map((n) => h("p", {class: "note"}, n)));
+      $("summary").classList.toggle("inconsistent", findings.length > 0);
+    }
+
+    renderFindings() {
+      const findings = arr(this.check.findings).filter(isObj);
+      const sideText = (side) => {
+        const what = side.op == null ? "nothing" : `${str(side.op)} ${fmtBytes(optNum(side.size_bytes) ?? 0)}` +
+          (side.dtype ? ` ${str(side.dtype)}` : "") + (side.in_flight ? " (unfinished)" : "");
+        const node = side.module ? this.model.byFqn.get(side.module) : null;
+        return h("li", {class: "side"}, `ranks ${arr(side.ranks).map(str).join(",")}: ${what}`,
+          side.module ? " in " : null,
+          node ? h("a", {href: "#", class: "module-link", onclick: (ev) => { ev.preventDefault(); this.showModule(node); }},
+            str(side.module)) : side.module ? h("code", null, str(side.module)) : null,
+          side.source ? " at " : null, side.source ? h("code", null, str(side.source)) : null);
+      };
+      const head = h("h2", null, "Check ", h("span", {class: "muted"},
+        findings.length ? `${fmtCount(findings.length)} finding${findings.length === 1 ? "" : "s"}`
+          : "all ranks issued the same collectives"));
+      const list = h("ol", {id: "findings-list"}, ...findings.map((f) =>
+        h("li", {class: "finding", "data-kind": str(f.kind), "data-group": str(f.group), "data-seq": f.seq ?? ""},
+          h("span", {class: "badge kind"}, str(f.kind)), " ", h("span", {class: "message"}, str(f.message)),
+          h("ul", {class: "sides"}, ...arr(f.sides).filter(isObj).map(sideText)))));
+      const notes = arr(this.check.notes).map((n) => h("p", {class: "note"}, str(n)));
+      $("findings").replaceChildren(head, findings.length ? list : h("p", {class: "muted empty"}, "No findings."), ...notes);
+    }
+
+    resetFilters() {
+      $("search").value = "";
+      $("op-filter").value = "";
+      $("match-count").textContent = "";
+    }
+
+    applyFilters() { Viewer.prototype.applyFilters.call(this); }
+
+    setNoise() {}
+
+    showModule(node) { Viewer.prototype.showModule.call(this, node); }
+
+    renderDetail(node) {
+      this.node = node;
+      const rows = this.withTree.map((r) => ({rank: r, ...this.numbers(r, node.idx)}));
+      const stats = {calls: spread(rows.map((r) => r.calls)), bytes: spread(rows.map((r) => r.bytes)),
+        seconds: spread(rows.map((r) => r.seconds))};
+      const timed = rows.some((r) => r.seconds != null);
+      const mark = (key) => (row) => {
+        const st = stats[key], v = row[key];
+        if (!st || v == null || st.min === st.max) return null;
+        return [v === st.min && "min", v === st.median && "median", v === st.max && "max"].filter(Boolean).join(" ") || null;
+      };
+      const columns = [
+        {key: "rank", label: "rank", value: (r) => optNum(r.rank.rank), cls: "num"},
+        ...PHASES.map((p) => ({key: p, label: PHASE_SHORT[p], cls: `num ${PHASE_SHORT[p]}`,
+          value: (r) => (r.counts ? r.counts[p] : null), cell: (r) => fmtCount(r.counts ? r.counts[p] : null)})),
+        {key: "calls", label: "calls", value: (r) => r.calls, cell: (r) => fmtCount(r.calls), cls: "num", cellCls: mark("calls")},
+        {key: "bytes", label: "bytes", value: (r) => r.bytes, cell: (r) => fmtBytes(r.bytes), cls: "num", cellCls: mark("bytes")},
+      ];
+      if (timed) {
+        columns.push({key: "time", label: "time", value: (r) => r.seconds, cell: (r) => fmtSeconds(r.seconds),
+          cls: "num", cellCls: mark("seconds")});
+      }
+      const fmt = {calls: fmtCount, bytes: fmtBytes, seconds: fmtSeconds};
+      const ranksAt = (key, v) => rows.filter((r) => r[key] === v).map((r) => str(r.rank.rank)).join(",");
+      const statRows = Object.entries(stats).filter(([key, st]) => st && (key !== "seconds" || timed)).map(([key, st]) =>
+        h("tr", {"data-stat": key}, h("th", {scope: "row"}, key === "seconds" ? "time" : key),
+          ...["min", "median", "max"].map((m) => h("td", {class: `num ${st.min === st.max ? "" : m}`,
+            title: `rank ${ranksAt(key, st[m])}`}, fmt[key](st[m]))),
+          h("td", {class: "muted"}, st.min === st.max ? "same on every rank" : `max rank ${ranksAt(key, st.max)}`)));
+      const flags = this.model.flags.get(node) || [];
+      $("detail-body").replaceChildren(
+        h("h2", {id: "detail-fqn"}, node.fqn),
+        h("p", {id: "detail-type", class: "muted"}, str(node.raw.module_type) ||
+          (node.parent ? "module type not recorded" : "pseudo-module: the whole run")),
+        flags.length ? h("ul", {id: "detail-findings", class: "flags"}, ...flags.map((f) =>
+          h("li", {"data-kind": str(f.kind)}, h("span", {class: "badge kind"}, str(f.kind)), " ", str(f.message)))) : null,
+        h("h3", null, "Across ranks ", h("span", {class: "muted"}, "descendants included; min, median and max marked")),
+        h("div", {class: "table-wrap"}, h("table", {id: "rank-stats", class: "grid compact"},
+          h("thead", null, h("tr", null, ...["", "min", "median", "max", ""].map((t) => h("th", {class: t && "num"}, t)))),
+          h("tbody", null, ...statRows))),
+        h("h3", null, "Per rank ", h("span", {class: "muted"}, "click a rank to show its numbers in the tree")),
+        pagedTable(columns, rows, {id: "rank-table", sortable: true, empty: "No ranks.", rowProps: (r) => ({
+          class: r.rank === this.rank ? "current" : null, "data-rank": str(r.rank.rank),
+          onclick: () => { if (r.rank !== this.rank) this.setRank(r.rank); },
+        })}));
     }
   }
 
@@ -711,7 +1102,11 @@
       clearTimeout(pending);  // filtering walks every module: wait for a pause in typing
       pending = setTimeout(() => viewer && viewer.applyFilters(), 120);
     });
-    $("op-filter").addEventListener("change", () => viewer && viewer.applyFilters());
+    $("op-filter").addEventListener("change", (e) => {
+      const select = e.target;  // narrow: the chosen op may be cut, the title shows it whole
+      select.title = select.value ? select.options[select.selectedIndex].textContent : "";
+      if (viewer) viewer.applyFilters();
+    });
     $("expand-all").addEventListener("click", () => viewer && viewer.tree.setAll(true));
     $("collapse-all").addEventListener("click", () => viewer && viewer.tree.setAll(false));
     for (const radio of document.querySelectorAll('input[name="noise"]')) {
@@ -735,13 +1130,44 @@
     });
   }
 
+  /** The folder page: its index of modules, ranks and findings (visualizer.write_ranks_html). */
+  function loadRanks(text) {
+    try {
+      let index;
+      try { index = JSON.parse(text); } catch (e) { throw new DumpError("The folder page's data is not valid JSON.", e.message); }
+      if (!isObj(index) || index.format !== "commdebug-ranks") {
+        throw new DumpError("This page's data is not a folder of ranks.", "Write it again with commdebug view FOLDER.");
+      }
+      performance.mark("commdebug:parsed");
+      viewer = new RanksViewer(index);
+    } catch (err) {
+      if (!(err instanceof DumpError)) console.warn(err);
+      showError(err);
+      return false;
+    }
+    $("error").hidden = true;
+    $("dropzone").hidden = true;
+    $("viewer").hidden = false;
+    document.body.dataset.state = "ready";
+    return true;
+  }
+
+  /** Stamp the first frame painted after the tree went in: ms since navigation start. */
+  function stampReady() {
+    window.__commdebugReady = performance.now();
+    requestAnimationFrame(() => setTimeout(() => { window.__commdebugPainted = performance.now(); }, 0));
+  }
+
   wireControls();
-  const embedded = $("dump");
-  if (!embedded) {
+  const embedded = $("dump"), ranksData = $("ranks");
+  if (ranksData) {
+    if (loadRanks(ranksData.textContent)) stampReady();
+  } else if (!embedded) {
     document.body.dataset.state = "empty";
     $("dropzone").hidden = false;
   } else if (load(embedded.textContent, null)) {
-    // Benchmarks and tests read this: ms from navigation start to the first level in the DOM.
-    window.__commdebugReady = performance.now();
+    // Benchmarks and tests read these: ms from navigation start to the first level in the DOM,
+    // and to the frame that shows it.
+    stampReady();
   }
 })();

@@ -1,0 +1,153 @@
+"""The folder page: one page for a job's per-rank dumps (visualizer.write_ranks_html)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from visualizer import ranks_data
+from visualizer.synthetic import write_rank_dumps
+
+ODD = "Transformer.layers.1.attention.wo"  # rank 2 issues its first call twice as large
+FFN = "Transformer.layers.0.feed_forward"
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    out = tmp_path_factory.mktemp("traces")
+    write_rank_dumps(out, ranks=4, layers=2, steps=2, odd_rank=2, odd_module=ODD,
+                     dim=64, ffn=256, vocab=256, tokens=32)
+    return out
+
+
+def node_of(folder, rank, fqn):
+    stack = [json.loads((folder / f"rank{rank}.json").read_text())]
+    while stack:
+        node = stack.pop()
+        if node["fqn"] == fqn:
+            return node["commdebug_node"]
+        stack.extend(node["children"])
+    raise KeyError(fqn)
+
+
+def test_rank_selector_switches_the_numbers(viewer, folder):
+    page = viewer.open_ranks(folder)
+    assert viewer.state() == "ready"
+    assert page.eval_on_selector_all("#rank-select option", "os => os.map(o => o.textContent)") == ["0", "1", "2", "3"]
+    viewer.expand_all()
+    for rank in (0, 2, 1):
+        page.select_option("#rank-select", label=str(rank))
+        expect(page.locator("#meta-rank")).to_have_text(str(rank))
+        cells = viewer.cells()
+        for fqn in ("Global", ODD, FFN):
+            mine = node_of(folder, rank, fqn)
+            assert cells[fqn]["data_bytes"] == str(sum(mine["bytes"].values())), (rank, fqn)
+            assert [cells[fqn][p] for p in mine["counts"]] == [str(c) for c in mine["counts"].values()]
+    assert node_of(folder, 2, ODD)["bytes"] != node_of(folder, 0, ODD)["bytes"]  # the guard
+
+
+def test_panel_lists_every_ranks_numbers(viewer, folder):
+    page = viewer.open_ranks(folder)
+    viewer.expand_all()
+    for fqn in (FFN, ODD):
+        viewer.select(fqn)
+        rows = viewer.table("rank-table")
+        heads = page.eval_on_selector_all("#rank-table th", "ths => ths.map(t => t.dataset.key)")
+        assert heads == ["rank", "forward", "backward", "checkpoint", "optimizer", "calls", "bytes", "time"]
+        assert [int(r[0]) for r in rows] == [0, 1, 2, 3]
+        for rank, row in enumerate(rows):
+            mine = node_of(folder, rank, fqn)
+            assert row[1:5] == [str(c) for c in mine["counts"].values()], (fqn, rank)
+            assert row[5] == str(sum(mine["counts"].values()))
+    # The odd rank's bytes are the maximum, the others the minimum; its time differs too.
+    marks = page.eval_on_selector_all('#rank-table td:nth-child(7)', "tds => tds.map(t => t.className)")
+    assert ["max" in m for m in marks] == [False, False, True, False]
+    assert all("min" in m for i, m in enumerate(marks) if i != 2)
+    expect(page.locator('#rank-stats tr[data-stat="calls"]')).to_contain_text("same on every rank")
+    expect(page.locator('#rank-stats tr[data-stat="bytes"]')).to_contain_text("max rank 2")
+    # Clicking a rank in the panel shows its numbers in the tree.
+    page.locator('#rank-table tr[data-rank="2"] td').first.click()
+    expect(page.locator("#meta-rank")).to_have_text("2")
+    assert viewer.cells()[ODD]["data_bytes"] == str(sum(node_of(folder, 2, ODD)["bytes"].values()))
+    expect(page.locator('#rank-table tr.current')).to_have_attribute("data-rank", "2")
+
+
+def test_planted_mismatch_is_listed_and_marked(viewer, folder):
+    index, _ = ranks_data(folder)
+    [finding] = index["check"]["findings"]
+    assert finding["kind"] == "mismatch" and [s["ranks"] for s in finding["sides"]] == [[0, 1, 3], [2]]
+    page = viewer.open_ranks(folder)
+    item = page.locator("#findings-list > li.finding")
+    expect(item).to_have_count(1)
+    expect(item).to_have_attribute("data-kind", "mismatch")
+    expect(item.locator(".message")).to_have_text(finding["message"])
+    expect(page.locator("#check-status")).to_have_text("1 finding")
+    # Marked on the module it names (and its ancestors), which is not drawn yet: a link opens it.
+    for fqn in ("Transformer.layers.1", "Transformer"):
+        if fqn in viewer.drawn():
+            assert "has-flagged" in viewer.row(fqn).get_attribute("class")
+    item.locator("a.module-link").first.click()
+    expect(page.locator("#detail-fqn")).to_have_text(ODD)
+    expect(viewer.row(ODD).locator(".flag")).to_have_text("⚠ 1")
+    assert "flagged" in viewer.row(ODD).get_attribute("class").split()
+    expect(page.locator("#detail-findings li")).to_have_attribute("data-kind", "mismatch")
+    assert page.locator("#tree .flag").count() == 1
+
+
+def test_consistent_folder(viewer, tmp_path):
+    write_rank_dumps(tmp_path / "ok", ranks=2, layers=1, steps=1, dim=64, ffn=256, vocab=256, tokens=32)
+    page = viewer.open_ranks(tmp_path / "ok")
+    expect(page.locator("#check-status")).to_have_text("consistent")
+    expect(page.locator("#findings .empty")).to_have_text("No findings.")
+    assert page.locator("#tree .flag, #tree .has-flagged").count() == 0
+
+
+def test_a_single_dump_still_opens_as_before(viewer, dump):
+    page = viewer.open(dump)
+    assert viewer.state() == "ready"
+    expect(page.locator("#rank-picker")).to_be_hidden()
+    expect(page.locator("#findings")).to_be_hidden()
+    expect(page.locator("#ops-section")).to_be_visible()
+    expect(page.locator("#events")).to_be_visible()
+    expect(page.locator("#meta-rank")).to_have_text("0")
+
+
+def test_page_embeds_numbers_not_events(folder):
+    from visualizer import render_ranks_html
+
+    html = render_ranks_html(folder)
+    assert "train.py:40" in html  # only in the finding's sides
+    assert html.count("train.py:40") == 2
+    index, blocks = ranks_data(folder)
+    n = len(index["modules"]["fqn"])
+    assert all(len(json.loads(b)) in (n, 4 * n) for b in blocks)
+    assert len(blocks) < 3 * len(index["ranks"])  # counts agree across ranks: stored once
+    assert html.count('type="application/json"') == 1 + len(blocks)
+    policy = re.search(r'http-equiv="Content-Security-Policy" content="([^"]*)"', html).group(1)
+    assert "default-src &#39;none&#39;" in policy and "script-src &#39;sha256-" in policy  # as one dump's page
+
+
+@pytest.mark.parametrize("payload", ["<img src=x onerror=window.__xss=1>", "</script><script>window.__xss=1</script>"])
+def test_text_from_dumps_is_escaped(viewer, folder, tmp_path, payload):
+    evil = tmp_path / "evil"
+    evil.mkdir()
+    fqn = f"Transformer.{payload}"
+    for f in sorted(folder.glob("rank*.json")):
+        text = f.read_text().replace("Transformer.tok_embeddings", fqn.replace("\\", "\\\\").replace('"', '\\"'))
+        dump = json.loads(text)
+        if f.name == "rank2.json":  # the odd rank's calls come from a poisoned source line
+            strings = dump["commdebug"]["events"]["strings"]
+            strings[strings.index("train.py:40")] = payload
+            dump["commdebug"]["metadata"]["hostname"] = payload
+        (evil / f.name).write_text(json.dumps(dump))
+    page = viewer.open_ranks(evil, title=payload)
+    assert viewer.state() == "ready" and page.title() == payload
+    expect(viewer.row(fqn).locator(".name")).to_have_text(payload)
+    expect(page.locator("#findings-list .sides li").nth(1)).to_contain_text(f"at {payload}")
+    page.select_option("#rank-select", label="2")
+    expect(page.locator("#meta-host")).to_have_text(payload)
+    assert page.evaluate("document.querySelectorAll('img, #tree script, #findings script').length") == 0
+    assert page.evaluate("window.__xss") is None
