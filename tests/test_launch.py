@@ -93,6 +93,11 @@ def test_check_report_diff_trace_summary_on_a_consistent_job(consistent, tmp_pat
     assert len(complete) == 4 * 7  # everything but the untimed send/recv
     assert sum(1 for e in events if e["ph"] == "i") == 4 * 2
 
+    page = cli("view", str(consistent), "-o", str(tmp_path / "job.html"))
+    assert (page.returncode, page.stdout.strip()) == (0, str(tmp_path / "job.html"))
+    html = (tmp_path / "job.html").read_text()
+    assert all(f'"file":"rank{r}.json"' in html for r in range(4))
+
     summary = cli("summary", str(consistent / "rank0.json"), "--by", "op", "--json")
     rows = {r["op"]: r for r in json.loads(summary.stdout)["rows"]}
     assert rows["all_reduce"]["calls"] == 4 and rows["all_reduce"]["busbw_p50_gbps"] is not None

@@ -220,3 +220,13 @@ def test_schema_1_dumps_still_load(tmp_path):
     assert (e.group.name, e.group.size, e.group.ranks, e.latency_s, e.in_flight) == ("0", 4, (0, 1, 2, 3), 0.001, False)
     assert trace.groups["0"].ranks == (0, 1, 2, 3)
     assert render_table(trace, 0, color=False).splitlines()[2] == "    *c10d.allreduce_: 1 (32 B) on group 0[4]"
+
+
+def test_malformed_event_columns_are_a_clear_error(traced, tmp_path):
+    path = tmp_path / "d.json"
+    traced.generate_json_dump(str(path))
+    doc = json.loads(path.read_text())
+    doc["commdebug"]["events"]["columns"]["op"][0] = -1  # would wrap to the table's last string
+    path.write_text(json.dumps(doc))
+    with pytest.raises(DumpError, match=r"d\.json: malformed events \(IndexError: string index -1\)"):
+        commdebug.load(path)

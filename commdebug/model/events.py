@@ -73,13 +73,19 @@ def decode_events(block: Any, groups: dict[str, GroupInfo], source: str = "<dump
     shapes: dict[int, tuple] = {}
 
     def text(i: Any) -> str | None:
-        return None if i is None else strings[i]
+        if i is None:
+            return None
+        if i < 0:  # Python would wrap it to the end of the table
+            raise IndexError(f"string index {i}")
+        return strings[i]
 
     def shape(i: Any) -> tuple:
         if i is None:
             return ()
         got = shapes.get(i)
         if got is None:
+            if i < 0:
+                raise IndexError(f"string index {i}")
             got = shapes[i] = tuple(tuple(s) for s in json.loads(strings[i]))
         return got
 
@@ -96,16 +102,16 @@ def decode_events(block: Any, groups: dict[str, GroupInfo], source: str = "<dump
         return values if convert is None else [convert(v) for v in values]
 
     decoded = []
-    for name in FIELDS:
-        if name == "group":
-            decoded.append(column(name, group))
-        elif name in _TEXT:
-            decoded.append(column(name, text))
-        elif name in _SHAPES:
-            decoded.append(column(name, shape))
-        else:
-            decoded.append(column(name))
     try:
+        for name in FIELDS:
+            if name == "group":
+                decoded.append(column(name, group))
+            elif name in _TEXT:
+                decoded.append(column(name, text))
+            elif name in _SHAPES:
+                decoded.append(column(name, shape))
+            else:
+                decoded.append(column(name))
         return [CollectiveEvent._make(row) for row in zip(*decoded)]
-    except (IndexError, TypeError) as e:
-        raise DumpError(f"{source}: malformed events ({e})") from None
+    except (IndexError, TypeError, ValueError) as e:
+        raise DumpError(f"{source}: malformed events ({type(e).__name__}: {e})") from None
