@@ -151,7 +151,8 @@ class RecordingSession:
                     return
                 if not data:
                     return
-                if signal.SIGTERM in data:
+                # only while SIGTERM is ours: a program with its own handler may survive it
+                if signal.SIGTERM in data and signal.getsignal(signal.SIGTERM) == self._on_sigterm:
                     self.finish(reason="SIGTERM")
                     log.warning("commdebug: SIGTERM: dump written to %s", self.written)
 
