@@ -9,8 +9,9 @@
   op and per rank. A rank that arrives late makes the others wait: their latencies hold the
   wait, its own does not, so a large straggler effect on a rank says it waited for others.
 
-It streams: per rank it keeps its totals and, for timed collectives, compact arrays of (group,
-sequence number, latency), so the pairing needs one pass over the dumps.
+It streams in one pass over the dumps, and its memory does not grow with the number of ranks:
+per rank it keeps its totals and the spans of sequence numbers it timed per group; per group,
+the least latency, rank count and op of each call in flat arrays.
 """
 
 from __future__ import annotations
@@ -104,15 +105,13 @@ def report(ranks: Iterable[RankView]) -> Report:
     """Report on a job's ranks (see the module docstring)."""
     stats: list[RankStats] = []
     ops: dict[str, OpStats] = {}
-    groups: dict[str, int] = {}
-    op_ids: dict[str, int] = {}
-    timed_calls: list[tuple[int, array, array, array, array]] = []  # rank, group, seq, op, latency
+    stragglers = _Stragglers()
     notes: list[str] = []
     for view in ranks:
         meta = view.metadata
         s = RankStats(view.rank, meta.get("hostname"), elapsed_s=meta.get("elapsed_s"), recorded_s=meta.get("recorded_s", meta.get("elapsed_s")))
-        g_col, s_col, o_col, l_col = array("i"), array("q"), array("i"), array("d")
         total_t = 0.0
+        paired = stragglers.rank(view.rank)
         for e in view.events:
             s.collectives += 1
             s.bytes += e.size_bytes
@@ -129,38 +128,109 @@ def report(ranks: Iterable[RankView]) -> Report:
                 o.timed_bytes += e.size_bytes
                 o.bus_bytes += e.size_bytes * e.busbw_factor
                 if e.seq is not None:
-                    g_col.append(groups.setdefault(e.group.name, len(groups)))
-                    s_col.append(e.seq)
-                    o_col.append(op_ids.setdefault(e.op, len(op_ids)))
-                    l_col.append(e.latency_s)
+                    paired(e.group.name, e.seq, e.latency_s, e.op)
         if s.timed:
             s.comm_time_s = total_t
-            timed_calls.append((view.rank, g_col, s_col, o_col, l_col))
         notes.extend(f"rank {view.rank}: {n}" for n in view.notes)
         stats.append(s)
-    _stragglers(stats, ops, op_ids, timed_calls)
+    stragglers.finish(stats, ops)
     stats.sort(key=lambda r: r.rank)
     op_rows = sorted(ops.values(), key=lambda o: (-o.time_s, -o.bytes, o.op))
     return Report(stats, op_rows, any(r.timed for r in stats), notes)
 
 
-def _stragglers(stats: list[RankStats], ops: dict[str, OpStats], op_ids: dict[str, int], calls: list) -> None:
-    """Latency minus the least latency of the same (group, seq) call on any rank."""
-    least: dict[tuple[int, int], float] = {}
-    for _, g_col, s_col, _, l_col in calls:
-        for key in zip(g_col, s_col, l_col):
-            k = (key[0], key[1])
-            if key[2] < least.get(k, float("inf")):
-                least[k] = key[2]
-    names = {i: op for op, i in op_ids.items()}
-    by_rank = {s.rank: s for s in stats}
-    for rank, g_col, s_col, o_col, l_col in calls:
-        total = 0.0
-        for g, seq, o, lat in zip(g_col, s_col, o_col, l_col):
-            extra = lat - least[(g, seq)]
-            total += extra
-            ops[names[o]].straggler_s += extra
-        by_rank[rank].straggler_s = total
+class _GroupCalls:
+    """Per sequence number of one group: the least latency any rank saw, how many ranks timed
+    the call, and its op; integer arrays from ``base`` on."""
+
+    __slots__ = ("base", "least", "count", "op")
+
+    def __init__(self, base: int) -> None:
+        self.base = base
+        self.least, self.count, self.op = array("d"), array("i"), array("i")
+
+    def add(self, seq: int, latency: float, op: int) -> None:
+        i = seq - self.base
+        if i < 0:  # a rank that kept older calls (events dropped elsewhere): grow at the front
+            self.least = array("d", [_INF]) * -i + self.least
+            self.count = array("i", [0]) * -i + self.count
+            self.op = array("i", [-1]) * -i + self.op
+            self.base, i = seq, 0
+        while i >= len(self.least):
+            self.least.append(_INF)
+            self.count.append(0)
+            self.op.append(-1)
+        if latency < self.least[i]:
+            self.least[i] = latency
+        self.count[i] += 1
+        if self.op[i] < 0:
+            self.op[i] = op
+
+
+_INF = float("inf")
+
+
+class _Stragglers:
+    """Straggler time in one pass and memory that does not grow with the number of ranks.
+
+    A rank's straggler time is the sum over its timed calls of (latency - least latency of that
+    call on any rank) = (sum of its latencies) - (sum of the calls' least latencies). So per
+    rank it keeps its latency sum and, per group, the spans of sequence numbers it timed
+    (usually one); per group, one array entry per call. The least latencies are summed over a
+    rank's spans with prefix sums at the end."""
+
+    def __init__(self) -> None:
+        self.groups: dict[str, _GroupCalls] = {}
+        self.op_ids: dict[str, int] = {}
+        self.paired_time: dict[str, float] = {}  # op -> latency sum of its paired calls
+        self.ranks: dict[int, tuple[list[float], dict[str, list[list[int]]]]] = {}
+
+    def rank(self, rank: int):
+        """A function recording one timed call of ``rank``: (group, seq, latency, op)."""
+        total = [0.0]
+        spans: dict[str, list[list[int]]] = {}
+        self.ranks[rank] = (total, spans)
+        groups, op_ids, paired_time = self.groups, self.op_ids, self.paired_time
+
+        def add(group: str, seq: int, latency: float, op: str) -> None:
+            calls = groups.get(group)
+            if calls is None:
+                calls = groups[group] = _GroupCalls(seq)
+            calls.add(seq, latency, op_ids.setdefault(op, len(op_ids)))
+            total[0] += latency
+            paired_time[op] = paired_time.get(op, 0.0) + latency
+            mine = spans.setdefault(group, [])
+            if mine and mine[-1][1] + 1 == seq:
+                mine[-1][1] = seq
+            else:
+                mine.append([seq, seq])
+
+        return add
+
+    def finish(self, stats: list[RankStats], ops: dict[str, OpStats]) -> None:
+        prefix: dict[str, array] = {}
+        least_by_op = [0.0] * len(self.op_ids)
+        for name, calls in self.groups.items():
+            sums = array("d", [0.0])
+            running = 0.0
+            for least, count, op in zip(calls.least, calls.count, calls.op):
+                if count:
+                    running += least
+                    least_by_op[op] += least * count
+                sums.append(running)
+            prefix[name] = sums
+        by_rank = {s.rank: s for s in stats}
+        for rank, (total, spans) in self.ranks.items():
+            if not spans:
+                continue
+            least_sum = 0.0
+            for name, runs in spans.items():
+                sums, base = prefix[name], self.groups[name].base
+                for first, last in runs:
+                    least_sum += sums[last - base + 1] - sums[first - base]
+            by_rank[rank].straggler_s = max(total[0] - least_sum, 0.0)
+        for op, i in self.op_ids.items():
+            ops[op].straggler_s = max(self.paired_time[op] - least_by_op[i], 0.0)
 
 
 def report_path(path: str | os.PathLike) -> Report:
