@@ -1,9 +1,7 @@
 """``commdebug <verb>``: wiring only; the work lives in the modules it calls.
 
-Exit status: 0 done (``check``: consistent; ``diff``: no difference), 1 a finding (``check``:
-inconsistent; ``diff``: differences) or an error, 2 bad usage or unreadable input for ``check``
-and ``diff`` (so CI can tell a regression from a broken job), 130 interrupted. ``run`` exits
-with the program's own status.
+docs/cli.md is generated from the parser below (scripts/gen_cli_docs.py); exit statuses are in
+:data:`EXIT_STATUS_DOC`.
 """
 
 from __future__ import annotations
@@ -20,8 +18,21 @@ from commdebug.errors import CommDebugError
 
 __all__ = ["main"]
 
-# exit statuses (see the module docstring)
+# exit statuses
 OK, FOUND, USAGE = 0, 1, 2
+EXIT_STATUS_DOC = """
+| status | meaning |
+|---|---|
+| 0 | done; `check`: consistent; `diff`: no difference |
+| 1 | `check`: inconsistent; `diff`: differences; other verbs: a problem with the input or output |
+| 2 | a usage error (unknown verb or option, a value out of range); `check` and `diff`: input that cannot be read, so CI can tell a regression from a broken job |
+| 130 | interrupted (Ctrl-C) |
+| the program's | `run` exits with the status of the program it ran (1 for an uncaught exception) |
+
+Errors are one line on stderr, starting `commdebug: error:`, naming the file and the problem;
+an existing output file is left as it was (files are written to a temporary name and renamed).
+A closed pipe (`commdebug table run.json | head`) ends quietly.
+"""
 
 
 def noise_level(value: str) -> int:

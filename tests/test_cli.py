@@ -171,3 +171,12 @@ def test_summary_of_a_dump_and_its_errors(demo_dir):
     assert sum(r["calls"] for r in rows) == total
     assert cli("summary", dump, "--by", "colour").stderr.startswith("commdebug: error: unknown summary grouping 'colour'")
     assert "is a folder" in cli("summary", str(demo_dir)).stderr
+
+
+def test_cli_reference_page_is_generated_from_the_parser():
+    proc = subprocess.run([sys.executable, "scripts/gen_cli_docs.py", "--check"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    from commdebug.cli import VERBS
+
+    page = (ROOT / "docs" / "cli.md").read_text()
+    assert all(f"## commdebug {verb}\n" in page for verb in VERBS)
