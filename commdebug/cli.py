@@ -339,7 +339,8 @@ def main(argv: list[str] | None = None) -> int:
     error = USAGE if args.verb in _VERDICT_VERBS else 1
     try:
         status = VERBS[args.verb](args)
-        sys.stdout.flush()
+        if not sys.stdout.closed:  # a program under `run` may have closed it
+            sys.stdout.flush()
         return status
     except BrokenPipeError:
         # `commdebug demo | head`: the reader left; end quietly, as cat does

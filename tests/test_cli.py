@@ -180,3 +180,17 @@ def test_cli_reference_page_is_generated_from_the_parser():
 
     page = (ROOT / "docs" / "cli.md").read_text()
     assert all(f"## commdebug {verb}\n" in page for verb in VERBS)
+
+
+def test_run_keeps_the_programs_exit_status_and_argv(tmp_path):
+    script = tmp_path / "prog.py"
+    script.write_text("import sys\nprint(sys.argv[1:], __name__)\nsys.exit(int(sys.argv[1]))\n")
+    proc = cli("run", "--out", str(tmp_path / "t"), "--", str(script), "3", "--lr", "1e-3")
+    assert (proc.returncode, proc.stdout) == (3, "['3', '--lr', '1e-3'] __main__\n")
+    assert not (tmp_path / "t" / "rank0.json").exists()  # no process group: nothing to record
+    data = tmp_path / "x.json"
+    data.write_text('{"a": 1}')
+    module = cli("run", "--out", str(tmp_path / "t"), "-m", "json.tool", str(data))  # closes stdout itself
+    assert (module.returncode, module.stderr) == (0, "")
+    missing = cli("run", "--", str(tmp_path / "nope.py"))
+    assert missing.returncode == 1 and missing.stderr == f"commdebug: error: {tmp_path / 'nope.py'}: no such script (use -m NAME to run a module)\n"
