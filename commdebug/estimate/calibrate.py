@@ -139,7 +139,7 @@ def calibrate(paths: Iterable[str | Path], *, gpus_per_node: int | None = None, 
     net: list[tuple[float, float]] = []
     notes: list[str] = []
     for r in runs:
-        nodes = -(-r.ranks // per_node)
+        nodes = r.hosts if gpus_per_node is None else -(-r.ranks // per_node)
         f = BUSBW_FACTORS[r.factor](r.ranks)
         if nodes <= 1:
             intra.extend((s * f, t) for s, t in r.points)
