@@ -117,7 +117,7 @@ def _parser() -> argparse.ArgumentParser:
     estimate.add_argument("--by", default="op", help=f"grouping, one of: {', '.join(BY)} (default op)")
     estimate.add_argument("--ranks-per-node", type=positive_int, default=None, help="ranks per node, >= 1, nodes being consecutive blocks of ranks (default: the cluster's gpus_per_node)")
     estimate.add_argument("--json", action="store_true", help="print JSON (default text)")
-    estimate.add_argument("--list", action="store_true", help="list the preset clusters with their figures and sources, and exit")
+    estimate.add_argument("--list", action="store_true", help="list the preset clusters with their figures and sources, and exit (default off)")
 
     calibrate = verb("calibrate", "fit a cluster's latency and bandwidth from nccl-tests text output and write a cluster JSON")
     calibrate.add_argument("files", nargs="+", help="nccl-tests outputs (all_reduce_perf, all_gather_perf, reduce_scatter_perf, ...), one run per file")

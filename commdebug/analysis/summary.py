@@ -80,10 +80,14 @@ class SummaryRow:
     predicted_s: float | None = None
     predicted_busbw_gbps: float | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, predicted: bool = True) -> dict[str, Any]:
+        """Grouping keys then figures; the predicted keys only when ``predicted``."""
         out = dict(self.key)
-        out.update({k: v for k, v in asdict(self).items() if k != "key"})
+        out.update({k: v for k, v in asdict(self).items() if k != "key" and (predicted or k not in _PREDICTED)})
         return out
+
+
+_PREDICTED = frozenset({"predicted_s", "predicted_busbw_gbps"})
 
 
 @dataclass
@@ -96,7 +100,8 @@ class Summary:
 
     def to_dict(self) -> dict[str, Any]:
         """The ``--json`` form; keys are documented in docs/summary.md and kept stable."""
-        return {"by": self.by, "header": self.header, "rows": [r.to_dict() for r in self.rows]}
+        predicted = "cluster" in self.header
+        return {"by": self.by, "header": self.header, "rows": [r.to_dict(predicted) for r in self.rows]}
 
 
 def summarize(trace: Trace, by: str = "op", cluster: Any = None, ranks_per_node: int | None = None) -> Summary:
