@@ -120,6 +120,22 @@ def _parser() -> argparse.ArgumentParser:
     summary.add_argument("dump", help="a JSON dump written by commdebug")
     summary.add_argument("--by", default="op", help=f"grouping, one of: {', '.join(BY)} (default op)")
     summary.add_argument("--json", action="store_true", help="print rows as JSON with stable keys (default text)")
+    summary.add_argument("--cluster", default=None, help="also predict each row's time on this preset or cluster JSON file (default: the dump's own metadata.cluster, if any)")
+
+    estimate = verb("estimate", "predict the communication time of a dump's collectives on a target cluster (a model, not a measurement)")
+    estimate.add_argument("dump", nargs="?", help="a JSON dump written by commdebug (fake process group plans too)")
+    estimate.add_argument("--cluster", default=None, help="a preset (see --list) or a cluster JSON file (default: the dump's metadata.cluster)")
+    estimate.add_argument("--by", default="op", help=f"grouping, one of: {', '.join(BY)} (default op)")
+    estimate.add_argument("--ranks-per-node", type=positive_int, default=None, help="ranks per node, >= 1, nodes being consecutive blocks of ranks (default: the cluster's gpus_per_node)")
+    estimate.add_argument("--json", action="store_true", help="print JSON (default text)")
+    estimate.add_argument("--list", action="store_true", help="list the preset clusters with their figures and sources, and exit (default off)")
+
+    calibrate = verb("calibrate", "fit a cluster's latency and bandwidth from nccl-tests text output and write a cluster JSON")
+    calibrate.add_argument("files", nargs="+", help="nccl-tests outputs (all_reduce_perf, all_gather_perf, reduce_scatter_perf, ...), one run per file")
+    calibrate.add_argument("-o", "--output", default="cluster.json", help="cluster JSON file to write (default cluster.json)")
+    calibrate.add_argument("--gpus-per-node", type=positive_int, default=None, help="GPUs per node, >= 1 (default: ranks per host in the files' '#  Rank' lines)")
+    calibrate.add_argument("--base", default=None, help="preset or cluster file giving a link no file measured (default: none; then both links must be measured)")
+    calibrate.add_argument("--name", default="calibrated", help="the cluster's name (default calibrated)")
 
     run = verb("run", "run a Python program, unchanged, under CommDebugMode and write traces/rank<R>.json however it ends")
     run.add_argument("--out", default="commdebug_traces", help="folder for the per-rank dumps (default ./commdebug_traces)")
@@ -234,11 +250,63 @@ def _summary(args: argparse.Namespace) -> int:
     from commdebug.render.summary import render_summary
 
     by = parse_by(args.by)  # a bad --by fails before the file is read
-    summary = summarize(load(_single_dump(args.dump, "summary")), by)
+    cluster = _cluster(args.cluster)
+    summary = summarize(load(_single_dump(args.dump, "summary")), by, cluster)
     if args.json:
         _print_json(summary.to_dict())
     else:
         sys.stdout.write(render_summary(summary))
+    return OK
+
+
+def _cluster(spec: str | None) -> Any:
+    if spec is None:
+        return None
+    from commdebug.estimate import load_cluster
+
+    return load_cluster(spec)
+
+
+def _estimate(args: argparse.Namespace) -> int:
+    from commdebug.analysis.summary import parse_by, summarize
+    from commdebug.estimate import PRESETS
+    from commdebug.model.dump import load
+    from commdebug.render.estimate import estimate_dict, render_estimate, render_presets
+
+    if args.list:
+        if args.json:
+            _print_json([c.to_dict() for c in PRESETS.values()])
+        else:
+            sys.stdout.write(render_presets(PRESETS.values()))
+        return OK
+    if args.dump is None:
+        raise CommDebugError("give a dump: commdebug estimate DUMP --cluster NAME|FILE  (or --list)")
+    by = parse_by(args.by)
+    cluster = _cluster(args.cluster)
+    trace = load(_single_dump(args.dump, "estimate"))
+    if cluster is None and trace.metadata.get("cluster") is None:
+        raise CommDebugError(f"{args.dump}: no cluster to predict on: give --cluster NAME|FILE (presets: {', '.join(PRESETS)})")
+    summary = summarize(trace, by, cluster, args.ranks_per_node)
+    steps = summarize(trace, "step", cluster, args.ranks_per_node)
+    if args.json:
+        _print_json(estimate_dict(summary, steps))
+    else:
+        sys.stdout.write(render_estimate(summary, steps))
+    return OK
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from commdebug.estimate.calibrate import calibrate
+    from commdebug.fileio import output_file, write_text_atomic
+
+    out = output_file(args.output, "cluster file")
+    base = _cluster(args.base)
+    cluster, notes = calibrate(args.files, gpus_per_node=args.gpus_per_node, base=base, name=args.name)
+    for note in notes:
+        print(f"commdebug: {note}", file=sys.stderr)
+    path = write_text_atomic(out, json.dumps(cluster.to_dict(), indent=1) + "\n")
+    i, n = cluster.intra_node, cluster.network
+    print(f"wrote {path}: intra_node {i.busbw_gbps:.1f} GB/s, {i.latency_us:.1f} us; network {n.busbw_gbps:.1f} GB/s per GPU, {n.latency_us:.1f} us; {cluster.gpus_per_node} GPUs per node")
     return OK
 
 
@@ -329,6 +397,7 @@ def _trace(args: argparse.Namespace) -> int:
 VERBS: dict[str, Callable[[argparse.Namespace], int]] = {
     "demo": _demo, "view": _view, "viewer": _viewer, "table": _table, "summary": _summary, "run": _run,
     "hook": _hook, "report": _report, "check": _check, "diff": _diff, "trace": _trace,
+    "estimate": _estimate, "calibrate": _calibrate,
 }
 # verbs whose exit 1 means "found something": errors there exit 2
 _VERDICT_VERBS = ("check", "diff")

@@ -76,11 +76,18 @@ class SummaryRow:
     busbw_p50_gbps: float | None = None
     busbw_p90_gbps: float | None = None
     busbw_p99_gbps: float | None = None
+    # predicted on a target cluster (commdebug.estimate), never mixed with the measured ones
+    predicted_s: float | None = None
+    predicted_busbw_gbps: float | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, predicted: bool = True) -> dict[str, Any]:
+        """Grouping keys then figures; the predicted keys only when ``predicted``."""
         out = dict(self.key)
-        out.update({k: v for k, v in asdict(self).items() if k != "key"})
+        out.update({k: v for k, v in asdict(self).items() if k != "key" and (predicted or k not in _PREDICTED)})
         return out
+
+
+_PREDICTED = frozenset({"predicted_s", "predicted_busbw_gbps"})
 
 
 @dataclass
@@ -93,25 +100,49 @@ class Summary:
 
     def to_dict(self) -> dict[str, Any]:
         """The ``--json`` form; keys are documented in docs/summary.md and kept stable."""
-        return {"by": self.by, "header": self.header, "rows": [r.to_dict() for r in self.rows]}
+        predicted = "cluster" in self.header
+        return {"by": self.by, "header": self.header, "rows": [r.to_dict(predicted) for r in self.rows]}
 
 
-def summarize(trace: Trace, by: str = "op") -> Summary:
+def summarize(trace: Trace, by: str = "op", cluster: Any = None, ranks_per_node: int | None = None) -> Summary:
     """Summarise a trace's collective events grouped ``by`` one of :data:`BY`.
+
+    ``cluster`` (a preset name, cluster file, dict or :class:`~commdebug.estimate.Cluster`;
+    default: the dump's ``metadata.cluster``, if any) adds the predicted time and busbw of each
+    row on that cluster (docs/estimate.md).
 
     >>> print(render_summary(summarize(comm.trace, "op,size")))   # doctest: +SKIP
     """
     by = parse_by(by)
     columns, key_of = BY[by]
-    groups: dict[tuple, list[CollectiveEvent]] = {}
-    for event in trace.events:
-        groups.setdefault(key_of(event), []).append(event)
+    prediction = _predict(trace, cluster, ranks_per_node)
+    predicted = prediction.seconds if prediction is not None else [None] * len(trace.events)
+    groups: dict[tuple, list[tuple[CollectiveEvent, float | None]]] = {}
+    for event, seconds in zip(trace.events, predicted):
+        groups.setdefault(key_of(event), []).append((event, seconds))
     rows = [_row(dict(zip(columns, key)), events) for key, events in groups.items()]
     rows.sort(key=_order(by))
     if by == "op,bin":
         for row in rows:
             row.key["size_bin"] = bin_label(row.key["size_bin"])
-    return Summary(by, rows, _header(trace))
+    header = _header(trace)
+    if prediction is not None:
+        header["cluster"] = prediction.cluster.name
+        header["predicted_s"] = prediction.total_s
+        header["prediction_notes"] = prediction.notes
+    return Summary(by, rows, header)
+
+
+def _predict(trace: Trace, cluster: Any, ranks_per_node: int | None) -> Any:
+    """The prediction of every event on ``cluster`` (or the dump's own), or None."""
+    if cluster is None:
+        cluster = trace.metadata.get("cluster")
+    if cluster is None:
+        return None
+    from commdebug.estimate import load_cluster, predict_events
+
+    return predict_events(trace.events, load_cluster(cluster), rank=int(trace.metadata.get("rank") or 0),
+                          ranks_per_node=ranks_per_node)
 
 
 def _order(by: str) -> Callable[[SummaryRow], Any]:
@@ -122,13 +153,19 @@ def _order(by: str) -> Callable[[SummaryRow], Any]:
     return lambda r: (-(r.time_s or 0.0), -r.bytes, -r.calls, str(list(r.key.values())))
 
 
-def _row(key: dict[str, Any], events: Iterable[CollectiveEvent]) -> SummaryRow:
+def _row(key: dict[str, Any], events: Iterable[tuple[CollectiveEvent, float | None]]) -> SummaryRow:
     row = SummaryRow(key)
     timed_bytes = 0
     bus_bytes = 0.0
     busbws: list[float] = []
     total_t = 0.0
-    for e in events:
+    pred_t = pred_bus = 0.0
+    predicted = False
+    for e, seconds in events:
+        if seconds is not None:
+            predicted = True
+            pred_t += seconds
+            pred_bus += e.size_bytes * e.busbw_factor
         row.calls += 1
         row.bytes += e.size_bytes
         if e.latency_s is not None:
@@ -148,6 +185,9 @@ def _row(key: dict[str, Any], events: Iterable[CollectiveEvent]) -> SummaryRow:
         row.busbw_p50_gbps = _percentile(busbws, 0.50)
         row.busbw_p90_gbps = _percentile(busbws, 0.90)
         row.busbw_p99_gbps = _percentile(busbws, 0.99)
+    if predicted:
+        row.predicted_s = pred_t
+        row.predicted_busbw_gbps = pred_bus / pred_t / 1e9 if pred_t > 0 else None
     return row
 
 

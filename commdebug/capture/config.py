@@ -42,6 +42,7 @@ class Options:
     end_step: int | None = None
     verbose: bool = False
     nvtx: bool = False
+    cluster: str | None = None
 
     @classmethod
     def resolve(cls, kwargs: Mapping[str, Any], config: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None) -> "Options":
@@ -107,6 +108,21 @@ def _timing(key: str, value: Any) -> str:
     return text
 
 
+def _cluster(key: str, value: Any) -> str | None:
+    """A preset name or cluster file, checked now so a typo fails when the mode is made."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none", "off")):
+        return None
+    if not isinstance(value, (str, os.PathLike)):
+        raise ConfigError(f"{key} must be a preset name or a cluster JSON file, got {value!r}")
+    from commdebug.estimate import load_cluster
+
+    try:
+        load_cluster(value)
+    except CommDebugError as e:
+        raise ConfigError(f"{key}: {e}") from None
+    return os.fspath(value)
+
+
 # deepspeed.comm / torch.distributed function names -> our canonical op names
 _OP_ALIASES = {
     "all_gather_into_tensor": "all_gather",
@@ -155,6 +171,7 @@ _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "end_step": lambda k, v: _int(k, v, 1, allow_none=True),
     "verbose": _bool,
     "nvtx": _bool,
+    "cluster": _cluster,
 }
 assert set(_CHECKS) == {f.name for f in fields(Options)}
 

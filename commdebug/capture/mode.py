@@ -135,6 +135,9 @@ class CommDebugMode(TorchDispatchMode):
         nvtx: on CUDA, wrap each collective in an NVTX range named with op, size, group and
             module, for Nsight.
         enabled: ``False`` makes the context do nothing (DeepSpeed's ``comms_logger.enabled``).
+        cluster: a preset (``"h100-ib400"``) or cluster JSON file: summaries add each row's
+            predicted time on it, and the dump keeps it (``metadata.cluster``) so summaries of
+            the file predict too; computed offline, never while recording (docs/estimate.md).
     """
 
     def __init__(
@@ -152,6 +155,7 @@ class CommDebugMode(TorchDispatchMode):
         verbose: bool | _Unset = _UNSET,
         nvtx: bool | _Unset = _UNSET,
         enabled: bool | _Unset = _UNSET,
+        cluster: str | os.PathLike | None | _Unset = _UNSET,
         config: Mapping[str, Any] | str | os.PathLike | None = None,
     ) -> None:
         super().__init__()
@@ -210,6 +214,10 @@ class CommDebugMode(TorchDispatchMode):
         self._reset()
         self.trace.metadata = _run_metadata()
         self.trace.metadata["timing"] = self.options.timing
+        if self.options.cluster is not None:
+            from commdebug.estimate import load_cluster
+
+            self.trace.metadata["cluster"] = load_cluster(self.options.cluster).to_dict()
         if not self.options.enabled:
             return self
         if self.options.verbose:

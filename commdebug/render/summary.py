@@ -43,6 +43,12 @@ def render_summary(summary: Summary) -> str:
                      + ("" if h["timed_collectives"] == h["collectives"] else f" ({h['timed_collectives']} of {h['collectives']} calls timed)"))
     else:
         lines.append(f"elapsed {_seconds(h['elapsed_s'])}; no timing was recorded (timing {h['timing']}): counts and bytes only")
+    predicted = h.get("cluster") is not None
+    if predicted:
+        lines.append(f"predicted on cluster {h['cluster']}: {format_ms(h['predicted_s'])} ms of communication"
+                     " (a model, not a measurement: docs/estimate.md); 'pred' columns are predicted")
+        for note in h.get("prediction_notes") or []:
+            lines.append(f"note: {note}")
     for note in h.get("timing_notes") or []:
         lines.append(f"note: {note}")
     if h.get("events_dropped"):
@@ -51,11 +57,15 @@ def render_summary(summary: Summary) -> str:
 
     key_cols = list(summary.rows[0].key) if summary.rows else []
     headers = [_KEY_CELLS[k][0] for k in key_cols] + ["calls", "bytes"]
+    if predicted:
+        headers += ["pred ms", "pred busbw GB/s"]
     if timed:
         headers += ["time ms", "avg ms", "algbw GB/s", "busbw GB/s", "busbw p50", "p90", "p99"]
     table = [headers]
     for r in summary.rows:
         cells = [_KEY_CELLS[k][1](r.key[k]) for k in key_cols] + [str(r.calls), format_bytes(r.bytes)]
+        if predicted:
+            cells += [format_ms(r.predicted_s), format_gbps(r.predicted_busbw_gbps)]
         if timed:
             cells += [format_ms(r.time_s), format_ms(r.avg_time_s), format_gbps(r.algbw_gbps), format_gbps(r.busbw_gbps),
                       format_gbps(r.busbw_p50_gbps), format_gbps(r.busbw_p90_gbps), format_gbps(r.busbw_p99_gbps)]
