@@ -35,44 +35,27 @@ A closed pipe (`commdebug table run.json | head`) ends quietly.
 """
 
 
-def noise_level(value: str) -> int:
-    try:
-        level = int(value)
-    except ValueError:
-        level = -1
-    if not 0 <= level <= 3:
-        raise argparse.ArgumentTypeError(f"must be 0, 1, 2 or 3, not {value!r}")
-    return level
+def _checked(convert: Callable[[str], Any], ok: Callable[[Any], bool], rule: str, name: str) -> Callable[[str], Any]:
+    """An argparse type: ``convert`` then ``ok``, else "must be <rule>, not '<value>'" (argparse
+    would otherwise print the function's name: "invalid _noise value")."""
+
+    def parse(value: str) -> Any:
+        try:
+            parsed = convert(value)
+        except ValueError:
+            parsed = None
+        if parsed is None or not ok(parsed):
+            raise argparse.ArgumentTypeError(f"must be {rule}, not {value!r}")
+        return parsed
+
+    parse.__name__ = name
+    return parse
 
 
-def positive_int(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, not {value!r}")
-    return n
-
-
-def step_number(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        n = -1
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, not {value!r}")
-    return n
-
-
-def seconds(value: str) -> float:
-    try:
-        s = float(value)
-    except ValueError:
-        s = 0.0
-    if not s > 0 or s == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, not {value!r}")
-    return s
+noise_level = _checked(int, lambda n: 0 <= n <= 3, "0, 1, 2 or 3", "noise level")
+positive_int = _checked(int, lambda n: n >= 1, "a whole number >= 1", "number")
+step_number = _checked(int, lambda n: n >= 0, "a whole number >= 0", "step")
+seconds = _checked(float, lambda s: 0 < s < float("inf"), "a number of seconds > 0", "seconds")
 
 
 def _version() -> str:
@@ -181,6 +164,14 @@ def _print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=1, sort_keys=False) + "\n")
 
 
+def _show(result: Any, render: Callable[[Any], str], as_json: bool) -> None:
+    """An analysis result as JSON (its ``to_dict()``) or as its renderer's text."""
+    if as_json:
+        _print_json(result.to_dict())
+    else:
+        sys.stdout.write(render(result))
+
+
 def _demo(args: argparse.Namespace) -> int:
     from commdebug.demo import run_demo
 
@@ -251,11 +242,7 @@ def _summary(args: argparse.Namespace) -> int:
 
     by = parse_by(args.by)  # a bad --by fails before the file is read
     cluster = _cluster(args.cluster)
-    summary = summarize(load(_single_dump(args.dump, "summary")), by, cluster)
-    if args.json:
-        _print_json(summary.to_dict())
-    else:
-        sys.stdout.write(render_summary(summary))
+    _show(summarize(load(_single_dump(args.dump, "summary")), by, cluster), render_summary, args.json)
     return OK
 
 
@@ -349,11 +336,7 @@ def _report(args: argparse.Namespace) -> int:
     from commdebug.analysis.report import report_path
     from commdebug.render.ranks import render_report
 
-    rep = report_path(args.path)
-    if args.json:
-        _print_json(rep.to_dict())
-    else:
-        sys.stdout.write(render_report(rep))
+    _show(report_path(args.path), render_report, args.json)
     return OK
 
 
@@ -362,10 +345,7 @@ def _check(args: argparse.Namespace) -> int:
     from commdebug.render.findings import render_check
 
     result = check_path(args.path)
-    if args.json:
-        _print_json(result.to_dict())
-    else:
-        sys.stdout.write(render_check(result))
+    _show(result, render_check, args.json)
     return OK if result.consistent else FOUND
 
 

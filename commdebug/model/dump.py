@@ -110,22 +110,32 @@ def load(path: str | os.PathLike) -> Trace:
 
 def read_dump_json(path: str | os.PathLike) -> Any:
     """The parsed JSON of a dump file, or a :class:`DumpError` saying why it cannot be read."""
+    return parse_dump_json(read_dump_bytes(path), path)
+
+
+def read_dump_bytes(path: str | os.PathLike) -> bytes:
+    """A dump file's bytes, or a :class:`DumpError` naming the file and the problem."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        return p.read_bytes()
     except FileNotFoundError:
         raise DumpError(f"{p}: no such file") from None
     except IsADirectoryError:
         raise DumpError(f"{p}: is a directory, not a dump file") from None
-    except UnicodeDecodeError:
-        raise DumpError(f"{p}: not a JSON dump (not UTF-8 text)") from None
     except OSError as e:
         raise DumpError(f"{p}: cannot read: {e.strerror or e}") from None
+
+
+def parse_dump_json(raw: bytes, path: str | os.PathLike) -> Any:
+    """Parse a dump's bytes as JSON, or a :class:`DumpError` naming the file and the problem."""
     try:
-        data = json.loads(text)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise DumpError(f"{path}: not a JSON dump (not UTF-8 text)") from None
+    try:
+        return json.loads(text)
     except json.JSONDecodeError as e:
-        raise DumpError(f"{p}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
-    return data
+        raise DumpError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
 
 
 def from_dump_dict(data: Any, source: str = "<dump>") -> Trace:

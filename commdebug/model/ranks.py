@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from commdebug.errors import DumpError
-from commdebug.model.dump import READABLE_VERSIONS, read_dump_json
+from commdebug.model.dump import READABLE_VERSIONS, parse_dump_json, read_dump_bytes
 from commdebug.model.events import decode_events
 from commdebug.model.trace import CollectiveEvent, GroupInfo
 
@@ -39,23 +39,16 @@ class RankView:
 def load_rank(path: str | os.PathLike) -> RankView:
     """One dump file, ours or Flight Recorder's, as a :class:`RankView`."""
     p = Path(path)
-    try:
-        head = p.open("rb").read(2)
-    except FileNotFoundError:
-        raise DumpError(f"{p}: no such file") from None
-    except IsADirectoryError:
-        raise DumpError(f"{p}: is a directory, not a dump file") from None
-    except OSError as e:
-        raise DumpError(f"{p}: cannot read: {e.strerror or e}") from None
-    if head[:1] == b"\x80":  # a pickle: Flight Recorder's binary dump
+    raw = read_dump_bytes(p)
+    if raw[:1] == b"\x80":  # a pickle: Flight Recorder's binary dump
         from commdebug.formats.flight_recorder import from_flight_recorder
 
         try:
-            data = pickle.loads(p.read_bytes())
+            data = pickle.loads(raw)
         except Exception as e:
             raise DumpError(f"{p}: not a readable Flight Recorder pickle ({type(e).__name__}: {e})") from None
         return from_flight_recorder(data, p)
-    data = read_dump_json(p)
+    data = parse_dump_json(raw, p)
     if isinstance(data, dict) and "entries" in data and "pg_config" in data:
         from commdebug.formats.flight_recorder import from_flight_recorder
 
