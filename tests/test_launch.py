@@ -169,3 +169,21 @@ def test_a_silent_size_mismatch_is_found(tmp_path):
     assert lines[2].startswith("1. [mismatch] group default_pg[2] seq 3: ")
     assert f"rank 0: broadcast 4.00 KiB float32 in Global at {JOB}:{BROADCAST_LINE}" in check.stdout
     assert f"rank 1: broadcast 8.00 KiB float32 in Global at {JOB}:{BROADCAST_LINE}" in check.stdout
+
+
+@pytest.mark.timeout(DEADLINE_S + 30)
+def test_run_tags_pipelining_imported_after_the_recording_started(tmp_path):
+    proc = torchrun(2, "-m", "commdebug", "run", "--out", "traces", "--", str(ROOT / "tests" / "programs" / "pipeline_job.py"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    import commdebug
+
+    for rank, sends, recvs in ((0, "forward", "backward"), (1, "backward", "forward")):
+        trace = commdebug.load(tmp_path / "traces" / f"rank{rank}.json")
+        p2p = [(e.op, e.phase, e.microbatch, e.peer) for e in trace.events if e.op in ("send", "recv")]
+        # the stage first infers shapes with untagged messages; then 2 microbatches: activations
+        # 0 -> 1 in forward, gradients 1 -> 0 in backward, each tagged with its microbatch
+        first = next(i for i, e in enumerate(p2p) if e[2] is not None)
+        tagged = p2p[first:]
+        assert all(mb is None for _, _, mb, _ in p2p[:first])
+        expected = [("send", sends, mb, 1 - rank) for mb in (0, 1)] + [("recv", recvs, mb, 1 - rank) for mb in (0, 1)]
+        assert sorted(tagged) == sorted(expected), p2p

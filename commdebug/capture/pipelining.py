@@ -7,11 +7,15 @@ can tell a gradient send from an activation send. The stage knows: its ``get_fwd
 those four methods are wrapped to remember, per tensor they return, the phase, the stage's
 module and the microbatch; the dispatch mode looks the tensor up when the send or recv runs.
 
-Nothing is imported or patched unless the program has already imported pipelining.
+Nothing is imported or patched unless the program uses pipelining: if it has not imported it
+yet when the context is entered (``commdebug run`` enters before the program starts), a finder
+on ``sys.meta_path`` wraps the stage class the moment the program imports it. (Importing it
+ourselves would cost every program over a second.)
 """
 
 from __future__ import annotations
 
+import importlib.machinery
 import sys
 from typing import Any, NamedTuple
 
@@ -59,14 +63,12 @@ class PipelineTags:
                 self._tags[id(tensor)] = (tensor, tag)
 
     def __enter__(self) -> "PipelineTags":
-        cls = _stage_class()
-        if cls is not None and not PipelineTags._active:
-            for name, phase in _METHODS.items():
-                original = getattr(cls, name, None)
-                if original is not None:
-                    PipelineTags._originals[name] = original
-                    setattr(cls, name, _wrapped(original, phase))
         PipelineTags._active.append(self)
+        if len(PipelineTags._active) == 1:
+            if _stage_class() is not None:
+                _install()
+            elif not any(isinstance(f, _WrapOnImport) for f in sys.meta_path):
+                sys.meta_path.insert(0, _WrapOnImport())
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -78,6 +80,42 @@ class PipelineTags:
                 setattr(cls, name, original)
             PipelineTags._originals.clear()
         self._tags.clear()
+
+
+def _install() -> None:
+    cls = _stage_class()
+    if cls is None or PipelineTags._originals:
+        return
+    for name, phase in _METHODS.items():
+        original = getattr(cls, name, None)
+        if original is not None:
+            PipelineTags._originals[name] = original
+            setattr(cls, name, _wrapped(original, phase))
+
+
+class _WrapOnImport:
+    """A meta-path finder that lets the stage module import as usual, then wraps its class if a
+    context is still active; it removes itself once the module is loaded."""
+
+    _MODULE = "torch.distributed.pipelining.stage"
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != self._MODULE:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        load = spec.loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            load(module)
+            if self in sys.meta_path:
+                sys.meta_path.remove(self)
+            if PipelineTags._active:
+                _install()
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
 
 
 def _stage_class() -> Any:
