@@ -1,7 +1,8 @@
 """What changed between two runs, or two parallel plans: ``commdebug diff A B``.
 
 Compares, per module, phase and collective (its count key and group), the number of calls and
-the bytes. Dumps compare directly; folders compare rank by rank (a rank present in only one is
+the bytes that the module issued itself (not its descendants', so a change is reported once,
+where it happened). Dumps compare directly; folders compare rank by rank (a rank present in only one is
 a difference too). Groups are compared by their label (``mesh_tp[4]``), not their name, which
 torch numbers in creation order and may differ between two runs of the same plan.
 
@@ -40,14 +41,29 @@ class Change:
 
 
 def _table(trace: Trace) -> dict[tuple[str, str, str, str], tuple[int, int]]:
-    out: dict[tuple[str, str, str, str], list[int]] = {}
+    """(module, phase, key, group label) -> (calls, bytes) issued by the module itself.
+
+    The trace's counts include descendants (as the reference's do); a change there would show
+    on every ancestor. Subtracting the children's leaves each call on the module that issued it,
+    so one changed call is one line."""
+    inclusive: dict[str, dict[tuple[str, str, str], tuple[int, int]]] = {}
     for fqn, _ in trace.walk():
+        mine = inclusive[fqn] = {}
         for phase in PHASES:
             for stat in trace.collective_stats(fqn, phase):
-                agg = out.setdefault((fqn, phase, stat.key, stat.group.label), [0, 0])
-                agg[0] += stat.count
-                agg[1] += stat.bytes
-    return {k: (v[0], v[1]) for k, v in out.items()}
+                key = (phase, stat.key, stat.group.label)
+                count, nbytes = mine.get(key, (0, 0))
+                mine[key] = (count + stat.count, nbytes + stat.bytes)
+    own: dict[tuple[str, str, str, str], tuple[int, int]] = {}
+    for fqn, mine in inclusive.items():
+        left = {k: list(v) for k, v in mine.items()}
+        for child in trace.modules[fqn].children:
+            for key, (count, nbytes) in inclusive.get(child, {}).items():
+                if key in left:
+                    left[key][0] -= count
+                    left[key][1] -= nbytes
+        own.update(((fqn, *key), (v[0], v[1])) for key, v in left.items() if v != [0, 0])
+    return own
 
 
 def diff_traces(a: Trace, b: Trace, rank: int | None = None) -> list[Change]:
