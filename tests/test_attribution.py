@@ -103,6 +103,48 @@ def test_fsdp2_bytes_per_layer_follow_parameter_sizes(world):
     assert all(e.size_bytes == block for e in regathers)
 
 
+class _Blocks(nn.Module):
+    """FSDP2 blocks fed a plain input that needs no gradient (an image, features): the first
+    block's post-backward hook never runs, FSDP2's final callback reduce-scatters it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Sequential(nn.Linear(16, 16), nn.ReLU()) for _ in range(3))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def test_fsdp2_final_callback_reduce_scatter_belongs_to_its_block(world):
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup
+
+    original = FSDPParamGroup.post_backward
+    model = _Blocks()
+    for layer in model.layers:
+        fully_shard(layer)
+    fully_shard(model)
+    x = torch.rand(4, 16)  # requires no grad
+    ref = ReferenceMode()
+    with ref:
+        model(x).sum().backward()
+    comm = CommDebugMode()
+    with comm:
+        model(x).sum().backward()
+    assert FSDPParamGroup.post_backward is original  # unwrapped on exit
+    for i in range(3):
+        assert comm.trace.collective_counts(f"FSDP_Blocks.layers.{i}", "backward")[RS] == 1
+    # the root has no parameters of its own: it reduce-scatters nothing
+    assert comm.trace.collective_counts("FSDP_Blocks", "backward")[RS] == 3
+    # as torch, but for its usual exception: each reduce-scatter on the block's first submodule
+    expected = plain_counts(ref.comm_module_counts)
+    for i in range(3):
+        _moved_up(expected, f"FSDP_Blocks.layers.{i}.0", "backward", RS, 1)
+    _assert_same(plain_counts(comm.comm_module_counts), expected)
+
+
 @pytest.mark.parametrize("checkpoint_layers", [False, True])
 def test_fsdp2_many_steps_with_optimizer(world, checkpoint_layers):
     model = fsdp_transformer(ModelConfig(n_layers=3, checkpoint_layers=checkpoint_layers))

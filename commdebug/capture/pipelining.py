@@ -7,17 +7,15 @@ can tell a gradient send from an activation send. The stage knows: its ``get_fwd
 those four methods are wrapped to remember, per tensor they return, the phase, the stage's
 module and the microbatch; the dispatch mode looks the tensor up when the send or recv runs.
 
-Nothing is imported or patched unless the program uses pipelining: if it has not imported it
-yet when the context is entered (``commdebug run`` enters before the program starts), a finder
-on ``sys.meta_path`` wraps the stage class the moment the program imports it. (Importing it
-ourselves would cost every program over a second.)
+The wrappers are installed only while a recording is active, and only once the program has
+imported pipelining (:class:`~commdebug.capture.patches.ClassPatch`).
 """
 
 from __future__ import annotations
 
-import importlib.machinery
-import sys
 from typing import Any, NamedTuple
+
+from commdebug.capture.patches import ClassPatch
 
 __all__ = ["PipelineTag", "PipelineTags"]
 
@@ -42,9 +40,6 @@ class PipelineTags:
     last one exits); each keeps its own tags.
     """
 
-    _active: list["PipelineTags"] = []
-    _originals: dict[str, Any] = {}
-
     def __init__(self) -> None:
         # id(tensor) -> (tensor, tag); the tensor is held so its id is not reused meanwhile
         self._tags: dict[int, tuple[Any, PipelineTag]] = {}
@@ -63,73 +58,27 @@ class PipelineTags:
                 self._tags[id(tensor)] = (tensor, tag)
 
     def __enter__(self) -> "PipelineTags":
-        PipelineTags._active.append(self)
-        if len(PipelineTags._active) == 1:
-            if _stage_class() is not None:
-                _install()
-            elif not any(isinstance(f, _WrapOnImport) for f in sys.meta_path):
-                sys.meta_path.insert(0, _WrapOnImport())
+        _STAGE.add(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self in PipelineTags._active:
-            PipelineTags._active.remove(self)
-        if not PipelineTags._active and PipelineTags._originals:
-            cls = _stage_class()
-            for name, original in PipelineTags._originals.items():
-                setattr(cls, name, original)
-            PipelineTags._originals.clear()
+        _STAGE.remove(self)
         self._tags.clear()
 
 
-def _install() -> None:
-    cls = _stage_class()
-    if cls is None or PipelineTags._originals:
-        return
-    for name, phase in _METHODS.items():
-        original = getattr(cls, name, None)
-        if original is not None:
-            PipelineTags._originals[name] = original
-            setattr(cls, name, _wrapped(original, phase))
+def _wrapper(phase: str) -> Any:
+    def make(original: Any, patch: ClassPatch) -> Any:
+        def build_ops(stage: Any, chunk_id: int, *args: Any, **kwargs: Any) -> Any:
+            ops = original(stage, chunk_id, *args, **kwargs)
+            tag = PipelineTag(phase, getattr(stage, "submod", None), chunk_id)
+            for tags in patch.users:
+                tags._record(ops, tag)
+            return ops
+
+        return build_ops
+
+    return make
 
 
-class _WrapOnImport:
-    """A meta-path finder that lets the stage module import as usual, then wraps its class if a
-    context is still active; it removes itself once the module is loaded."""
-
-    _MODULE = "torch.distributed.pipelining.stage"
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        if name != self._MODULE:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        load = spec.loader.exec_module
-
-        def exec_module(module: Any) -> None:
-            load(module)
-            if self in sys.meta_path:
-                sys.meta_path.remove(self)
-            if PipelineTags._active:
-                _install()
-
-        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
-
-
-def _stage_class() -> Any:
-    module = sys.modules.get("torch.distributed.pipelining.stage")
-    return getattr(module, "_PipelineStageBase", None)
-
-
-def _wrapped(original: Any, phase: str) -> Any:
-    def build_ops(stage: Any, chunk_id: int, *args: Any, **kwargs: Any) -> Any:
-        ops = original(stage, chunk_id, *args, **kwargs)
-        tag = PipelineTag(phase, getattr(stage, "submod", None), chunk_id)
-        for tags in PipelineTags._active:
-            tags._record(ops, tag)
-        return ops
-
-    build_ops.__wrapped__ = original  # type: ignore[attr-defined]
-    return build_ops
+_STAGE = ClassPatch("torch.distributed.pipelining.stage", "_PipelineStageBase",
+                    {name: _wrapper(phase) for name, phase in _METHODS.items()})

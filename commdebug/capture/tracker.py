@@ -24,7 +24,10 @@ parent returns a child's output, both enter on the same node and the innermost s
 
 Each outermost backward starts at Global; when it ends (an engine callback queued on its first
 event) the location is the first top-level module of the forward, where FSDP2's final callback
-reduce-scatters the root's gradients. Nested backwards (reentrant checkpointing) restore the
+reduce-scatters the root's gradients. That callback also finishes every FSDP2 module whose
+post-backward hook never ran (the first block, when its inputs need no gradient): while
+recording, ``FSDPParamGroup.post_backward`` is wrapped to put the location on its own module
+for its duration, so each reduce-scatter belongs to the module whose gradients it carries. Nested backwards (reentrant checkpointing) restore the
 location they interrupted.
 
 A forward pre-hook firing during backward is activation-checkpoint recompute. Inside
@@ -45,6 +48,7 @@ import torch
 from torch.nn.modules.module import register_module_forward_pre_hook
 from torch.utils._pytree import tree_leaves
 
+from commdebug.capture.patches import ClassPatch
 from commdebug.model.trace import GLOBAL
 
 __all__ = ["ModuleTracker", "FORWARD", "BACKWARD", "CHECKPOINT", "OPTIMIZER"]
@@ -318,6 +322,23 @@ class ModuleTracker:
             self.bw_path = self._root_path
         self._on_move()
 
+    def backward_of(self, mod: torch.nn.Module) -> tuple[str, ...]:
+        """Put the backward location on ``mod`` (work done for it when its backward is over);
+        returns the location it replaced, for :meth:`restore_backward`."""
+        previous = self.bw_path
+        if _graph_task_id() != -1:
+            if _graph_task_id() != self.task:
+                self.begin_task()
+                previous = self.bw_path
+            self.bw_path = self.path_of(mod)
+            self._on_move()
+        return previous
+
+    def restore_backward(self, path: tuple[str, ...]) -> None:
+        if self.bw_path is not path:
+            self.bw_path = path
+            self._on_move()
+
     # ---- optimizer --------------------------------------------------------------------------
 
     def _optimizer_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
@@ -370,6 +391,7 @@ class ModuleTracker:
         """Stop tracking modules, keeping what is known: modules' own hooks return at once
         while paused, the global one only counts calls, optimizer steps are still seen."""
         self.active = False
+        _FSDP_GROUP.remove(self)
         if self._pre_handle is not None:
             self._pre_handle.remove()
         self._pre_handle = register_module_forward_pre_hook(self._count_forward)
@@ -378,9 +400,30 @@ class ModuleTracker:
         if self.active:
             return
         self.active = True
+        _FSDP_GROUP.add(self)
         if self._pre_handle is not None:
             self._pre_handle.remove()
         self._pre_handle = register_module_forward_pre_hook(self._pre_hook)
 
     def _count_forward(self, mod: torch.nn.Module, args: tuple) -> None:
         self.forwards += 1
+
+
+def _fsdp_post_backward(original: Any, patch: ClassPatch) -> Any:
+    def post_backward(group: Any, *args: Any, **kwargs: Any) -> Any:
+        modules = getattr(group, "modules", ())
+        trackers = [t for t in patch.users if t.active]
+        if len(modules) != 1 or not trackers:  # fully_shard([a, b]): no one module to name
+            return original(group, *args, **kwargs)
+        saved = [(t, t.backward_of(modules[0])) for t in trackers]
+        try:
+            return original(group, *args, **kwargs)
+        finally:
+            for t, path in saved:
+                t.restore_backward(path)
+
+    return post_backward
+
+
+_FSDP_GROUP = ClassPatch("torch.distributed.fsdp._fully_shard._fsdp_param_group", "FSDPParamGroup",
+                         {"post_backward": _fsdp_post_backward})
