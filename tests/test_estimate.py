@@ -234,7 +234,7 @@ def test_cli_estimate_on_a_fake_backend_dump(plan):
     assert text.returncode == 0 and "predicted ms" in text.stdout and "per step:" in text.stdout
     assert cli("estimate", str(path)).returncode == 0  # the dump's own cluster
     bad = cli("estimate", str(path), "--cluster", "nowhere.json")
-    assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "nowhere.json" in bad.stderr
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "nowhere.json" in bad.stderr  # a usage error
     listed = cli("estimate", "--list")
     assert "h100-ib400" in listed.stdout and "nccl-tests#212" in listed.stdout and "370" in listed.stdout
 
