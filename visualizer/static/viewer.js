@@ -881,8 +881,13 @@
   /** The tree's pred column and its header, for a model with predictions (else hidden). */
   function showPredicted(pred) {
     $("tree-pane").classList.toggle("with-pred", !!pred);
-    $("pred-head").hidden = !pred;
-    $("pred-head").title = pred ? `ms ${predTitle(pred)} (all phases, descendants included)` : "";
+    // made only when needed, so a page without a cluster has the same header as before
+    const old = $("pred-head");
+    if (old) old.remove();
+    if (pred) {
+      $("share-head").before(h("span", {id: "pred-head", class: "num pred",
+        title: `${predTitle(pred)} (all phases, descendants included)`}, "pred"));
+    }
   }
 
   /** Show the single-dump parts of the page, or the folder page's. */
