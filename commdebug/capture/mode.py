@@ -136,8 +136,10 @@ class CommDebugMode(TorchDispatchMode):
             module, for Nsight.
         enabled: ``False`` makes the context do nothing (DeepSpeed's ``comms_logger.enabled``).
         cluster: a preset (``"h100-ib400"``) or cluster JSON file: summaries add each row's
-            predicted time on it, and the dump keeps it (``metadata.cluster``) so summaries of
-            the file predict too; computed offline, never while recording (docs/estimate.md).
+            predicted time on it, the table each collective line's (noise levels 1-3), and the
+            dump keeps it (``metadata.cluster``) so the reports of the file (summary, table,
+            Chrome trace, viewer) predict too; computed when a report is made, never while
+            recording (docs/estimate.md).
     """
 
     def __init__(

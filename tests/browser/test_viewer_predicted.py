@@ -89,3 +89,13 @@ def test_a_dump_opened_later_shows_no_predictions(viewer, dump, tmp_path):
     expect(page.locator("#source")).to_have_text("— other.json")
     assert page.locator("#pred-head").count() == 0 and page.locator(".pred").count() == 0
     assert page.eval_on_selector("#tree-pane", "e => e.classList.contains('with-pred')") is False
+
+
+def test_a_hostile_cluster_name_is_only_text(viewer):
+    dump = with_cluster()
+    name = '<img src=x onerror="document.title=1"></script>'
+    dump["commdebug"]["metadata"]["cluster"]["name"] = name
+    page = viewer.open(dump)
+    expect(page.locator("#summary")).to_contain_text(f"predicted on {name}")
+    assert page.locator("img").count() == 0 and page.title() == "commdebug"
+    assert name in page.get_attribute("#pred-head", "title")

@@ -1230,7 +1230,7 @@
     return true;
   }
 
-  /** The embedded predictions (a <script type="application/json">), or null if absent or bad. */
+  /** The embedded predictions (the "predicted" JSON block), or null if absent or bad. */
   function parsePredicted(el) {
     if (!el) return null;
     try { return JSON.parse(el.textContent); } catch (e) { console.warn("predictions not shown:", e); return null; }
