@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from commdebug.estimate.cluster import Cluster
+from commdebug.estimate.model import Prediction, predict_trace
 from commdebug.model.trace import GLOBAL, Trace
 
 __all__ = ["LinePrediction", "TracePredictions", "trace_predictions"]
@@ -35,16 +36,26 @@ class TracePredictions:
     """A trace's predictions on one cluster: per event (``seconds[i]`` is ``trace.events[i]``'s
     predicted seconds, None when it cannot be predicted), per table line and per module/phase."""
 
-    cluster: Cluster
-    seconds: list[float | None]
-    notes: list[str]
+    prediction: Prediction
     # (fqn, phase, op key, group name) -> prediction; descendants included, like the counts
     lines: dict[tuple[str, str, str, str], LinePrediction] = field(default_factory=dict)
 
     @property
+    def cluster(self) -> Cluster:
+        return self.prediction.cluster
+
+    @property
+    def seconds(self) -> list[float | None]:
+        return self.prediction.seconds
+
+    @property
+    def notes(self) -> list[str]:
+        return self.prediction.notes
+
+    @property
     def total_s(self) -> float:
         """All predicted seconds, added up as if the calls ran one after another."""
-        return sum(s for s in self.seconds if s is not None)
+        return self.prediction.total_s
 
     def line(self, fqn: str, phase: str, key: str, group: str) -> LinePrediction | None:
         """The prediction of one table line (module, phase, op key such as
@@ -66,8 +77,6 @@ def trace_predictions(trace: Trace, cluster: Any = None, *, ranks_per_node: int 
     or :class:`~commdebug.estimate.Cluster`; default: the trace's ``metadata.cluster``), added
     up per table line; None when there is no cluster. Reads the trace only: call it when
     rendering, never while recording."""
-    from commdebug.estimate import predict_trace
-
     prediction = predict_trace(trace, cluster, ranks_per_node=ranks_per_node)
     if prediction is None:
         return None
@@ -84,7 +93,7 @@ def trace_predictions(trace: Trace, cluster: Any = None, *, ranks_per_node: int 
             acc[0] += seconds
             acc[1] += 1
     lines = {k: LinePrediction(s, n) for k, (s, n) in sums.items()}
-    return TracePredictions(prediction.cluster, prediction.seconds, prediction.notes, lines)
+    return TracePredictions(prediction, lines)
 
 
 def _ancestry(trace: Trace, fqn: str) -> tuple[str, ...]:
