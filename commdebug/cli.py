@@ -25,7 +25,7 @@ EXIT_STATUS_DOC = """
 |---|---|
 | 0 | done; `check`: consistent; `diff`: no difference |
 | 1 | `check`: inconsistent; `diff`: differences; other verbs: a problem with the input or output |
-| 2 | a usage error (unknown verb or option, a value out of range); `check` and `diff`: input that cannot be read, so CI can tell a regression from a broken job |
+| 2 | a usage error (unknown verb or option, a value out of range, a `--cluster` or `--base` naming no preset and no valid cluster file); `check` and `diff`: input that cannot be read, so CI can tell a regression from a broken job |
 | 130 | interrupted (Ctrl-C) |
 | the program's | `run` exits with the status of the program it ran (1 for an uncaught exception) |
 
@@ -33,6 +33,10 @@ Errors are one line on stderr, starting `commdebug: error:`, naming the file and
 an existing output file is left as it was (files are written to a temporary name and renamed).
 A closed pipe (`commdebug table run.json | head`) ends quietly.
 """
+
+
+class UsageError(CommDebugError):
+    """A bad option value found after parsing (exit 2, like argparse's own usage errors)."""
 
 
 def _checked(convert: Callable[[str], Any], ok: Callable[[Any], bool], rule: str, name: str) -> Callable[[str], Any]:
@@ -90,6 +94,7 @@ def _parser() -> argparse.ArgumentParser:
     view.add_argument("dump", help="a JSON dump, or a folder of rank<N>.json dumps")
     view.add_argument("-o", "--output", help="HTML file; {rank}/{world_size} allowed (default: the dump's name with .html; for a folder, FOLDER/index.html)")
     view.add_argument("--open", action="store_true", help="open it in the browser (default off)")
+    view.add_argument("--cluster", default=None, help="for one dump, add predicted times on this preset or cluster JSON file (default: the dump's own metadata.cluster, if any)")
 
     viewer = verb("viewer", "write an empty viewer page: drop any dump on it")
     viewer.add_argument("-o", "--output", default="commdebug_viewer.html", help="HTML file (default commdebug_viewer.html)")
@@ -98,6 +103,7 @@ def _parser() -> argparse.ArgumentParser:
     table = verb("table", "print the tracing table of a JSON dump")
     table.add_argument("dump", help="a JSON dump (ours or torch's CommDebugMode's)")
     table.add_argument("--noise-level", type=noise_level, default=0, help="table noise level 0-3 (default 0)")
+    table.add_argument("--cluster", default=None, help="at noise level 1-3, add each collective line's predicted time on this preset or cluster JSON file (default: the dump's own metadata.cluster, if any)")
 
     summary = verb("summary", "print the summary of a dump: counts, bytes, latency and bandwidth by op, size, module...")
     summary.add_argument("dump", help="a JSON dump written by commdebug")
@@ -152,6 +158,7 @@ def _parser() -> argparse.ArgumentParser:
     trace = verb("trace", "write a Chrome trace (Perfetto, chrome://tracing) of a dump or a folder of rank dumps")
     trace.add_argument("path", help="a folder of rank dumps, or one dump")
     trace.add_argument("-o", "--output", default="commdebug_trace.json", help="trace file (default commdebug_trace.json)")
+    trace.add_argument("--cluster", default=None, help="add a track of predicted times per rank on this preset or cluster JSON file (default: each dump's own metadata.cluster, if any)")
     return parser
 
 
@@ -185,7 +192,10 @@ def _view(args: argparse.Namespace) -> int:
     from commdebug.model.dump import from_dump_dict, read_dump_json
 
     src = Path(args.dump)
+    cluster = _cluster(args.cluster)
     if src.is_dir():
+        if cluster is not None:
+            raise UsageError(f"{src}: --cluster works with one dump; the folder page shows no predictions yet")
         out = output_file(args.output or src / "index.html", "HTML file")
         path = visualizer.write_ranks_html(out, src, title=f"commdebug: {src.name or src.resolve().name}")
     else:
@@ -196,7 +206,7 @@ def _view(args: argparse.Namespace) -> int:
         out = output_file(_expand(out, meta), "HTML file")
         if out.resolve() == src.resolve():
             raise CommDebugError(f"{out}: the output would overwrite the dump; choose another -o")
-        path = visualizer.write_html(out, data, title=f"commdebug: {src.name}")
+        path = visualizer.write_html(out, data, title=f"commdebug: {src.name}", cluster=cluster)
     print(path)
     if args.open:
         _open(path)
@@ -221,10 +231,18 @@ def _viewer(args: argparse.Namespace) -> int:
 
 
 def _table(args: argparse.Namespace) -> int:
+    from commdebug.analysis.predicted import trace_predictions
     from commdebug.model.dump import load
     from commdebug.render.table import render_table
 
-    sys.stdout.write(render_table(load(args.dump), args.noise_level))
+    cluster = _cluster(args.cluster)
+    trace = load(args.dump)
+    predicted = None
+    if args.noise_level >= 1:
+        predicted = trace_predictions(trace, cluster)
+    elif cluster is not None:
+        print("commdebug: note: predicted times show at --noise-level 1 and above", file=sys.stderr)
+    sys.stdout.write(render_table(trace, args.noise_level, predicted=predicted))
     return OK
 
 
@@ -247,11 +265,17 @@ def _summary(args: argparse.Namespace) -> int:
 
 
 def _cluster(spec: str | None) -> Any:
+    """The cluster a ``--cluster`` (or ``--base``) option names, loaded now: a name that is no
+    preset and no valid cluster file is a usage error, told before any dump is read."""
     if spec is None:
         return None
     from commdebug.estimate import load_cluster
+    from commdebug.estimate.cluster import ClusterError
 
-    return load_cluster(spec)
+    try:
+        return load_cluster(spec)
+    except ClusterError as e:
+        raise UsageError(str(e)) from None
 
 
 def _estimate(args: argparse.Namespace) -> int:
@@ -367,9 +391,12 @@ def _trace(args: argparse.Namespace) -> int:
     from commdebug.fileio import output_file
     from commdebug.formats.chrome_trace import write_chrome_trace
 
+    cluster = _cluster(args.cluster)
     out = output_file(args.output, "trace file")
-    counts = write_chrome_trace(args.path, out)
+    counts = write_chrome_trace(args.path, out, cluster)
     timed = f"{counts['complete']} timed collectives, {counts['instant']} untimed (instant events)"
+    if counts["predicted"]:
+        timed += f", {counts['predicted']} predicted spans"
     print(f"wrote {out}: {counts['ranks']} rank{'s' if counts['ranks'] != 1 else ''}, {timed}; open it in https://ui.perfetto.dev")
     return OK
 
@@ -396,6 +423,9 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return OK
+    except UsageError as e:
+        print(f"commdebug: error: {e}", file=sys.stderr)
+        return USAGE
     except CommDebugError as e:
         print(f"commdebug: error: {e}", file=sys.stderr)
         return error

@@ -4,6 +4,7 @@ files, nccl-tests calibration, the summary's predicted columns and the CLI."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -234,7 +235,7 @@ def test_cli_estimate_on_a_fake_backend_dump(plan):
     assert text.returncode == 0 and "predicted ms" in text.stdout and "per step:" in text.stdout
     assert cli("estimate", str(path)).returncode == 0  # the dump's own cluster
     bad = cli("estimate", str(path), "--cluster", "nowhere.json")
-    assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "nowhere.json" in bad.stderr
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "nowhere.json" in bad.stderr  # a usage error
     listed = cli("estimate", "--list")
     assert "h100-ib400" in listed.stdout and "nccl-tests#212" in listed.stdout and "370" in listed.stdout
 
@@ -250,3 +251,198 @@ def test_cli_calibrate_writes_a_cluster_that_loads(tmp_path):
     assert cluster.intra_node.busbw_gbps == pytest.approx(250.0, rel=0.01)
     bad = cli("calibrate", str(tmp_path / "missing.txt"))
     assert bad.returncode == 1 and "missing.txt: no such file" in bad.stderr and bad.stderr.count("\n") == 1
+
+
+# ---- predictions wherever times are: the table, the Chrome trace, the page -----------------
+
+PRED = re.compile(r", predicted (\d+\.\d{3}) ms on (\S+)( \((\d+) of (\d+) calls\))?$")
+SECTIONS = {"FORWARD PASS": "forward", "BACKWARD PASS": "backward", "ACTIVATION CHECKPOINTING": "checkpoint",
+            "OPTIMIZER STEP": "optimizer"}
+
+
+def predicted_lines(table: str, trace) -> list[tuple[str, str, str, str, str, str]]:
+    """(fqn, phase, key, group label, shown ms, cluster) of every collective line with a prediction."""
+    out, fqn, phase = [], None, None
+    for line in table.splitlines():
+        text = line.strip()
+        if text in trace.modules:
+            fqn = text
+        elif text in SECTIONS:
+            phase = SECTIONS[text]
+        elif text.startswith("*") and not text.startswith("**") and " on " in text:
+            m = PRED.search(text)
+            if m:
+                key = text[1:text.index(":")]
+                label = text[:m.start()].rsplit(" on ", 1)[1]
+                out.append((fqn, phase, key, label, m.group(1), m.group(2)))
+    return out
+
+
+def under(module: str, fqn: str) -> bool:
+    return fqn == "Global" or module == fqn or module.startswith(fqn + ".")
+
+
+def test_table_lines_at_noise_1_show_the_sum_of_their_calls_predictions(plan):
+    from commdebug.units import format_ms
+
+    comm, _ = plan
+    trace = comm.trace
+    seconds = predict_events(trace.events, H100, rank=0).seconds
+    for level in (1, 2, 3):
+        table = comm.generate_comm_debug_tracing_table(level, color=False)
+        lines = predicted_lines(table, trace)
+        # every collective line is predicted: as many as the noise-0 table has collective lines
+        plain = comm.generate_comm_debug_tracing_table(0, color=False)
+        assert len(lines) == sum(1 for t in plain.splitlines() if t.strip().startswith("*")) > 10
+        for fqn, phase, key, label, shown, cluster in lines:
+            expected = sum(s for e, s in zip(trace.events, seconds)
+                           if e.phase == phase and e.key == key and e.group.label == label and under(e.module, fqn))
+            assert cluster == "h100-ib400" and shown == format_ms(expected), (fqn, phase, key)
+    # the log file is the same table
+    path = Path(plan[1]).with_suffix(".txt")
+    comm.log_comm_debug_tracing_table_to_file(str(path), noise_level=1)
+    assert path.read_text() == comm.generate_comm_debug_tracing_table(1, color=False)
+
+
+def test_table_without_a_cluster_or_at_noise_0_is_unchanged(plan):
+    from commdebug.render.table import render_table
+
+    comm, _ = plan
+    with_cluster = [comm.generate_comm_debug_tracing_table(n, color=False) for n in range(4)]
+    saved = comm.trace.metadata.pop("cluster")
+    try:
+        without = [comm.generate_comm_debug_tracing_table(n, color=False) for n in range(4)]
+    finally:
+        comm.trace.metadata["cluster"] = saved
+    assert with_cluster[0] == without[0] and "predicted" not in without[0]
+    assert all("predicted" not in t for t in without)
+    for n in (1, 2, 3):  # predictions only add a suffix to collective lines
+        assert ", predicted " in with_cluster[n]
+        assert "\n".join(PRED.sub("", t) for t in with_cluster[n].split("\n")) == without[n]
+    # level 0 ignores predictions even when passed
+    from commdebug.analysis.predicted import trace_predictions
+
+    assert render_table(comm.trace, 0, color=False, predicted=trace_predictions(comm.trace)) == without[0]
+
+
+def test_table_says_when_only_some_calls_are_predicted(world, tp_transformer_module):
+    from commdebug import CommDebugMode
+
+    model, tokens = tp_transformer_module
+    comm = CommDebugMode(cluster="a100-ib200", max_events=5)  # the older calls are dropped
+    with comm:
+        model(tokens).sum().backward()
+    table = comm.generate_comm_debug_tracing_table(1, color=False)
+    global_bw = next(t for t in table.splitlines()[:8] if "all_reduce" in t and "on a100-ib200 (" in t)
+    m = PRED.search(global_bw)
+    assert m and int(m.group(4)) < int(m.group(5)) and global_bw.strip().startswith(f"*c10d_functional.all_reduce: {m.group(5)} ")
+
+
+def test_no_prediction_is_made_while_recording(world, tp_transformer_module, monkeypatch):
+    import commdebug.estimate.model as model_module
+    from commdebug import CommDebugMode
+
+    calls = []
+    real = model_module.predict_events
+    monkeypatch.setattr(model_module, "predict_events", lambda *a, **k: calls.append(1) or real(*a, **k))
+    model, tokens = tp_transformer_module
+    comm = CommDebugMode(cluster="h100-ib400")
+    with comm:
+        model(tokens).sum().backward()
+    assert calls == []
+    assert "predicted" in comm.generate_comm_debug_tracing_table(1, color=False) and calls == [1]
+
+
+def test_cli_table_with_cluster_and_bad_clusters(plan, tmp_path):
+    comm, path = plan
+    own = cli("table", str(path), "--noise-level", "1")
+    assert own.returncode == 0 and "ms on h100-ib400" in own.stdout
+    other = cli("table", str(path), "--noise-level", "1", "--cluster", "a100-ib200")
+    assert other.returncode == 0 and "ms on a100-ib200" in other.stdout and "h100-ib400" not in other.stdout
+    expected = predicted_lines(comm.generate_comm_debug_tracing_table(1, color=False), comm.trace)
+    assert [line[:4] for line in predicted_lines(other.stdout, comm.trace)] == [line[:4] for line in expected]
+    quiet = cli("table", str(path), "--cluster", "a100-ib200")  # level 0: the reference's layout
+    assert quiet.returncode == 0 and "predicted" not in quiet.stdout and "--noise-level 1" in quiet.stderr
+    for verb in (["table", str(path), "--noise-level", "1"], ["trace", str(path), "-o", str(tmp_path / "t.json")],
+                 ["view", str(path), "-o", str(tmp_path / "v.html")], ["summary", str(path)]):
+        bad = cli(*verb, "--cluster", "h100-typo")
+        assert bad.returncode == 2 and bad.stderr.count("\n") == 1, (verb, bad.stderr)
+        assert bad.stderr.startswith("commdebug: error: h100-typo: neither a preset") and "Traceback" not in bad.stderr
+    broken = tmp_path / "c.json"
+    broken.write_text('{"gpus_per_node": 8}')
+    bad = cli("table", str(path), "--noise-level", "1", "--cluster", str(broken))
+    assert bad.returncode == 2 and "missing key 'intra_node'" in bad.stderr and bad.stderr.count("\n") == 1
+    assert not (tmp_path / "t.json").exists() and not (tmp_path / "v.html").exists()
+
+
+def test_predict_defaults_to_the_traces_own_cluster(plan):
+    comm, _ = plan
+    assert predict(comm.trace) == predict(comm.trace, "h100-ib400") == predict_events(comm.trace.events, H100).seconds
+    saved = comm.trace.metadata.pop("cluster")
+    try:
+        with pytest.raises(CommDebugError, match="no cluster to predict on"):
+            predict(comm.trace)
+    finally:
+        comm.trace.metadata["cluster"] = saved
+
+
+def test_chrome_trace_has_a_predicted_track_per_rank(plan, tmp_path):
+    from chrome_trace_rules import validate_chrome_trace
+
+    comm, path = plan
+    out = tmp_path / "t.json"
+    proc = cli("trace", str(path), "-o", str(out))
+    assert proc.returncode == 0 and "predicted spans" in proc.stdout, proc.stderr
+    events = validate_chrome_trace(json.loads(out.read_text()))
+    names = {e["tid"]: e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    pred = [e for e in events if e.get("cat") == "predicted"]
+    tids = {e["tid"] for e in pred}
+    assert len(tids) == 1 and names[tids.pop()] == "predicted on h100-ib400"
+    assert all(e["ph"] == "X" and e["args"]["predicted"] is True and e["args"]["cluster"] == "h100-ib400" for e in pred)
+    # nothing predicted on the measured tracks, nothing measured on the predicted one
+    assert not any(e.get("args", {}).get("predicted") for e in events if e.get("cat") != "predicted")
+    assert not any("busbw_gbps" in e["args"] for e in pred)
+    # back to back in call order, each as long as predicted
+    seconds = predict_events(comm.trace.events, H100).seconds
+    assert [e["args"]["op"] for e in pred] == [e.op for e in comm.trace.events]
+    assert [e["dur"] for e in pred] == pytest.approx([s * 1e6 for s in seconds])
+    assert pred[0]["ts"] == 0 and all(b["ts"] == pytest.approx(a["ts"] + a["dur"]) for a, b in zip(pred, pred[1:]))
+    # --cluster overrides the dump's own
+    other = cli("trace", str(path), "-o", str(out), "--cluster", "a100-ib200")
+    assert other.returncode == 0
+    events = validate_chrome_trace(json.loads(out.read_text()))
+    assert {e["args"]["cluster"] for e in events if e.get("cat") == "predicted"} == {"a100-ib200"}
+
+
+def test_chrome_trace_without_a_cluster_has_no_predicted_track(plan, tmp_path):
+    from commdebug.formats.chrome_trace import write_chrome_trace
+
+    _, path = plan
+    data = json.loads(path.read_text())
+    del data["commdebug"]["metadata"]["cluster"]
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps(data))
+    counts = write_chrome_trace(bare, tmp_path / "t.json")
+    text = (tmp_path / "t.json").read_text()
+    assert counts["predicted"] == 0 and "predicted" not in text
+    with_cluster = write_chrome_trace(bare, tmp_path / "t2.json", "h100-ib400")
+    assert with_cluster["predicted"] == len(data["commdebug"]["events"]["columns"]["index"])
+    both = json.loads((tmp_path / "t2.json").read_text())["traceEvents"]
+    (tid,) = {e["tid"] for e in both if e.get("cat") == "predicted"}
+    measured = [e for e in both if e["tid"] != tid]
+    assert measured == json.loads(text)["traceEvents"]  # the measured part is byte-for-byte the same
+
+
+def test_page_embeds_predictions_only_with_a_cluster(plan):
+    import visualizer
+
+    comm, path = plan
+    data = json.loads(path.read_text())
+    pred = visualizer.predictions_data(data)
+    seconds = predict_events(comm.trace.events, H100).seconds
+    assert pred["cluster"] == "h100-ib400" and pred["events"] == pytest.approx(seconds, rel=1e-5)
+    assert pred["modules"]["Global"]["forward"] + pred["modules"]["Global"]["backward"] == pytest.approx(sum(seconds), rel=1e-5)
+    assert 'id="predicted"' in visualizer.render_html(data)
+    assert visualizer.predictions_data(data, "a100-ib200")["cluster"] == "a100-ib200"
+    del data["commdebug"]["metadata"]["cluster"]
+    assert visualizer.predictions_data(data) is None and 'id="predicted"' not in visualizer.render_html(data)

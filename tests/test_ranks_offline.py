@@ -147,3 +147,29 @@ def test_placeholders_in_file_names(folders, world, tmp_path):
         comm.generate_json_dump(str(tmp_path / "d_{ranks}.json"))
     proc = cli("view", str(folders / "ok" / "rank1.json"), "-o", str(tmp_path / "v{rank}of{world_size}.html"))
     assert proc.returncode == 0 and (tmp_path / "v1of4.html").is_file()
+
+
+def test_chrome_trace_of_a_folder_with_a_cluster_adds_predicted_tracks_only(folders, tmp_path):
+    from commdebug.estimate import PRESETS, predict_events
+    from commdebug.model.ranks import iter_ranks
+
+    plain, pred = tmp_path / "plain.json", tmp_path / "pred.json"
+    assert cli("trace", str(folders / "timed"), "-o", str(plain)).returncode == 0
+    proc = cli("trace", str(folders / "timed"), "-o", str(pred), "--cluster", "h100-ib400")
+    assert proc.returncode == 0 and "predicted spans" in proc.stdout, proc.stderr
+    events = validate_chrome_trace(json.loads(pred.read_text()))
+    tracks = {(e["pid"], e["tid"]) for e in events if e.get("cat") == "predicted"}
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    views = list(iter_ranks(folders / "timed"))
+    # one predicted track per rank, named for the cluster
+    assert sorted(pid for pid, _ in tracks) == sorted(v.rank for v in views)
+    assert all(names[t] == "predicted on h100-ib400" for t in tracks)
+    for view in views:
+        spans = [e for e in events if e.get("cat") == "predicted" and e["pid"] == view.rank]
+        expected = [s for s in predict_events(view.events, PRESETS["h100-ib400"], rank=view.rank).seconds if s is not None]
+        assert [e["dur"] for e in spans] == pytest.approx([s * 1e6 for s in expected])
+        assert all(e["args"]["predicted"] is True for e in spans)
+    # the measured tracks are exactly what the trace without a cluster has
+    assert [e for e in events if (e["pid"], e["tid"]) not in tracks] == json.loads(plain.read_text())["traceEvents"]
+    bad = cli("trace", str(folders / "timed"), "-o", str(pred), "--cluster", "nowhere")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "nowhere: neither a preset" in bad.stderr

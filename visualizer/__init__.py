@@ -26,7 +26,7 @@ from typing import Any, Iterator
 import jinja2
 import markupsafe
 
-__all__ = ["render_html", "write_html", "ranks_data", "render_ranks_html", "write_ranks_html"]
+__all__ = ["render_html", "write_html", "predictions_data", "ranks_data", "render_ranks_html", "write_ranks_html"]
 
 # Inside <script> the HTML parser only looks for "</script" (and "<!--"), but escaping every
 # <, > and & makes the embedded JSON inert wherever it lands. U+2028/U+2029 are legal in JSON
@@ -79,30 +79,80 @@ def _embed(dump: Any) -> str:
     return text.translate(_SCRIPT_SAFE)
 
 
-def render_html(dump: dict | None, *, title: str = "commdebug") -> str:
+def render_html(dump: dict | None, *, title: str = "commdebug", cluster: Any = None) -> str:
     """Return the viewer page for `dump` (a parsed JSON dump), or the empty viewer for None.
 
     The empty viewer opens a dump dropped on it or picked with its file input. A dump that is
     not one (or has an unknown schema_version) renders a page that says so.
+
+    With a cluster (`cluster`: a preset name, cluster file, dict or Cluster; default: the
+    dump's ``metadata.cluster``), the page also shows predicted times on it (see
+    :func:`predictions_data`), computed here and embedded: a dump dropped on the page later
+    shows none.
     """
     template, css, js, csp = _assets()
     data = None if dump is None else markupsafe.Markup(_embed(dump))
+    predicted = None if dump is None else predictions_data(dump, cluster)
     return template.render(
         title=title, csp=csp, css=markupsafe.Markup(css), js=markupsafe.Markup(js), dump_json=data,
+        predicted_json=None if predicted is None else markupsafe.Markup(_embed(predicted)),
         ranks_json=None, blocks=[],
     )
 
 
-def write_html(path: str | os.PathLike[str], dump: dict | None, *, title: str = "commdebug") -> pathlib.Path:
-    """Write `render_html(dump, title=title)` to `path` atomically and return the path.
+def write_html(path: str | os.PathLike[str], dump: dict | None, *, title: str = "commdebug",
+               cluster: Any = None) -> pathlib.Path:
+    """Write `render_html(dump, title=title, cluster=cluster)` to `path` atomically and return
+    the path.
 
     Parent directories are created; a reader never sees a half-written page, and a failed
     write leaves an earlier page as it was.
     """
     from commdebug.fileio import write_text_atomic
 
-    write_text_atomic(path, render_html(dump, title=title))
+    write_text_atomic(path, render_html(dump, title=title, cluster=cluster))
     return pathlib.Path(path)
+
+
+def _sig(seconds: float | None) -> float | None:
+    # 6 significant digits: what a page can show, and half the text of a full float
+    return None if seconds is None or not math.isfinite(seconds) else float(f"{seconds:.6g}")
+
+
+def predictions_data(dump: Any, cluster: Any = None) -> dict[str, Any] | None:
+    """What the page embeds about predictions, or None without a cluster (or when `dump` is not
+    a commdebug dump the page could show): ``cluster`` (name), ``description``, ``notes``,
+    ``total_s``, ``events`` (predicted seconds of each event, in the dump's order, null where
+    not predicted), ``modules`` ({fqn: {phase: seconds}}, descendants included) and ``lines``
+    ({fqn: {"phase\tkey\tgroup": seconds}}, a module's collective rows).
+    """
+    from commdebug.analysis.predicted import trace_predictions
+    from commdebug.errors import DumpError
+    from commdebug.model.dump import from_dump_dict
+
+    section = dump.get("commdebug") if isinstance(dump, dict) else None
+    meta = section.get("metadata") if isinstance(section, dict) else None
+    if cluster is None and not (isinstance(meta, dict) and meta.get("cluster") is not None):
+        return None  # the common case: no cluster, no second parse of the dump
+    try:
+        trace = from_dump_dict(dump)
+    except DumpError:
+        return None  # the page itself says what is wrong with it
+    predicted = trace_predictions(trace, cluster)
+    if predicted is None:
+        return None
+    lines: dict[str, dict[str, float | None]] = {}
+    for (fqn, phase, key, group), line in predicted.lines.items():
+        lines.setdefault(fqn, {})[f"{phase}\t{key}\t{group}"] = _sig(line.seconds)
+    return {
+        "cluster": predicted.cluster.name,
+        "description": predicted.cluster.description,
+        "notes": list(predicted.notes),
+        "total_s": _sig(predicted.total_s),
+        "events": [_sig(s) for s in predicted.seconds],
+        "modules": {fqn: {p: _sig(s) for p, s in phases.items()} for fqn, phases in predicted.by_module_phase().items()},
+        "lines": lines,
+    }
 
 
 # ---------------------------------------------------------------------------- a folder of ranks
@@ -268,7 +318,7 @@ def render_ranks_html(folder: str | os.PathLike[str], *, title: str | None = Non
     title = title or f"commdebug: {index['folder']} ({len(index['ranks'])} ranks)"
     return template.render(
         title=title, csp=csp, css=markupsafe.Markup(css), js=markupsafe.Markup(js), dump_json=None,
-        ranks_json=markupsafe.Markup(_embed(index)),
+        predicted_json=None, ranks_json=markupsafe.Markup(_embed(index)),
         blocks=[markupsafe.Markup(b.translate(_SCRIPT_SAFE)) for b in blocks],
     )
 

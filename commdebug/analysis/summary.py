@@ -115,7 +115,9 @@ def summarize(trace: Trace, by: str = "op", cluster: Any = None, ranks_per_node:
     """
     by = parse_by(by)
     columns, key_of = BY[by]
-    prediction = _predict(trace, cluster, ranks_per_node)
+    from commdebug.estimate import predict_trace
+
+    prediction = predict_trace(trace, cluster, ranks_per_node=ranks_per_node)
     predicted = prediction.seconds if prediction is not None else [None] * len(trace.events)
     groups: dict[tuple, list[tuple[CollectiveEvent, float | None]]] = {}
     for event, seconds in zip(trace.events, predicted):
@@ -131,18 +133,6 @@ def summarize(trace: Trace, by: str = "op", cluster: Any = None, ranks_per_node:
         header["predicted_s"] = prediction.total_s
         header["prediction_notes"] = prediction.notes
     return Summary(by, rows, header)
-
-
-def _predict(trace: Trace, cluster: Any, ranks_per_node: int | None) -> Any:
-    """The prediction of every event on ``cluster`` (or the dump's own), or None."""
-    if cluster is None:
-        cluster = trace.metadata.get("cluster")
-    if cluster is None:
-        return None
-    from commdebug.estimate import load_cluster, predict_events
-
-    return predict_events(trace.events, load_cluster(cluster), rank=int(trace.metadata.get("rank") or 0),
-                          ranks_per_node=ranks_per_node)
 
 
 def _order(by: str) -> Callable[[SummaryRow], Any]:

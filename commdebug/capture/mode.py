@@ -136,8 +136,10 @@ class CommDebugMode(TorchDispatchMode):
             module, for Nsight.
         enabled: ``False`` makes the context do nothing (DeepSpeed's ``comms_logger.enabled``).
         cluster: a preset (``"h100-ib400"``) or cluster JSON file: summaries add each row's
-            predicted time on it, and the dump keeps it (``metadata.cluster``) so summaries of
-            the file predict too; computed offline, never while recording (docs/estimate.md).
+            predicted time on it, the table each collective line's (noise levels 1-3), and the
+            dump keeps it (``metadata.cluster``) so the reports of the file (summary, table,
+            Chrome trace, viewer) predict too; computed when a report is made, never while
+            recording (docs/estimate.md).
     """
 
     def __init__(
@@ -687,10 +689,20 @@ class CommDebugMode(TorchDispatchMode):
     # ---- renderers (formatting lives in commdebug.render.table and commdebug.model.dump) ------------------
 
     def generate_comm_debug_tracing_table(self, noise_level: int = 3, *, color: bool | None = None) -> str:
-        """The module tree with collectives per phase; ops by noise level 0-3 (see README)."""
+        """The module tree with collectives per phase; ops by noise level 0-3 (see README). With a
+        cluster (``cluster=``), levels 1-3 add each collective line's predicted time on it."""
         from commdebug.render.table import render_table
 
-        return render_table(self.trace, noise_level, color=color)
+        return render_table(self.trace, noise_level, color=color, predicted=self._table_predictions(noise_level))
+
+    def _table_predictions(self, noise_level: int) -> Any:
+        """The table's predictions on this mode's cluster, computed now (when the table is asked
+        for), never while recording; None at level 0 or without a cluster."""
+        if noise_level < 1 or self.trace.metadata.get("cluster") is None:
+            return None
+        from commdebug.analysis.predicted import trace_predictions
+
+        return trace_predictions(self.trace)
 
     def generate_summary_table(self, by: str = "op") -> str:
         """Per-op (or per ``"op,size"``, ``"op,bin"``, ``"module"``, ``"group"``, ``"step"``,
@@ -715,7 +727,7 @@ class CommDebugMode(TorchDispatchMode):
         ``comm.log_comm_debug_tracing_table_to_file("logs/comm_rank{rank}.txt")``."""
         from commdebug.render.table import write_table
 
-        write_table(self.trace, self._file_name(file_name), noise_level)
+        write_table(self.trace, self._file_name(file_name), noise_level, predicted=self._table_predictions(noise_level))
 
     def generate_json_dump(self, file_name: str = "comm_mode_log.json", noise_level: int = 3) -> None:
         """Write the JSON dump (docs/json-format.md): the reference's format plus our section.

@@ -7,7 +7,8 @@ Offline: a pure function of a trace and a :class:`Cluster`, never on the capture
 """
 
 from commdebug.estimate.cluster import Cluster, Link, load_cluster
-from commdebug.estimate.model import Prediction, predict, predict_events
+from commdebug.estimate.model import Prediction, predict, predict_events, predict_trace, resolve_cluster
 from commdebug.estimate.presets import PRESETS
 
-__all__ = ["Cluster", "Link", "load_cluster", "PRESETS", "Prediction", "predict", "predict_events"]
+__all__ = ["Cluster", "Link", "load_cluster", "PRESETS", "Prediction", "predict", "predict_events",
+           "predict_trace", "resolve_cluster"]

@@ -13,12 +13,12 @@ Ranks map to nodes by consecutive blocks of ``ranks_per_node`` (default: the clu
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Any, Iterable, Mapping
 
-from commdebug.estimate.cluster import Cluster, Link
+from commdebug.estimate.cluster import Cluster, ClusterError, Link, load_cluster
 from commdebug.model.trace import CollectiveEvent, Trace
 
-__all__ = ["Prediction", "predict", "predict_events", "link_for"]
+__all__ = ["Prediction", "predict", "predict_events", "predict_trace", "resolve_cluster", "link_for"]
 
 NOTE_NO_RANKS = "some groups have no recorded ranks: assumed consecutive ranks 0..size-1"
 NOTE_NO_SIZE = "some calls are on a group of unknown size: not predicted"
@@ -84,14 +84,35 @@ def predict_events(events: Iterable[CollectiveEvent], cluster: Cluster, *, rank:
     return pred
 
 
-def predict(trace_or_events: Trace | Iterable[CollectiveEvent], cluster: Cluster, *,
-            ranks_per_node: int | None = None) -> list[float | None]:
-    """Predicted seconds of every kept event of a trace (or of events, recorded on rank 0).
+def resolve_cluster(override: Any, metadata: Mapping[str, Any]) -> Cluster | None:
+    """The cluster to predict on: ``override`` (a preset name, cluster file, dict or Cluster) when
+    given, else the dump's own ``metadata["cluster"]``, else None (nothing to predict on)."""
+    spec = override if override is not None else metadata.get("cluster")
+    return None if spec is None else load_cluster(spec)
 
-    >>> predict(commdebug.load("plan.json"), load_cluster("h100-ib400"))[:2]   # doctest: +SKIP
+
+def predict_trace(trace: Trace, cluster: Any = None, *, ranks_per_node: int | None = None) -> Prediction | None:
+    """The prediction of every kept event of ``trace`` on ``cluster`` (default: the trace's own
+    ``metadata.cluster``), recorded on the trace's rank; None when there is no cluster."""
+    resolved = resolve_cluster(cluster, trace.metadata)
+    if resolved is None:
+        return None
+    return predict_events(trace.events, resolved, rank=int(trace.metadata.get("rank") or 0), ranks_per_node=ranks_per_node)
+
+
+def predict(trace_or_events: Trace | Iterable[CollectiveEvent], cluster: Any = None, *,
+            ranks_per_node: int | None = None) -> list[float | None]:
+    """Predicted seconds of every kept event of a trace (or of events, recorded on rank 0), in
+    order: each event's ``predicted_s``. ``cluster`` defaults to the trace's ``metadata.cluster``.
+
+    >>> predict(commdebug.load("plan.json"), "h100-ib400")[:2]   # doctest: +SKIP
     [1.2e-05, 0.0031]
     """
     if isinstance(trace_or_events, Trace):
-        rank = int(trace_or_events.metadata.get("rank") or 0)
-        return predict_events(trace_or_events.events, cluster, rank=rank, ranks_per_node=ranks_per_node).seconds
-    return predict_events(trace_or_events, cluster, ranks_per_node=ranks_per_node).seconds
+        prediction = predict_trace(trace_or_events, cluster, ranks_per_node=ranks_per_node)
+        if prediction is None:
+            raise ClusterError("no cluster to predict on: pass one (a preset name or cluster file); this trace has no metadata.cluster")
+        return prediction.seconds
+    if cluster is None:
+        raise ClusterError("no cluster to predict on: pass one (a preset name or cluster file)")
+    return predict_events(trace_or_events, load_cluster(cluster), ranks_per_node=ranks_per_node).seconds

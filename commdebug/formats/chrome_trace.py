@@ -8,7 +8,15 @@ for Perfetto (ui.perfetto.dev) and chrome://tracing.
   op, bytes, group, module, seq and busbw in ``args``; untimed ones are instant events
   (``ph: i``) at the time they were called;
 - complete events on one track never partially overlap: a call that overlaps the one before it
-  on its group's track (asynchronous timing can do that) goes to a second lane of that group.
+  on its group's track (asynchronous timing can do that) goes to a second lane of that group;
+- with a cluster (the dump's ``metadata.cluster``, or ``cluster=`` / ``--cluster``, which
+  overrides it), one more track per rank, ``predicted on <cluster>``, holds each call's
+  predicted time (docs/estimate.md) as complete events with ``args.predicted: true``. They are
+  laid back to back in call order from the rank's time 0, not at the calls' recorded times: a
+  prediction says how long, not when (the recorded times are the recording machine's, often a
+  laptop with the fake backend), and the track's length is then the predicted communication
+  time as the model adds it up (serially). Calls of unknown group size are left off it; calls
+  with no recorded time are on it. Measured tracks never carry predicted spans.
 
 Timestamps count from each rank's own start (entering CommDebugMode): clocks of different hosts
 are not aligned, and ranks do not start at the same instant, so compare durations across ranks,
@@ -24,6 +32,7 @@ import os
 from typing import IO, Any, Iterable
 
 from commdebug.fileio import open_atomic
+from commdebug.estimate import Cluster, predict_events, resolve_cluster
 from commdebug.model.ranks import RankView, iter_ranks
 from commdebug.model.trace import CollectiveEvent
 
@@ -32,8 +41,9 @@ __all__ = ["write_chrome_trace", "rank_trace_events"]
 _US = 1e6
 
 
-def rank_trace_events(view: RankView) -> Iterable[dict[str, Any]]:
-    """The trace events of one rank, metadata first."""
+def rank_trace_events(view: RankView, cluster: Cluster | None = None) -> Iterable[dict[str, Any]]:
+    """The trace events of one rank, metadata first; then its predicted track when ``cluster``
+    (default: the rank's ``metadata.cluster``) is known."""
     pid = view.rank
     host = view.metadata.get("hostname")
     yield {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": f"rank {pid}" + (f" ({host})" if host else "")}}
@@ -70,15 +80,36 @@ def rank_trace_events(view: RankView) -> Iterable[dict[str, Any]]:
         if i + 1 < len(spans):  # a step's last collective may finish after the next one began
             end = min(end, spans[i + 1][1][0])
         yield {"ph": "X", "name": f"step {step}", "cat": "step", "pid": pid, "tid": 0, "ts": start, "dur": max(end - start, 0.0), "args": {"step": step}}
+    resolved = resolve_cluster(cluster, view.metadata)
+    if resolved is not None:
+        yield from _predicted_track(view, resolved, len(tids) + 1)
 
 
-def _args(e: CollectiveEvent) -> dict[str, Any]:
+def _predicted_track(view: RankView, cluster: Cluster, tid: int) -> Iterable[dict[str, Any]]:
+    """The rank's calls at their predicted durations, back to back from 0 on their own track."""
+    pid = view.rank
+    yield {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": f"predicted on {cluster.name}"}}
+    yield {"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": tid}}
+    ts = 0.0
+    prediction = predict_events(view.events, cluster, rank=view.rank)
+    for e, seconds in zip(view.events, prediction.seconds):
+        if seconds is None:
+            continue
+        dur = seconds * _US
+        args = _args(e, with_busbw=False)
+        args.update(predicted=True, cluster=cluster.name, predicted_ms=round(seconds * 1e3, 6))
+        yield {"ph": "X", "name": e.op, "cat": "predicted", "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
+        ts += dur
+
+
+def _args(e: CollectiveEvent, with_busbw: bool = True) -> dict[str, Any]:
+    # a predicted span leaves the measured busbw out, so nothing measured sits on it
     args: dict[str, Any] = {"op": e.op, "bytes": e.size_bytes, "group": e.group.label, "module": e.module, "phase": e.phase, "step": e.step}
     if e.seq is not None:
         args["seq"] = e.seq
     if e.peer is not None:
         args["peer"] = e.peer
-    if e.busbw_gbps is not None:
+    if with_busbw and e.busbw_gbps is not None:
         args["busbw_gbps"] = round(e.busbw_gbps, 3)
     if e.source:
         args["source"] = e.source
@@ -87,18 +118,25 @@ def _args(e: CollectiveEvent) -> dict[str, Any]:
     return args
 
 
-def write_chrome_trace(path_in: str | os.PathLike, path_out: str | os.PathLike) -> dict[str, int]:
-    """Write the trace of a dump or a folder of rank dumps; returns counts of what was written."""
-    counts = {"ranks": 0, "complete": 0, "instant": 0, "skipped": 0}
+def write_chrome_trace(path_in: str | os.PathLike, path_out: str | os.PathLike, cluster: Any = None) -> dict[str, int]:
+    """Write the trace of a dump or a folder of rank dumps; returns counts of what was written.
+
+    ``cluster`` (a preset name, cluster file, dict or :class:`~commdebug.estimate.Cluster`)
+    adds every rank's predicted track on it; without it, ranks whose dump stored a cluster get
+    theirs."""
+    override = None if cluster is None else resolve_cluster(cluster, {})
+    counts = {"ranks": 0, "complete": 0, "instant": 0, "skipped": 0, "predicted": 0}
     with open_atomic(path_out) as f:
         f.write('{"displayTimeUnit":"ms","traceEvents":[\n')
         first = True
         for view in iter_ranks(path_in):
             counts["ranks"] += 1
             counts["skipped"] += sum(1 for e in view.events if e.start_s is None)
-            for event in rank_trace_events(view):
+            for event in rank_trace_events(view, override):
                 if event["ph"] == "X" and event.get("cat") == "collective":
                     counts["complete"] += 1
+                elif event["ph"] == "X" and event.get("cat") == "predicted":
+                    counts["predicted"] += 1
                 elif event["ph"] == "i":
                     counts["instant"] += 1
                 _write(f, event, first)

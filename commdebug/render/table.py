@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from commdebug.fileio import write_text_atomic
-from commdebug.model.trace import Trace, check_noise_level, ops_at_noise
-from commdebug.units import format_bytes
+from commdebug.model.trace import CollectiveStat, Trace, check_noise_level, ops_at_noise
+from commdebug.units import format_bytes, format_ms
+
+if TYPE_CHECKING:
+    from commdebug.analysis.predicted import TracePredictions
 
 __all__ = ["render_table", "write_table"]
 
@@ -24,7 +28,8 @@ def _stdout_wants_color() -> bool:
     return sys.stdout.isatty() and "NO_COLOR" not in os.environ
 
 
-def render_table(trace: Trace, noise_level: int = 3, *, color: bool | None = None) -> str:
+def render_table(trace: Trace, noise_level: int = 3, *, color: bool | None = None,
+                 predicted: "TracePredictions | None" = None) -> str:
     """Render a trace as the tracing table.
 
     Noise levels: 0 collective counts per module; 1 adds module types, parameter placements and
@@ -32,6 +37,10 @@ def render_table(trace: Trace, noise_level: int = 3, *, color: bool | None = Non
     total message size and process group (one line per group). A dump written by torch's
     CommDebugMode has neither bytes nor groups, and its lines show counts only.
     ``color=None`` colours only when stdout is a terminal.
+
+    ``predicted`` (:func:`commdebug.analysis.predicted.trace_predictions`) adds, at noise level
+    1 and above, each collective line's predicted time on that cluster. Level 0 stays exactly the
+    reference's layout, whatever is passed.
 
     >>> print(render_table(comm.trace, noise_level=0))   # doctest: +SKIP
     Global
@@ -42,6 +51,8 @@ def render_table(trace: Trace, noise_level: int = 3, *, color: bool | None = Non
     if color is None:
         color = _stdout_wants_color()
     yellow, red, reset = (_YELLOW, _RED, _RESET) if color else ("", "", "")
+    if noise_level < 1:
+        predicted = None
     lines: list[str] = []
     for fqn, depth in trace.walk():
         info = trace.modules[fqn]
@@ -64,7 +75,8 @@ def render_table(trace: Trace, noise_level: int = 3, *, color: bool | None = Non
             for stat in stats:
                 size = f" ({format_bytes(stat.bytes)})" if trace.bytes_recorded else ""
                 on = f" on {stat.group.label}" if stat.group.name != "?" else ""
-                lines.append(f"{yellow}{coll_indent}*{stat.key}: {stat.count}{size}{on}{reset}")
+                pred = _predicted(predicted, fqn, phase, stat) if predicted is not None else ""
+                lines.append(f"{yellow}{coll_indent}*{stat.key}: {stat.count}{size}{on}{pred}{reset}")
             for row in rows:
                 times = f" x{row.count}" if row.count > 1 else ""
                 lines.append(f"{yellow}{coll_indent}**{row.name}{times}{reset}")
@@ -75,6 +87,17 @@ def render_table(trace: Trace, noise_level: int = 3, *, color: bool | None = Non
     return "\n".join(lines) + "\n"
 
 
-def write_table(trace: Trace, file_name: str | os.PathLike, noise_level: int = 3) -> None:
-    """Write the table without colours, atomically."""
-    write_text_atomic(file_name, render_table(trace, noise_level, color=False))
+def _predicted(predicted: "TracePredictions", fqn: str, phase: str, stat: CollectiveStat) -> str:
+    """``, predicted 0.043 ms on h100-ib400`` for a line, with ``(3 of 4 calls)`` when only some
+    of its calls were predicted (older ones dropped, a group of unknown size); empty if none."""
+    line = predicted.line(fqn, phase, stat.key, stat.group.name)
+    if line is None:
+        return ""
+    part = f" ({line.calls} of {stat.count} calls)" if line.calls < stat.count else ""
+    return f", predicted {format_ms(line.seconds)} ms on {predicted.cluster.name}{part}"
+
+
+def write_table(trace: Trace, file_name: str | os.PathLike, noise_level: int = 3, *,
+                predicted: "TracePredictions | None" = None) -> None:
+    """Write the table without colours, atomically (``predicted`` as in :func:`render_table`)."""
+    write_text_atomic(file_name, render_table(trace, noise_level, color=False, predicted=predicted))

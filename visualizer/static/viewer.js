@@ -154,9 +154,36 @@
 
   const fmtSeconds = (s) => (optNum(s) == null ? "—" : s < 1 ? `${(s * 1e3).toFixed(3)} ms` : `${s.toFixed(3)} s`);
 
+  // ---------------------------------------------------------------- predictions
+
+  /**
+   * The predictions Python embedded with the dump (visualizer.predictions_data), checked:
+   * {cluster, notes, total_s, events, modules, lines}, or null. Never computed here: the model
+   * lives in commdebug.estimate, so a dump dropped on the page shows none.
+   */
+  function readPredicted(raw) {
+    if (!isObj(raw) || typeof raw.cluster !== "string") return null;
+    return {
+      cluster: raw.cluster, notes: arr(raw.notes).map(str), total: optNum(raw.total_s),
+      events: arr(raw.events), modules: isObj(raw.modules) ? raw.modules : {},
+      lines: isObj(raw.lines) ? raw.lines : {},
+    };
+  }
+
+  const predTitle = (pred) => `predicted on ${pred.cluster}: a model, not a measurement`;
+  /** A predicted time, marked as one (class "pred", and the title says so). */
+  const predCell = (pred, seconds) => h("span", {class: "pred", title: predTitle(pred),
+    "data-pred": optNum(seconds) ?? ""}, fmtSeconds(optNum(seconds)));
+  /** Predicted seconds of a module in a phase (descendants included), or of all its phases. */
+  function predOf(pred, node, phase) {
+    const m = pred.modules[node.fqn];
+    if (!isObj(m)) return null;
+    return phase ? optNum(m[phase]) : PHASES.some((p) => optNum(m[p]) != null) ? sum(PHASES.map((p) => optNum(m[p]))) : null;
+  }
+
   // ---------------------------------------------------------------- model
 
-  function buildModel(dump) {
+  function buildModel(dump, predicted) {
     const cd = isObj(dump.commdebug) ? dump.commdebug : null;
     const nodes = [];
     // Iterative: a hostile file may nest deeper than the JS stack.
@@ -171,9 +198,17 @@
     }
     const root = nodes[0];
     const byBytes = root.totalBytes != null;
+    const events = decodeEvents(cd);
+    const pred = readPredicted(predicted);
+    // Per-event predictions follow the dump's event order; a count that differs means they
+    // were written for another file, so none is shown rather than wrong ones.
+    if (pred && events && pred.events.length === events.length) {
+      events.forEach((e, i) => { e.predicted_s = optNum(pred.events[i]); });
+    } else if (pred) {
+      pred.events = null;
+    }
     return {
-      cd, nodes, root,
-      events: decodeEvents(cd),
+      cd, nodes, root, events, pred,
       reference: cd === null,
       byFqn: new Map(nodes.map((n) => [n.fqn, n])),
       trivial: new Set(cd && Array.isArray(cd.trivial_ops) ? cd.trivial_ops : REFERENCE_TRIVIAL_OPS),
@@ -222,6 +257,8 @@
       return extra.collectives.filter(isObj).map((c) => ({
         op: str(c.op ?? c.key), phase: str(c.phase), count: num(c.count), bytes: optNum(c.bytes),
         group: c.group == null ? null : groupLabel(model, c.group, c.group_size),
+        // the table line's key, as visualizer.predictions_data writes it
+        line: `${str(c.phase)}\t${str(c.key ?? c.op)}\t${str(c.group)}`,
       }));
     }
     // Reference node: op keys per phase, nothing on bytes or groups.
@@ -434,6 +471,7 @@
         nameCell, ...PHASES.map(cell),
         h("span", {class: "num bytes", "data-bytes": node.totalBytes ?? "", title: bytesTitle},
           fmtBytes(node.totalBytes)),
+        this.model.pred ? h("span", {class: "num pred-cell"}, predCell(this.model.pred, predOf(this.model.pred, node))) : null,
         h("span", {class: "share", "data-share": share.toFixed(4),
           title: `${(share * 100).toFixed(1)}% of all ${this.model.shareUnit}`}, bar));
       const li = h("li", {
@@ -564,9 +602,10 @@
 
   /** The page for one loaded dump; the static controls call into the current one. */
   class Viewer {
-    constructor(dump) {
-      const model = this.model = buildModel(dump);
+    constructor(dump, predicted) {
+      const model = this.model = buildModel(dump, predicted);
       showMode(false);
+      showPredicted(model.pred);
       this.noise = model.noiseLevel ?? 3;
       this.renderSummary();
       this.tree = new TreeView(model, $("tree"), (node) => this.renderDetail(node));
@@ -601,6 +640,10 @@
       facts.push(
         fact("total-collectives", "collectives", fmtCount(totals.count)),
         fact("total-bytes", "bytes", totals.bytes == null ? "not recorded" : fmtBytes(totals.bytes)));
+      const {pred} = model;
+      if (pred) {
+        facts.push(fact("total-pred", `predicted on ${pred.cluster}`, predCell(pred, pred.total)));
+      }
       const byOp = h("ul", {id: "by-op", class: "chips", "aria-label": "collectives by op"},
         ...totals.byOp.sort((a, b) => (b.bytes ?? b.count) - (a.bytes ?? a.count)).map((e) =>
           h("li", {"data-op": e.op, "data-count": e.count, "data-bytes": e.bytes ?? ""},
@@ -614,6 +657,10 @@
       if (cd && num(cd.events_dropped) > 0) {
         notes.push(`${fmtCount(num(cd.events_dropped))} events were dropped ` +
           `(max_events ${fmtCount(optNum(cd.max_events))}); counts and bytes still cover them.`);
+      }
+      if (pred) {
+        notes.push(`"pred" figures are predicted on ${pred.cluster} from the bytes and groups recorded ` +
+          "(a model, not a measurement; calls added up as if serial).", ...pred.notes.map((n) => `prediction: ${n}`));
       }
       $("summary").replaceChildren(h("div", {class: "facts"}, ...facts), byOp,
         ...notes.map((n) => h("p", {class: "note"}, n)));
@@ -648,18 +695,29 @@
 
     renderDetail(node) {
       this.node = node;
+      const {pred} = this.model;
+      const predHead = () => h("th", {class: "num pred", title: predTitle(pred)}, "pred");
       const phases = h("div", {class: "table-wrap"}, h("table", {id: "detail-phases", class: "grid compact"},
-        h("thead", null, h("tr", null, ...["", "calls", "bytes"].map((t) => h("th", {class: t && "num"}, t)))),
+        h("thead", null, h("tr", null, ...["", "calls", "bytes"].map((t) => h("th", {class: t && "num"}, t)),
+          pred ? predHead() : null)),
         h("tbody", null, ...PHASES.map((p) => h("tr", {"data-phase": p}, h("td", null, phaseTag(p)),
           h("td", {class: "num"}, fmtCount(node.counts[p])),
-          h("td", {class: "num"}, node.bytes ? fmtBytes(node.bytes[p]) : "—"))))));
-      const collectives = pagedTable([
+          h("td", {class: "num"}, node.bytes ? fmtBytes(node.bytes[p]) : "—"),
+          pred ? h("td", {class: "num"}, predCell(pred, predOf(pred, node, p))) : null)))));
+      const lines = pred && isObj(pred.lines[node.fqn]) ? pred.lines[node.fqn] : {};
+      const collectiveColumns = [
         {key: "phase", label: "phase", value: (c) => c.phase, cell: (c) => phaseTag(c.phase)},
         {key: "op", label: "op", value: (c) => c.op, cell: (c) => opTag(c.op)},
         {key: "count", label: "calls", value: (c) => c.count, cell: (c) => fmtCount(c.count), cls: "num"},
         {key: "bytes", label: "bytes", value: (c) => c.bytes, cell: (c) => fmtBytes(c.bytes), cls: "num"},
         {key: "group", label: "group", value: (c) => c.group, cell: (c) => c.group ?? "—"},
-      ], collectivesOf(node, this.model), {id: "detail-collectives", empty: "No collectives."});
+      ];
+      if (pred) {
+        collectiveColumns.push({key: "pred", label: "pred", cls: "num", value: (c) => optNum(lines[c.line]),
+          cell: (c) => predCell(pred, lines[c.line])});
+      }
+      const collectives = pagedTable(collectiveColumns, collectivesOf(node, this.model),
+        {id: "detail-collectives", empty: "No collectives."});
       const params = pagedTable([
         {key: "name", label: "parameter", value: (p) => p[0]},
         {key: "placements", label: "placements", value: (p) => p[1], cell: (p) => h("code", null, p[1])},
@@ -727,6 +785,11 @@
         {key: "latency", label: "latency", value: (e) => optNum(e.latency_s), cls: "num",
           cell: (e) => fmtSeconds(e.latency_s)},
       ];
+      const {pred} = this.model;
+      if (pred && pred.events) {
+        columns.push({key: "pred", label: "pred", value: (e) => e.predicted_s, cls: "num",
+          cell: (e) => predCell(pred, e.predicted_s)});
+      }
       // Fields most runs leave empty get a column only when some call has them.
       const any = (field) => events.some((e) => e[field] != null && e[field] !== false);
       if (any("microbatch")) {
@@ -789,6 +852,8 @@
         ["source", h("code", null, str(e.source) || "—")],
         ["start", e.start_s == null ? "—" : `${fmtSeconds(e.start_s)} after the start`],
         ["latency", timed ? fmtSeconds(e.latency_s) : "not timed"],
+        ...(this.model.pred && this.model.pred.events ? [["predicted", e.predicted_s == null ? "not predicted"
+          : h("span", null, predCell(this.model.pred, e.predicted_s), ` on ${this.model.pred.cluster} (a model, not a measurement)`)]] : []),
         ["bandwidth", algbw == null ? "—" :
           `algbw ${algbw.toFixed(2)} GB/s, busbw ${(algbw * num(e.busbw_factor)).toFixed(2)} GB/s`],
       ];
@@ -812,6 +877,18 @@
   }
 
   // ---------------------------------------------------------------- a folder of ranks
+
+  /** The tree's pred column and its header, for a model with predictions (else hidden). */
+  function showPredicted(pred) {
+    $("tree-pane").classList.toggle("with-pred", !!pred);
+    // made only when needed, so a page without a cluster has the same header as before
+    const old = $("pred-head");
+    if (old) old.remove();
+    if (pred) {
+      $("share-head").before(h("span", {id: "pred-head", class: "num pred",
+        title: `${predTitle(pred)} (all phases, descendants included)`}, "pred"));
+    }
+  }
 
   /** Show the single-dump parts of the page, or the folder page's. */
   function showMode(ranks) {
@@ -882,6 +959,7 @@
       this.model = buildRanksModel(index);
       this.noise = 0;
       showMode(true);
+      showPredicted(null);
       const select = $("rank-select");
       select.replaceChildren(...this.withTree.map((r, i) => h("option", {value: i}, `${str(r.rank)}`)));
       select.onchange = () => this.setRank(this.withTree[Number(select.value)]);
@@ -1067,12 +1145,12 @@
     $("dropzone").hidden = viewer !== null;
   }
 
-  function load(text, source) {
+  function load(text, source, predicted = null) {
     let next;
     try {
       const dump = parseDump(text);
       performance.mark("commdebug:parsed");
-      next = new Viewer(dump);
+      next = new Viewer(dump, predicted);
     } catch (err) {
       if (!(err instanceof DumpError)) console.warn(err);  // a bug in us or a very odd file
       showError(err);
@@ -1152,6 +1230,12 @@
     return true;
   }
 
+  /** The embedded predictions (the "predicted" JSON block), or null if absent or bad. */
+  function parsePredicted(el) {
+    if (!el) return null;
+    try { return JSON.parse(el.textContent); } catch (e) { console.warn("predictions not shown:", e); return null; }
+  }
+
   /** Stamp the first frame painted after the tree went in: ms since navigation start. */
   function stampReady() {
     window.__commdebugReady = performance.now();
@@ -1159,13 +1243,13 @@
   }
 
   wireControls();
-  const embedded = $("dump"), ranksData = $("ranks");
+  const embedded = $("dump"), ranksData = $("ranks"), predictedData = $("predicted");
   if (ranksData) {
     if (loadRanks(ranksData.textContent)) stampReady();
   } else if (!embedded) {
     document.body.dataset.state = "empty";
     $("dropzone").hidden = false;
-  } else if (load(embedded.textContent, null)) {
+  } else if (load(embedded.textContent, null, parsePredicted(predictedData))) {
     // Benchmarks and tests read these: ms from navigation start to the first level in the DOM,
     // and to the frame that shows it.
     stampReady();
