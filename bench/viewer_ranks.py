@@ -17,7 +17,6 @@ target.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
 import time
@@ -29,11 +28,9 @@ except ImportError:  # a checkout that is not installed
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import visualizer
 
+from coldload import cold_loads, verdict
 from visualizer.synthetic import write_rank_dumps
 
-TARGET_MS = 1000.0
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
 TIMINGS = """() => {
     const parsed = performance.getEntriesByName("commdebug:parsed")[0];
     return {parsed: parsed ? parsed.startTime : null, ready: window.__commdebugReady,
@@ -42,26 +39,6 @@ TIMINGS = """() => {
             ranks: document.querySelectorAll("#rank-select option").length,
             findings: document.querySelectorAll("#findings-list > li").length};
 }"""
-
-
-def time_loads(page_path: Path, runs: int, chromium: str) -> list[dict]:
-    from playwright.sync_api import sync_playwright
-
-    results = []
-    with sync_playwright() as pw:
-        for _ in range(runs):
-            browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
-            page.goto(page_path.as_uri())
-            # Not wait_for_function: its polling evaluates strings, which the page's CSP refuses.
-            page.wait_for_selector("#tree li.node", state="visible", timeout=60_000)
-            state = page.get_attribute("body", "data-state")
-            if state != "ready":
-                sys.exit(f"the page did not draw the folder (state {state}): {page.text_content('#error')}")
-            page.wait_for_timeout(50)  # let the paint stamp's task run
-            results.append(page.evaluate(TIMINGS))
-            browser.close()
-    return results
 
 
 def folder_size(folder: Path) -> int:
@@ -93,16 +70,13 @@ def main() -> None:
         write_s = time.perf_counter() - t0
         size = page_path.stat().st_size
         print(f"page: {size / 2**20:.2f} MiB ({size:,} bytes), written in {write_s:.1f} s")
-        results = time_loads(page_path, args.runs, args.chromium)
+        results = cold_loads(page_path, args.runs, args.chromium, wait_for="#tree li.node", timings_js=TIMINGS, visible=True, settle_ms=50)
 
     for i, r in enumerate(results):
         print(f"run {i}: index parsed at {r['parsed']:.0f} ms, first level ({r['rows']} rows, {r['ranks']} ranks, "
               f"{r['findings']} findings) in the DOM at {r['ready']:.0f} ms, painted at {r['painted']:.0f} ms")
     painted = [r["painted"] for r in results]
-    worst = max(painted)
-    print(f"first paint of the tree: median {statistics.median(painted):.0f} ms, worst {worst:.0f} ms; "
-          f"target {TARGET_MS:.0f} ms; worst/target = {worst / TARGET_MS:.2f} "
-          f"({'within' if worst < TARGET_MS else 'OVER'} target)")
+    print(verdict(painted, "first paint of the tree"))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -27,11 +26,9 @@ except ImportError:  # a checkout that is not installed
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import visualizer
 
+from coldload import cold_loads, verdict
 from visualizer.synthetic import transformer_dump
 
-TARGET_MS = 1000.0
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
 TIMINGS = """() => {
     const parsed = performance.getEntriesByName("commdebug:parsed")[0];
     return {parsed: parsed ? parsed.startTime : null, ready: window.__commdebugReady,
@@ -74,25 +71,6 @@ def real_dump(layers: int, steps: int) -> dict:
         return json.loads(Path(f"{tmp}/dump.json").read_text())
 
 
-def time_loads(page_path: Path, runs: int, chromium: str) -> list[dict]:
-    from playwright.sync_api import sync_playwright
-
-    results = []
-    with sync_playwright() as pw:
-        for _ in range(runs):
-            browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
-            page.goto(page_path.as_uri())
-            # Not wait_for_function: its polling evaluates strings, which the page's CSP refuses.
-            page.wait_for_selector("body:not([data-state=loading])", state="attached", timeout=60_000)
-            state = page.get_attribute("body", "data-state")
-            if state != "ready":
-                sys.exit(f"the page did not draw the dump (state {state}): {page.text_content('#error')}")
-            results.append(page.evaluate(TIMINGS))
-            browser.close()
-    return results
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=96)
@@ -119,17 +97,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         page_path = visualizer.write_html(args.out or Path(tmp) / "viewer.html", dump)
         size = page_path.stat().st_size
-        results = time_loads(page_path, args.runs, args.chromium)
+        results = cold_loads(page_path, args.runs, args.chromium, wait_for="body:not([data-state=loading])", timings_js=TIMINGS)
 
     ready = [r["ready"] for r in results]
     print(f"dump: {what}: {modules:,} modules, {rows:,} op rows, {events:,} events")
     print(f"page: {size / 2**20:.2f} MiB ({size:,} bytes)")
     for i, r in enumerate(results):
         print(f"run {i}: JSON parsed at {r['parsed']:.0f} ms, first level ({r['rows']} rows) drawn at {r['ready']:.0f} ms")
-    worst = max(ready)
-    print(f"first draw: median {statistics.median(ready):.0f} ms, worst {worst:.0f} ms; "
-          f"target {TARGET_MS:.0f} ms; worst/target = {worst / TARGET_MS:.2f} "
-          f"({'within' if worst < TARGET_MS else 'OVER'} target)")
+    print(verdict(ready, "first draw"))
 
 
 if __name__ == "__main__":

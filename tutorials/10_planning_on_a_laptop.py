@@ -141,6 +141,11 @@ comm = recorded["FSDP+TP"]
 comm.trace.metadata.update(hostname="laptop", elapsed_s=None)  # this laptop's wall time means nothing here
 print(comm.generate_summary_table(by="group"), end="")
 
+# The table shows the prediction on every collective line from noise level 1 on.
+print()
+print("===== FSDP+TP: the table at noise level 1, first lines =====")
+print("\n".join(comm.generate_comm_debug_tracing_table(noise_level=1, color=False).splitlines()[:8]))
+
 # The CLI does the same from a dump: write one and ask for another cluster.
 with tempfile.TemporaryDirectory() as tmp:
     comm.generate_json_dump(os.path.join(tmp, "fsdp_tp.json"))
