@@ -14,6 +14,7 @@ Text columns hold string-table indices (or null); shapes are text (their JSON) i
 from __future__ import annotations
 
 import json
+from functools import partial
 from typing import Any, Iterable
 
 from commdebug.errors import DumpError
@@ -70,36 +71,28 @@ def decode_events(block: Any, groups: dict[str, GroupInfo], source: str = "<dump
     missing = [name for name in ("index", "op", "size_bytes") if name not in columns]
     if missing:
         raise DumpError(f"{source}: malformed events (no column {missing[0]!r})")
-    shapes: dict[int, tuple] = {}
-
-    def text(i: Any) -> str | None:
-        if i is None:
-            return None
-        if i < 0:  # Python would wrap it to the end of the table
-            raise IndexError(f"string index {i}")
-        return strings[i]
+    # Columns hold few distinct values (string-table indices): each is decoded once, then the
+    # column is mapped through a dict in C; a negative or missing index is a KeyError.
+    texts: dict[Any, str | None] = dict(enumerate(strings))
+    texts[None] = None
 
     def shape(i: Any) -> tuple:
-        if i is None:
-            return ()
-        got = shapes.get(i)
-        if got is None:
-            if i < 0:
-                raise IndexError(f"string index {i}")
-            got = shapes[i] = tuple(tuple(s) for s in json.loads(strings[i]))
-        return got
+        return () if i is None else tuple(tuple(s) for s in json.loads(texts[i]))
 
     def group(i: Any) -> GroupInfo:
-        name = text(i)
+        name = texts[i]
         return UNKNOWN_GROUP if name is None else groups.get(name) or GroupInfo(name, "", 0, None)
 
-    def column(name: str, convert: Any = None) -> list:
+    def column(name: str, decode: Any = None) -> list:
         values = columns.get(name)
         if values is None:  # a field added after the dump was written: its default
             return [CollectiveEvent._field_defaults.get(name)] * count
         if len(values) != count:
             raise DumpError(f"{source}: malformed events (column {name!r} has {len(values)} values, not {count})")
-        return values if convert is None else [convert(v) for v in values]
+        if decode is None:
+            return values
+        table = texts if decode is True else {i: decode(i) for i in set(values)}
+        return list(map(table.__getitem__, values))
 
     decoded = []
     try:
@@ -107,11 +100,14 @@ def decode_events(block: Any, groups: dict[str, GroupInfo], source: str = "<dump
             if name == "group":
                 decoded.append(column(name, group))
             elif name in _TEXT:
-                decoded.append(column(name, text))
+                decoded.append(column(name, True))
             elif name in _SHAPES:
                 decoded.append(column(name, shape))
             else:
                 decoded.append(column(name))
-        return [CollectiveEvent._make(row) for row in zip(*decoded)]
+        # tuple.__new__ straight from C: zip's rows have exactly one value per field
+        return list(map(partial(tuple.__new__, CollectiveEvent), zip(*decoded)))
+    except KeyError as e:
+        raise DumpError(f"{source}: malformed events (string index {e.args[0]!r} is not in the string table)") from None
     except (IndexError, TypeError, ValueError) as e:
         raise DumpError(f"{source}: malformed events ({type(e).__name__}: {e})") from None
