@@ -18,10 +18,11 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
 
 
 def cold_loads(page_path: Path, runs: int, chromium: str, *, wait_for: str, timings_js: str,
-               visible: bool = False, settle_ms: int = 0) -> list[dict]:
+               visible: bool = False, until: str | None = None) -> list[dict]:
     """Open ``page_path`` ``runs`` times, each in a new browser; wait for ``wait_for`` (attached,
     or visible with ``visible``), exit with the page's error unless it reached data-state ready,
-    wait ``settle_ms``, and collect ``timings_js``'s result."""
+    and collect ``timings_js``'s result, once its ``until`` key is set (a stamp the page makes in
+    a later task, e.g. after the next frame; a busy machine can take a while)."""
     from playwright.sync_api import sync_playwright
 
     results = []
@@ -35,9 +36,15 @@ def cold_loads(page_path: Path, runs: int, chromium: str, *, wait_for: str, timi
             state = page.get_attribute("body", "data-state")
             if state != "ready":
                 sys.exit(f"the page did not draw (state {state}): {page.text_content('#error')}")
-            if settle_ms:
-                page.wait_for_timeout(settle_ms)
-            results.append(page.evaluate(timings_js))
+            result = page.evaluate(timings_js)
+            for _ in range(500):
+                if until is None or result.get(until) is not None:
+                    break
+                page.wait_for_timeout(20)
+                result = page.evaluate(timings_js)
+            else:
+                sys.exit(f"the page never set {until} (10 s)")
+            results.append(result)
             browser.close()
     return results
 

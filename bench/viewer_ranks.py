@@ -70,7 +70,7 @@ def main() -> None:
         write_s = time.perf_counter() - t0
         size = page_path.stat().st_size
         print(f"page: {size / 2**20:.2f} MiB ({size:,} bytes), written in {write_s:.1f} s")
-        results = cold_loads(page_path, args.runs, args.chromium, wait_for="#tree li.node", timings_js=TIMINGS, visible=True, settle_ms=50)
+        results = cold_loads(page_path, args.runs, args.chromium, wait_for="#tree li.node", timings_js=TIMINGS, visible=True, until="painted")
 
     for i, r in enumerate(results):
         print(f"run {i}: index parsed at {r['parsed']:.0f} ms, first level ({r['rows']} rows, {r['ranks']} ranks, "
