@@ -18,20 +18,25 @@ from commdebug.errors import CommDebugError
 
 __all__ = ["main"]
 
-# exit statuses
-OK, FOUND, USAGE = 0, 1, 2
+# exit statuses: 1 is only ever a verdict (check, diff), so CI can tell a regression from a
+# broken job; every error, in every verb, is 2
+OK, FOUND, ERROR = 0, 1, 2
 EXIT_STATUS_DOC = """
 | status | meaning |
 |---|---|
 | 0 | done; `check`: consistent; `diff`: no difference |
-| 1 | `check`: inconsistent; `diff`: differences; other verbs: a problem with the input or output |
-| 2 | a usage error (unknown verb or option, a value out of range, a `--cluster` or `--base` naming no preset and no valid cluster file); `check` and `diff`: input that cannot be read, so CI can tell a regression from a broken job |
+| 1 | `check`: inconsistent; `diff`: differences. No other verb exits 1 on its own, so CI can tell a regression from a broken job |
+| 2 | an error, in every verb: a usage error (unknown verb or option, a value out of range, a `--cluster` or `--base` naming no preset and no valid cluster file), input that cannot be read (a missing file or folder, a corrupt dump, an unknown schema, a folder mixing dumps of two runs), or an output that cannot be written |
 | 130 | interrupted (Ctrl-C) |
 | the program's | `run` exits with the status of the program it ran (1 for an uncaught exception) |
 
 Errors are one line on stderr, starting `commdebug: error:`, naming the file and the problem;
 an existing output file is left as it was (files are written to a temporary name and renamed).
-A closed pipe (`commdebug table run.json | head`) ends quietly.
+`view FOLDER` still writes the page of the ranks it could read, prints its path, then one
+error line per file it could not read, and exits 2. A folder whose dumps carry different
+`metadata.run_id` is refused by every verb that reads folders, naming the odd files (dumps
+without a run id are of unknown run: never a conflict). A closed pipe
+(`commdebug table run.json | head`) ends quietly.
 """
 
 
@@ -193,11 +198,12 @@ def _view(args: argparse.Namespace) -> int:
 
     src = Path(args.dump)
     cluster = _cluster(args.cluster)
+    unread: list[str] = []
     if src.is_dir():
         if cluster is not None:
             raise UsageError(f"{src}: --cluster works with one dump; the folder page shows no predictions yet")
         out = output_file(args.output or src / "index.html", "HTML file")
-        path = visualizer.write_ranks_html(out, src, title=f"commdebug: {src.name or src.resolve().name}")
+        path, unread = visualizer.write_ranks_page(out, src, title=f"commdebug: {src.name or src.resolve().name}")
     else:
         data = read_dump_json(src)
         trace = from_dump_dict(data, str(src))  # refuse what the page could not show
@@ -208,9 +214,11 @@ def _view(args: argparse.Namespace) -> int:
             raise CommDebugError(f"{out}: the output would overwrite the dump; choose another -o")
         path = visualizer.write_html(out, data, title=f"commdebug: {src.name}", cluster=cluster)
     print(path)
+    for problem in unread:  # the page shows the readable ranks; the terminal must not look clean
+        print(f"commdebug: error: {problem}", file=sys.stderr)
     if args.open:
         _open(path)
-    return OK
+    return ERROR if unread else OK
 
 
 def _expand(name: str, meta: dict[str, Any]) -> str:
@@ -406,13 +414,10 @@ VERBS: dict[str, Callable[[argparse.Namespace], int]] = {
     "hook": _hook, "report": _report, "check": _check, "diff": _diff, "trace": _trace,
     "estimate": _estimate, "calibrate": _calibrate,
 }
-# verbs whose exit 1 means "found something": errors there exit 2
-_VERDICT_VERBS = ("check", "diff")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    error = USAGE if args.verb in _VERDICT_VERBS else 1
     try:
         status = VERBS[args.verb](args)
         if not sys.stdout.closed:  # a program under `run` may have closed it
@@ -423,15 +428,12 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return OK
-    except UsageError as e:
+    except CommDebugError as e:  # UsageError too
         print(f"commdebug: error: {e}", file=sys.stderr)
-        return USAGE
-    except CommDebugError as e:
-        print(f"commdebug: error: {e}", file=sys.stderr)
-        return error
+        return ERROR
     except OSError as e:
         print(f"commdebug: error: {e.strerror or e}{': ' + e.filename if getattr(e, 'filename', None) else ''}", file=sys.stderr)
-        return error
+        return ERROR
     except KeyboardInterrupt:
         print("commdebug: interrupted", file=sys.stderr)
         return 130

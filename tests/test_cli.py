@@ -60,7 +60,7 @@ def test_view_refuses_to_overwrite_the_dump(demo_dir, tmp_path):
     dump = tmp_path / "run.json"
     dump.write_text((demo_dir / "comm_mode_log.json").read_text())
     proc = cli("view", str(dump), "-o", str(dump))
-    assert proc.returncode == 1 and "would overwrite the dump" in proc.stderr
+    assert proc.returncode == 2 and "would overwrite the dump" in proc.stderr
     assert dump.read_text().startswith("{")
 
 
@@ -87,7 +87,7 @@ def test_view_bad_input_one_line_nonzero_and_keeps_old_html(tmp_path, content, m
     old = tmp_path / "bad.html"
     old.write_text("earlier page")
     proc = cli("view", str(dump))
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("commdebug: error: ") and message in lines[0]
     assert "Traceback" not in proc.stderr
@@ -101,7 +101,7 @@ def test_usage_errors_exit_2():
 
 def test_demo_bad_world_size_is_one_line():
     proc = cli("demo", "--world-size", "3", "--layers", "1", "--steps", "1", "--out-dir", "/tmp/commdebug-never")
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith("commdebug: error: ")
     assert "Traceback" not in proc.stderr
 
@@ -140,7 +140,7 @@ def test_demo_checks_its_folder_before_working(tmp_path):
     a_file = tmp_path / "taken"
     a_file.write_text("mine")
     proc = cli("demo", "--layers", "1", "--steps", "1", "--out-dir", str(a_file))
-    assert proc.returncode == 1 and proc.stderr == f"commdebug: error: {a_file}: exists and is not a folder (the output folder must be a folder)\n"
+    assert proc.returncode == 2 and proc.stderr == f"commdebug: error: {a_file}: exists and is not a folder (the output folder must be a folder)\n"
     assert a_file.read_text() == "mine"
     assert cli("demo", "--out-dir", "").stderr == "commdebug: error: the output folder is empty; give a folder name\n"
 
@@ -152,7 +152,7 @@ def test_empty_or_folder_output_names_are_plain_errors(demo_dir, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
     proc = cli("trace", dump, "-o", str(blocker / "t.json"))
-    assert proc.returncode == 1 and proc.stderr == f"commdebug: error: {blocker}: is a file, so {blocker / 't.json'} cannot be written\n"
+    assert proc.returncode == 2 and proc.stderr == f"commdebug: error: {blocker}: is a file, so {blocker / 't.json'} cannot be written\n"
 
 
 def test_closed_pipe_ends_quietly(demo_dir):
@@ -191,6 +191,60 @@ def test_run_keeps_the_programs_exit_status_and_argv(tmp_path):
     data = tmp_path / "x.json"
     data.write_text('{"a": 1}')
     module = cli("run", "--out", str(tmp_path / "t"), "-m", "json.tool", str(data))  # closes stdout itself
-    assert (module.returncode, module.stderr) == (0, "")
+    assert module.returncode == 0 and module.stderr.startswith("commdebug: recorded nothing: ")
+    assert len(module.stderr.splitlines()) == 1
     missing = cli("run", "--", str(tmp_path / "nope.py"))
-    assert missing.returncode == 1 and missing.stderr == f"commdebug: error: {tmp_path / 'nope.py'}: no such script (use -m NAME to run a module)\n"
+    assert missing.returncode == 2 and missing.stderr == f"commdebug: error: {tmp_path / 'nope.py'}: no such script (use -m NAME to run a module)\n"
+
+
+# ---------------------------------------------------------------- exit status 2 on every bad input
+
+@pytest.fixture
+def bad_inputs(tmp_path) -> dict[str, Path]:
+    corrupt = tmp_path / "corrupt.json"
+    corrupt.write_text("{oops")
+    schema = tmp_path / "schema.json"
+    schema.write_text('{"fqn": "Global", "children": [], "commdebug": {"schema_version": 99}}')
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "rank0.json").write_text("{oops")
+    return {"missing": tmp_path / "nowhere.json", "corrupt": corrupt, "schema": schema, "folder": folder,
+            "missing_folder": tmp_path / "nowhere"}
+
+
+@pytest.mark.parametrize("verb", ["view", "table", "summary", "estimate", "report", "check", "trace", "diff"])
+def test_bad_input_exits_2_in_every_verb(bad_inputs, tmp_path, capsys, verb):
+    from commdebug.cli import main  # in this process: 30 cases, no torch start-up each
+
+    for kind, path in bad_inputs.items():
+        if kind in ("folder", "missing_folder") and verb in ("table", "summary", "estimate"):
+            continue  # these read one dump only
+        p = str(path)
+        args = {"diff": (p, p), "trace": (p, "-o", str(tmp_path / "t.json")),
+                "view": (p, "-o", str(tmp_path / "v.html")), "estimate": (p, "--cluster", "h100-ib400")}.get(verb, (p,))
+        status = main([verb, *args])
+        err = capsys.readouterr().err
+        assert status == 2, (verb, kind, err)
+        assert err.startswith("commdebug: error: ") and err.count("\n") == 1, (verb, kind, err)
+
+
+def test_diff_of_a_missing_path_says_it_does_not_exist(demo_dir, tmp_path):
+    for a, b in ((tmp_path / "nonexistent", demo_dir), (demo_dir, tmp_path / "nonexistent")):
+        proc = cli("diff", str(a), str(b))
+        missing = a if not a.exists() else b
+        assert (proc.returncode, proc.stderr) == (2, f"commdebug: error: {missing}: no such file or folder\n")
+
+
+def test_view_of_a_folder_with_an_unreadable_rank_says_so_and_exits_2(tmp_path):
+    from visualizer.synthetic import write_rank_dumps
+
+    write_rank_dumps(tmp_path, ranks=2, layers=1, steps=1, dim=64, ffn=256, vocab=256, tokens=32)
+    (tmp_path / "rank2.json").write_text("{oops")
+    (tmp_path / "rank3.json").write_text('{"fqn": "Global", "children": [], "commdebug": {"schema_version": 99}}')
+    proc = cli("view", str(tmp_path))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stdout == f"{tmp_path / 'index.html'}\n"  # the readable ranks' page is still written
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 2 and all(line.startswith("commdebug: error: ") for line in lines)
+    assert f"{tmp_path / 'rank2.json'}: not valid JSON" in lines[0] and f"{tmp_path / 'rank3.json'}: dump schema version 99" in lines[1]
+    assert "not read: " in (tmp_path / "index.html").read_text()

@@ -250,7 +250,7 @@ def test_cli_calibrate_writes_a_cluster_that_loads(tmp_path):
     assert cluster.gpus_per_node == 8 and cluster.network.busbw_gbps == pytest.approx(40.0, rel=0.01)
     assert cluster.intra_node.busbw_gbps == pytest.approx(250.0, rel=0.01)
     bad = cli("calibrate", str(tmp_path / "missing.txt"))
-    assert bad.returncode == 1 and "missing.txt: no such file" in bad.stderr and bad.stderr.count("\n") == 1
+    assert bad.returncode == 2 and "missing.txt: no such file" in bad.stderr and bad.stderr.count("\n") == 1
 
 
 # ---- predictions wherever times are: the table, the Chrome trace, the page -----------------

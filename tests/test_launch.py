@@ -156,7 +156,8 @@ def test_hang_check_names_the_rank_group_seq_and_line_in_ours_and_flight_recorde
         if folder == "traces":  # gloo's Flight Recorder marks nothing unfinished after the timeout error
             assert sides[(0,)]["in_flight"]
     text = cli("check", str(tmp_path / "traces")).stdout
-    assert "rank 1 differs from the other 1" in text and f"job.py:{SKIPPED_LINE}" in text
+    # two ranks, one against one: check names both sides, no majority (docs/ranks.md)
+    assert "[mismatch] group default_pg[2] seq 2" in text and f"job.py:{SKIPPED_LINE}" in text and f"job.py:{BROADCAST_LINE}" in text
 
 
 @pytest.mark.timeout(DEADLINE_S + 30)
@@ -165,8 +166,8 @@ def test_a_silent_size_mismatch_is_found(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]  # gloo does not notice
     check = cli("check", str(tmp_path / "traces"))
     assert check.returncode == 1
-    lines = check.stdout.splitlines()
-    assert lines[2].startswith("1. [mismatch] group default_pg[2] seq 3: ")
+    first = next(line for line in check.stdout.splitlines() if line.startswith("1. "))
+    assert first.startswith("1. [mismatch] group default_pg[2] seq 3: ")
     assert f"rank 0: broadcast 4.00 KiB float32 in Global at {JOB}:{BROADCAST_LINE}" in check.stdout
     assert f"rank 1: broadcast 8.00 KiB float32 in Global at {JOB}:{BROADCAST_LINE}" in check.stdout
 
@@ -187,3 +188,86 @@ def test_run_tags_pipelining_imported_after_the_recording_started(tmp_path):
         assert all(mb is None for _, _, mb, _ in p2p[:first])
         expected = [("send", sends, mb, 1 - rank) for mb in (0, 1)] + [("recv", recvs, mb, 1 - rank) for mb in (0, 1)]
         assert sorted(tagged) == sorted(expected), p2p
+
+
+# ---- one `commdebug run`, the ranks started by the program itself -----------------------------
+
+SPAWNED = ROOT / "tests" / "programs" / "spawned.py"
+
+
+def commdebug_run(*args: str, cwd: Path, pythonpath: tuple[Path, ...] = ()) -> subprocess.CompletedProcess:
+    """`python -m commdebug run ARGS` as a user types it (no torchrun), bounded."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, (ROOT, *pythonpath)))}
+    return subprocess.run([sys.executable, "-m", "commdebug", "run", *args], capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=DEADLINE_S)
+
+
+def commdebug_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("commdebug:")]
+
+
+@pytest.mark.timeout(DEADLINE_S + 30)
+def test_an_out_folder_with_braces_in_its_name_is_taken_literally(tmp_path):
+    proc = commdebug_run("--out", "traces{x}", "--", str(SPAWNED), "solo", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    import commdebug
+
+    trace = commdebug.load(tmp_path / "traces{x}" / "rank0.json")
+    assert [e.op for e in trace.events] == ["all_reduce", "broadcast", "barrier"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["traces{x}"]
+    assert commdebug_lines(proc.stderr)[-1] == "commdebug: program finished (exit 0); dump complete: traces{x}/rank0.json"
+
+
+@pytest.mark.timeout(DEADLINE_S + 30)
+def test_ranks_started_with_mp_spawn_are_recorded_with_the_run_options(tmp_path):
+    # the user's own sitecustomize still runs in every process, the spawned ranks too
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(f"import os\nwith open({str(tmp_path / 'pids')!r}, 'a') as f:\n    f.write(f'{{os.getpid()}}\\n')\n")
+    proc = commdebug_run("--out", "out", "--timing", "--ops", "all_reduce,broadcast", "--", str(SPAWNED), "spawn", cwd=tmp_path, pythonpath=(site,))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    started = {int(pid) for pid in (tmp_path / "pids").read_text().split()}
+    assert sorted(p.name for p in (tmp_path / "out").glob("rank*")) == ["rank0.html", "rank0.json", "rank1.json"]
+    import commdebug
+
+    for rank in (0, 1):
+        trace = commdebug.load(tmp_path / "out" / f"rank{rank}.json")
+        meta = trace.metadata
+        assert (meta["rank"], meta["world_size"], meta["backend"], meta["ended_by"]) == (rank, 2, "gloo", "exit")
+        assert [e.op for e in trace.events] == ["all_reduce", "broadcast"]  # --ops: no barrier
+        assert all(e.latency_s and e.latency_s > 0 for e in trace.events)  # --timing
+        assert meta["pid"] in started
+    lines = commdebug_lines(proc.stderr)
+    assert lines[-1] == "commdebug: program finished (exit 0); dumps complete, written by the processes it started: out/rank0.json, out/rank1.json"
+
+
+@pytest.mark.timeout(DEADLINE_S + 30)
+def test_a_program_that_never_initialises_torch_distributed_says_it_recorded_nothing(tmp_path):
+    proc = commdebug_run("--out", "out", "--", str(SPAWNED), "none", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "no torch.distributed here" in proc.stdout
+    assert commdebug_lines(proc.stderr) == [
+        "commdebug: recorded nothing: the program (exit 0) never initialised torch.distributed in this process, "
+        "and no Python process it started wrote a dump to out"]
+    assert not list((tmp_path / "out").iterdir())
+
+
+@pytest.mark.timeout(DEADLINE_S + 30)
+def test_an_abort_in_teardown_after_the_program_finished_leaves_a_complete_dump_and_says_so(tmp_path):
+    import commdebug
+
+    solo = commdebug_run("--out", "solo", "--", str(SPAWNED), "solo-abort", cwd=tmp_path)
+    assert solo.returncode == -6, solo.stderr[-3000:]  # SIGABRT, after run_program returned
+    assert commdebug_lines(solo.stderr)[-1] == "commdebug: program finished (exit 0); dump complete: solo/rank0.json"
+    assert commdebug.load(tmp_path / "solo" / "rank0.json").metadata["ended_by"] == "exit"
+
+    spawned = commdebug_run("--out", "out", "--", str(SPAWNED), "spawn-abort", cwd=tmp_path)
+    assert spawned.returncode == 1  # mp.spawn raises ProcessExitedException in the parent
+    assert "terminated with signal SIGABRT" in spawned.stderr
+    lines = commdebug_lines(spawned.stderr)
+    for rank in (0, 1):
+        assert commdebug.load(tmp_path / "out" / f"rank{rank}.json").metadata["ended_by"] == "exit"
+        done = [line for line in lines if line.startswith(f"commdebug: rank {rank} (pid ")]
+        assert done and done[0].endswith(f"finished; dump complete: {tmp_path / 'out'}/rank{rank}.json"), lines
+    died = [line for line in lines if "died of SIGABRT after" in line]
+    assert len(died) == 1 and "its dump out/rank" in died[0] and "is complete;" in died[0], lines

@@ -38,7 +38,13 @@ def folders(tmp_path_factory) -> Path:
 
 def test_consistent_folder_exits_0(folders):
     proc = cli("check", str(folders / "ok"))
-    assert (proc.returncode, proc.stdout) == (0, "consistent: 4 ranks, 2 groups, 20 collectives\n")
+    # per rank, not summed: the even ranks also all_gather on their group; each rank's last call
+    # (ranks 0 and 1 end with their send/recv) and its ending (not recorded: no `commdebug run`)
+    at = f"at {PROGRAM}:"
+    assert (proc.returncode, proc.stdout) == (0, "consistent: 4 ranks, 2 groups, 4-6 collectives per rank\n"
+        f"  rank 0: ending not recorded; last send to rank 1 on default_pg[4] {at}{line_of('dist.send(')}\n"
+        f"  rank 1: ending not recorded; last recv from rank 0 on default_pg[4] {at}{line_of('dist.recv(')}\n"
+        f"  ranks 2-3: ending not recorded; last all_reduce #3 on default_pg[4] {at}{line_of('dist.all_reduce(torch.ones(16))')}\n")
 
 
 def test_skipped_collective_names_the_rank_that_stopped_short(folders):
@@ -58,6 +64,7 @@ def test_different_size_names_the_odd_rank(folders):
     assert (f["kind"], f["seq"]) == ("mismatch", 2)
     sides = {tuple(s["ranks"]): s["size_bytes"] for s in f["sides"]}
     assert sides == {(0, 1, 3): 4096, (2,): 8192}
+    assert f["odd_ranks"] == [2] and f["message"].endswith("rank 2 differs from the other 3")
 
 
 def test_send_without_receive(folders):
@@ -82,7 +89,8 @@ def test_missing_rank_dump_and_bad_input(folders, tmp_path):
     assert cli("check", str(tmp_path / "nowhere")).stderr == f"commdebug: error: {tmp_path / 'nowhere'}: no such file or folder\n"
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert "no rank dumps in this folder" in cli("report", str(empty)).stderr
+    proc = cli("report", str(empty))
+    assert proc.returncode == 2 and "no rank dumps in this folder" in proc.stderr
 
 
 def test_report_pairs_calls_across_ranks_for_stragglers(folders):
@@ -130,7 +138,7 @@ def test_chrome_trace_of_a_folder(folders, tmp_path):
     # a bad -o keeps nothing half-written and says why in one line
     out.write_text("keep me")
     bad = cli("trace", str(folders / "timed" / "nope"), "-o", str(out))
-    assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and out.read_text() == "keep me"
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and out.read_text() == "keep me"
 
 
 def test_placeholders_in_file_names(folders, world, tmp_path):

@@ -90,11 +90,12 @@ print("\n".join(fp32.generate_summary_table(by="step").splitlines()[3:]))
 
 owner = {n: unit for unit, n in unit_sizes().items()}
 print("===== float32: every collective of step 0 =====")
-print(f"{'#':>2}  {'phase':<9} {'module':<18} {'op':<14} {'elements':>8}  {'parameters of':<13} {'S':>10}")
+print(f"{'#':>2}  {'phase':<9} {'module':<18} {'op':<14} {'elements':>8}  {'unit':<8} {'by size':<8} {'S':>10}")
 for e in fp32.trace.events:
     if e.step == 0:
         n = max(s[0] for s in e.input_shapes + e.output_shapes)  # the whole (unsharded) flat buffer
-        print(f"{e.index:>2}  {e.phase:<9} {e.module:<18} {e.op:<14} {n:>8}  {owner.get(n, '-'):<13} {format_bytes(e.size_bytes):>10}")
+        unit = "-" if e.unit is None else "root" if e.unit == "FSDPModel" else e.unit.removeprefix("FSDPModel.")
+        print(f"{e.index:>2}  {e.phase:<9} {e.module:<18} {e.op:<14} {n:>8}  {unit:<8} {owner.get(n, '-'):<8} {format_bytes(e.size_bytes):>10}")
 
 print("===== parameters per FSDP unit =====")
 for unit, n in unit_sizes().items():

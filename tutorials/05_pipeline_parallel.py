@@ -56,7 +56,7 @@ with tempfile.TemporaryDirectory() as tmp:
     print(f"one microbatch's activation: {BATCH}/{MICROBATCHES} rows x {WIDTH} x 4 B = {activation} B")
     check = subprocess.run([sys.executable, "-m", "commdebug", "check", tmp], capture_output=True, text=True, env=env, timeout=60)
     print(f"$ commdebug check traces/   (exit {check.returncode})")
-    print(check.stdout.replace(tmp, "traces"), end="")
+    print(check.stdout.replace(tmp, "traces").replace(str(PROGRAM.parent.parent) + os.sep, ""), end="")
 
 # torch's own CommDebugMode keeps a fixed list of the collectives it counts; send and recv are not in it.
 from torch.distributed.tensor.debug import _comm_mode  # noqa: E402

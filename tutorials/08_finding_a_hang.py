@@ -38,7 +38,7 @@ with tempfile.TemporaryDirectory() as tmp:
     for r in (0, 1):
         trace = commdebug.load(Path(tmp, "traces", f"rank{r}.json"))
         for e in list(trace.events)[-3:]:
-            mark = "  <- unfinished" if e.in_flight else ""
+            mark = ("  <- unfinished" if e.in_flight else "") + (f", failed: {e.error.split('] ')[-1]}" if e.error else "")
             print(f"rank {r}: step {e.step} seq {e.seq} {e.op:<10} {e.size_bytes:>5} B  {clean(e.source, tmp)}{mark}")
 
     print("===== commdebug check traces/ =====")

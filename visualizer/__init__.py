@@ -26,7 +26,8 @@ from typing import Any, Iterator
 import jinja2
 import markupsafe
 
-__all__ = ["render_html", "write_html", "predictions_data", "ranks_data", "render_ranks_html", "write_ranks_html"]
+__all__ = ["render_html", "write_html", "predictions_data", "ranks_data", "render_ranks_html", "write_ranks_html",
+           "write_ranks_page"]
 
 # Inside <script> the HTML parser only looks for "</script" (and "<!--"), but escaping every
 # <, > and & makes the embedded JSON inert wherever it lands. U+2028/U+2029 are legal in JSON
@@ -195,7 +196,7 @@ def ranks_data(folder: str | os.PathLike[str]) -> tuple[dict[str, Any], list[str
     from commdebug.analysis.check import check
     from commdebug.errors import DumpError
     from commdebug.model.dump import from_dump_dict, read_dump_json
-    from commdebug.model.ranks import RankView, load_rank, rank_files
+    from commdebug.model.ranks import RankView, job_files, load_rank
     from commdebug.model.trace import GLOBAL
 
     root = pathlib.Path(folder)
@@ -223,7 +224,7 @@ def ranks_data(folder: str | os.PathLike[str]) -> tuple[dict[str, Any], list[str
         return i
 
     def views() -> Iterator[RankView]:
-        for path in rank_files(root):
+        for path in job_files(root):  # refuses a folder mixing two runs
             try:
                 if _is_flight_recorder(path):
                     view = load_rank(path)
@@ -292,6 +293,9 @@ def ranks_data(folder: str | os.PathLike[str]) -> tuple[dict[str, Any], list[str
 
     result = check(views())
     if not any(r["tree"] for r in ranks):
+        if errors:  # nothing to show: the reason is the files that could not be read
+            more = f" (and {len(errors) - 1} more file{'s' if len(errors) > 2 else ''} not read)" if len(errors) > 1 else ""
+            raise DumpError(f"{errors[0]}{more}")
         raise DumpError(f"{root}: no rank dump here has a module tree (commdebug dumps do)")
     ranks.sort(key=lambda r: r["rank"])
     index = {
@@ -300,27 +304,34 @@ def ranks_data(folder: str | os.PathLike[str]) -> tuple[dict[str, Any], list[str
         "phases": list(_PHASES),
         "modules": {"fqn": fqns, "parent": parents, "type": type_ids, "types": types},
         "ranks": ranks,
-        "check": result.to_dict(),
+        # the page lists findings and notes; each rank's ending is in its own entry's meta
+        "check": {k: v for k, v in result.to_dict().items() if k != "rank_summaries"},
         "errors": errors,
     }
     return _finite(index), blocks.texts
 
 
 def _meta(metadata: dict[str, Any]) -> dict[str, Any]:
-    keep = ("rank", "world_size", "hostname", "backend", "torch_version", "steps", "pid")
+    keep = ("rank", "world_size", "hostname", "backend", "torch_version", "steps", "pid", "ended_by", "run_id")
     return {k: metadata[k] for k in keep if k in metadata}
 
 
 def render_ranks_html(folder: str | os.PathLike[str], *, title: str | None = None) -> str:
     """Return the folder page for the per-rank dumps in `folder` (see :func:`write_ranks_html`)."""
+    return _ranks_page(folder, title)[0]
+
+
+def _ranks_page(folder: str | os.PathLike[str], title: str | None) -> tuple[str, list[str]]:
+    """The folder page and the messages of the files it could not read."""
     index, blocks = ranks_data(folder)
     template, css, js, csp = _assets()
     title = title or f"commdebug: {index['folder']} ({len(index['ranks'])} ranks)"
-    return template.render(
+    html = template.render(
         title=title, csp=csp, css=markupsafe.Markup(css), js=markupsafe.Markup(js), dump_json=None,
         predicted_json=None, ranks_json=markupsafe.Markup(_embed(index)),
         blocks=[markupsafe.Markup(b.translate(_SCRIPT_SAFE)) for b in blocks],
     )
+    return html, list(index["errors"])
 
 
 def write_ranks_html(path_out: str | os.PathLike[str], folder: str | os.PathLike[str], *,
@@ -328,7 +339,7 @@ def write_ranks_html(path_out: str | os.PathLike[str], folder: str | os.PathLike
     """Write one page for a folder of per-rank dumps and return its path.
 
     `folder` holds one commdebug dump per rank (``rank0.json``, ``rank1.json``, ...; found by
-    :func:`commdebug.model.ranks.rank_files`; Flight Recorder files there count for the check
+    :func:`commdebug.model.ranks.job_files`; Flight Recorder files there count for the check
     but have no module tree). The page has the module tree once (the union of the ranks'
     trees), a rank selector that switches the tree's numbers to that rank's, a panel listing
     every rank's calls, bytes and time (when timed) for the selected module with the minimum,
@@ -337,9 +348,22 @@ def write_ranks_html(path_out: str | os.PathLike[str], folder: str | os.PathLike
     page parses a rank's numbers when it first needs them.
 
     The page is written atomically, like :func:`write_html`. Raises
-    :class:`commdebug.errors.DumpError` when the folder holds no readable rank dump with a tree.
+    :class:`commdebug.errors.DumpError` when the folder holds no readable rank dump with a tree,
+    or dumps of two runs. A file that cannot be read is left off (the page says so); use
+    :func:`write_ranks_page` to learn which.
+    """
+    return write_ranks_page(path_out, folder, title=title)[0]
+
+
+def write_ranks_page(path_out: str | os.PathLike[str], folder: str | os.PathLike[str], *,
+                     title: str | None = None) -> tuple[pathlib.Path, list[str]]:
+    """:func:`write_ranks_html`, also returning one message per file it could not read (what
+    ``commdebug view FOLDER`` prints, exiting 2).
+
+    >>> path, unread = write_ranks_page("traces/index.html", "traces/")   # doctest: +SKIP
     """
     from commdebug.fileio import write_text_atomic
 
-    write_text_atomic(path_out, render_ranks_html(folder, title=title))
-    return pathlib.Path(path_out)
+    html, unread = _ranks_page(folder, title)
+    write_text_atomic(path_out, html)
+    return pathlib.Path(path_out), unread

@@ -389,7 +389,7 @@ def _event_v1(e: CollectiveEvent) -> dict:
     """Schema 1's event object: the group inline, no fields added since."""
     d = e.to_dict()
     d["group"] = {"name": e.group.name, "size": e.group.size, "ranks": list(e.group.ranks or ())}
-    for name in ("peer", "p2p_seq", "microbatch", "start_s", "in_flight"):
+    for name in ("peer", "p2p_seq", "microbatch", "start_s", "in_flight", "error", "unit"):
         del d[name]
     return d
 

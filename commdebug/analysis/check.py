@@ -14,8 +14,18 @@ sequence number and reports the first place they part:
   receiver, point-to-point sequence), or the two sides' sizes differ;
 - ``no_dump``: a rank of the job left no dump.
 
-The majority decides which side is odd. Each finding names the group, the ranks on each side,
-the sequence number, the op and sizes, and the module and source line on each side.
+The majority decides which side is odd; where there is none (two ranks, or two halves) the
+finding says the ranks disagree and names no side odd. Each finding names the group, the ranks
+on each side, the sequence number, the op and sizes, and the module and source line on each side.
+
+Dumps are taken a moment apart: a rank may show a collective unfinished that another member
+already completed (gloo marks completion on a worker thread, after the caller went on). When any
+member of a group completed (group, seq), every member issued it, so it is no hang: it becomes a
+note, not an ``in_flight`` finding. A collective some rank never issued is still ``missing``.
+
+Besides findings, the result holds per rank a small summary: how its recording ended
+(``metadata.ended_by``), how many collectives it issued, and its last call (group, seq, op,
+source line); where a rank stopped early this is the first thing to read.
 
 It streams: ranks are read one at a time; per group it keeps one reference sequence (interned
 signatures in integer arrays) and only what differs from it, so a thousand ranks of ten thousand
@@ -30,15 +40,16 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from commdebug.model.ranks import RankView, iter_ranks
-from commdebug.model.trace import CollectiveEvent
+from commdebug.model.trace import CollectiveEvent, GroupInfo
 from commdebug.units import format_bytes
 
-__all__ = ["Finding", "CheckResult", "check", "check_path"]
+__all__ = ["Side", "Finding", "LastCall", "RankSummary", "CheckResult", "check", "check_path", "who"]
 
 
 @dataclass
 class Side:
-    """One side of a finding: which ranks, what they issued, where."""
+    """One side of a finding: which ranks, what they issued, where (worded by
+    :func:`commdebug.render.findings.describe_side`)."""
 
     ranks: list[int]
     op: str | None = None
@@ -48,14 +59,6 @@ class Side:
     source: str | None = None
     in_flight: bool = False
 
-    def describe(self) -> str:
-        if self.op is None:
-            return f"{_who(self.ranks)}: nothing"
-        what = f"{self.op} {format_bytes(self.size_bytes or 0)}{' ' + self.dtype if self.dtype else ''}"
-        where = "".join(f" {k} {v}" for k, v in (("in", self.module), ("at", self.source)) if v and v != "?")
-        flight = " (unfinished)" if self.in_flight else ""
-        return f"{_who(self.ranks)}: {what}{flight}{where}"
-
 
 @dataclass
 class Finding:
@@ -64,9 +67,42 @@ class Finding:
     seq: int | None
     message: str
     sides: list[Side] = field(default_factory=list)
+    odd_ranks: list[int] = field(default_factory=list)  # mismatch: the minority; empty on a tie
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "group": self.group, "seq": self.seq, "message": self.message, "sides": [s.__dict__ for s in self.sides]}
+        return {"kind": self.kind, "group": self.group, "seq": self.seq, "message": self.message,
+                "sides": [s.__dict__ for s in self.sides], "odd_ranks": self.odd_ranks}
+
+
+@dataclass(frozen=True)
+class LastCall:
+    """A rank's last recorded call: a collective (``seq``) or a send/recv (``peer``, ``p2p_seq``)."""
+
+    op: str
+    group: str  # label
+    seq: int | None
+    source: str | None
+    module: str | None
+    in_flight: bool
+    peer: int | None = None
+    p2p_seq: int | None = None
+
+
+@dataclass
+class RankSummary:
+    """How one rank's recording ended and where it was: kept for every rank, so small."""
+
+    rank: int
+    file: str
+    ended_by: str | None  # metadata.ended_by: exit, sys.exit(3), SIGTERM, hang, RuntimeError: ...
+    source_format: str
+    collectives: int
+    last: LastCall | None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        d["last"] = None if self.last is None else dict(self.last.__dict__)
+        return d
 
 
 @dataclass
@@ -74,25 +110,35 @@ class CheckResult:
     findings: list[Finding]
     ranks: list[int]
     groups: int
-    collectives: int
+    collectives: int  # over all ranks
     notes: list[str] = field(default_factory=list)
+    rank_summaries: list[RankSummary] = field(default_factory=list)
 
     @property
     def consistent(self) -> bool:
         return not self.findings
 
+    @property
+    def collectives_per_rank(self) -> tuple[int, int]:
+        """(fewest, most) collectives any rank issued."""
+        counts = [s.collectives for s in self.rank_summaries] or [0]
+        return min(counts), max(counts)
+
     def to_dict(self) -> dict[str, Any]:
+        low, high = self.collectives_per_rank
         return {
             "consistent": self.consistent,
             "ranks": len(self.ranks),
             "groups": self.groups,
             "collectives": self.collectives,
+            "collectives_per_rank": {"min": low, "max": high},
             "findings": [f.to_dict() for f in self.findings],
             "notes": self.notes,
+            "rank_summaries": [r.to_dict() for r in self.rank_summaries],
         }
 
 
-def _who(ranks: Iterable[int]) -> str:
+def who(ranks: Iterable[int]) -> str:
     """[3] -> "rank 3"; [0, 1, 2] -> "ranks 0-2"."""
     rs = sorted(set(ranks))
     if not rs:
@@ -143,6 +189,8 @@ class _Group:
         self.diverge_ctx: dict[tuple[int, int], int] = {}  # (seq, sig) -> ctx id of one of them
         self.in_flight: dict[int, list[int]] = {}  # seq -> ranks with it unfinished
         self.a2a: dict[int, list[int]] = {}  # seq -> [sum in, sum out]
+        self.completed = -1  # the last seq some member's dump says completed
+        self.completed_by: int | None = None  # that member
 
 
 class _Checker:
@@ -154,7 +202,9 @@ class _Checker:
         self.ranks: list[int] = []
         self.world_size = 0
         self.collectives = 0
-        self.notes: list[str] = []
+        self.rank_notes: dict[str, list[int]] = {}  # a rank's note -> the ranks that have it
+        self.notes: list[str] = []  # the check's own
+        self.summaries: list[RankSummary] = []
         self.sends: dict[tuple, tuple[int, int]] = {}  # (group, src, dst, p2p seq) -> (bytes, ctx)
         self.recvs: dict[tuple, tuple[int, int]] = {}
 
@@ -162,8 +212,8 @@ class _Checker:
         rank = view.rank
         self.ranks.append(rank)
         self.world_size = max(self.world_size, int(view.metadata.get("world_size") or 0))
-        for note in view.notes:
-            self.notes.append(f"rank {rank}: {note}")
+        for note in view.notes:  # the same note on a thousand ranks is said once
+            self.rank_notes.setdefault(note, []).append(rank)
         by_group: dict[str, list[CollectiveEvent]] = {}
         pair_p2p = view.source_format == "commdebug"
         for e in view.events:
@@ -171,15 +221,21 @@ class _Checker:
                 if pair_p2p and e.peer is not None and e.p2p_seq is not None and e.op in ("send", "recv"):
                     self._p2p(rank, e)
                 continue
-            self.collectives += 1
             by_group.setdefault(e.group.name, []).append(e)
             self._rules(rank, e)
+        issued = sum(len(events) for events in by_group.values())
+        self.collectives += issued
+        self.summaries.append(_summary(view, issued))
         for name, events in by_group.items():
             self._sequence(rank, view.groups.get(name) or events[0].group, events)
         # a member of a known group that issued nothing on it
         for name, g in view.groups.items():
             if name not in by_group and g.ranks and rank in g.ranks:
                 self._group(name, g).members.setdefault(rank, -1)
+        for name, seq in view.completed.items():
+            g = self._group(name, view.groups.get(name) or _unknown(name))
+            if seq > g.completed:
+                g.completed, g.completed_by = seq, rank
 
     def _group(self, name: str, info: Any) -> _Group:
         g = self.groups.get(name)
@@ -260,13 +316,32 @@ class _Checker:
 
     def result(self) -> CheckResult:
         for g in self.groups.values():
+            self._settle(g)
             self._group_findings(g)
         self._p2p_findings()
         if self.world_size:
             absent = sorted(set(range(self.world_size)) - set(self.ranks))
             if absent:
-                self.findings.insert(0, Finding("no_dump", "", None, f"{_who(absent)} of {self.world_size} left no dump", [Side(absent)]))
-        return CheckResult(self.findings, sorted(self.ranks), len(self.groups), self.collectives, self.notes)
+                self.findings.insert(0, Finding("no_dump", "", None, f"{who(absent)} of {self.world_size} left no dump", [Side(absent)]))
+        notes = [f"{who(ranks)}: {note}" for note, ranks in self.rank_notes.items()] + self.notes
+        return CheckResult(self.findings, sorted(self.ranks), len(self.groups), self.collectives, notes,
+                           sorted(self.summaries, key=lambda s: s.rank))
+
+    def _settle(self, g: _Group) -> None:
+        """Unfinished collectives that another member completed: not a hang, a note.
+
+        A collective completes on a member only once every member issued it; a dump showing it
+        unfinished was written before that rank saw the completion (gloo marks it on a worker
+        thread, after releasing the caller)."""
+        seqs = sorted(s for s in g.in_flight if s <= g.completed)
+        if not seqs:
+            return
+        ranks = sorted({r for s in seqs for r in g.in_flight.pop(s)})
+        it = "it" if len(seqs) == 1 else "them"
+        self.notes.append(
+            f"group {g.label} seq {_ranks(seqs)}: unfinished in the dump{'s' if len(ranks) > 1 else ''} of {who(ranks)}, "
+            f"but rank {g.completed_by} completed {it}, so every member issued {it}: "
+            "the dumps were taken a moment apart, not a hang")
 
     def _side(self, ranks: list[int], sig: int, ctx: int, in_flight: bool = False) -> Side:
         op, size, dtype = self.sigs.values[sig] if sig >= 0 else (None, None, None)
@@ -282,21 +357,7 @@ class _Checker:
             members = set(g.members)
         # 1. different calls at one sequence number: the first one
         if g.divergent:
-            seq = min(g.divergent)
-            pos = seq - g.first
-            having = [r for r, last in g.members.items() if last >= seq and g.first_of.get(r, 0) <= seq]
-            odd = {r for ranks in g.divergent[seq].values() for r in ranks}
-            stuck = set(g.in_flight.get(seq, ()))
-            base = [r for r in having if r not in odd]
-            sides = [self._side(base, g.sig[pos], g.ctx[pos], bool(base) and stuck.issuperset(base))]
-            for sig, ranks in g.divergent[seq].items():
-                sides.append(self._side(ranks, sig, g.diverge_ctx[(seq, sig)], stuck.issuperset(ranks)))
-            sides.sort(key=lambda s: -len(s.ranks))
-            minority = sides[-1]
-            self.findings.append(Finding("mismatch", g.label, seq,
-                f"group {g.label} seq {seq}: ranks issued different collectives; "
-                f"{_who(minority.ranks)} {'differs' if len(minority.ranks) == 1 else 'differ'} from the other {len(having) - len(minority.ranks)}",
-                [s for s in sides if s.ranks]))
+            self.findings.append(self._mismatch(g, min(g.divergent)))
         # 2. some members stopped short of the others
         last = max(g.members.values(), default=-1)
         short = sorted(r for r, l in g.members.items() if l < last)
@@ -310,10 +371,10 @@ class _Checker:
             waiting = sorted(set(g.in_flight.get(stop, [])))
             side = self._side(ahead, sig, ctx, in_flight=bool(waiting))
             if waiting:
-                msg = (f"group {g.label} seq {stop}: {_who(waiting)} {'waits' if len(waiting) == 1 else 'wait'} in it (unfinished); "
-                       f"{_who(missing)} never issued it")
+                msg = (f"group {g.label} seq {stop}: {who(waiting)} {'waits' if len(waiting) == 1 else 'wait'} in it (unfinished); "
+                       f"{who(missing)} never issued it")
             else:
-                msg = f"group {g.label} seq {stop}: {_who(missing)} never issued it; the other {len(ahead)} did"
+                msg = f"group {g.label} seq {stop}: {who(missing)} never issued it; the other {len(ahead)} did"
             sides = [side]
             for r in missing:  # what each short rank did last on this group
                 l = g.members[r]
@@ -328,12 +389,33 @@ class _Checker:
             pos = seq - g.first
             waiting = sorted(set(g.in_flight[seq]))
             self.findings.append(Finding("in_flight", g.label, seq,
-                f"group {g.label} seq {seq}: {_who(waiting)} had it unfinished when they wrote their dumps",
+                f"group {g.label} seq {seq}: {who(waiting)} had it unfinished when they wrote their dumps",
                 [self._side(waiting, g.sig[pos], g.ctx[pos], True)]))
         for seq, (sent, received) in sorted(g.a2a.items()):
             if sent != received:
                 self.findings.append(Finding("all_to_all", g.label, seq,
                     f"group {g.label} seq {seq}: all_to_all members send {format_bytes(sent)} in total but receive {format_bytes(received)}"))
+
+    def _mismatch(self, g: _Group, seq: int) -> Finding:
+        """Ranks issued different calls at `seq`: the sides, and the odd ones if a majority
+        agrees (the largest side, when larger than every other); on a tie, no side is odd."""
+        pos = seq - g.first
+        having = [r for r, last in g.members.items() if last >= seq and g.first_of.get(r, 0) <= seq]
+        odd = {r for ranks in g.divergent[seq].values() for r in ranks}
+        stuck = set(g.in_flight.get(seq, ()))
+        base = [r for r in having if r not in odd]
+        sides = [self._side(base, g.sig[pos], g.ctx[pos], bool(base) and stuck.issuperset(base))]
+        for sig, ranks in g.divergent[seq].items():
+            sides.append(self._side(ranks, sig, g.diverge_ctx[(seq, sig)], stuck.issuperset(ranks)))
+        sides = sorted((s for s in sides if s.ranks), key=lambda s: (-len(s.ranks), s.ranks[0]))
+        head = f"group {g.label} seq {seq}: ranks issued different collectives; "
+        if len(sides) > 1 and len(sides[0].ranks) == len(sides[1].ranks):  # no majority
+            sides.sort(key=lambda s: s.ranks[0])
+            counts = " against ".join(str(len(s.ranks)) for s in sides)
+            return Finding("mismatch", g.label, seq, f"{head}the {sum(len(s.ranks) for s in sides)} ranks disagree, {counts} (no majority)", sides)
+        minority = sorted(r for s in sides[1:] for r in s.ranks)
+        verb = "differs" if len(minority) == 1 else "differ"
+        return Finding("mismatch", g.label, seq, f"{head}{who(minority)} {verb} from the other {len(sides[0].ranks)}", sides, minority)
 
     def _p2p_findings(self) -> None:
         for key in sorted(set(self.sends) | set(self.recvs), key=lambda k: (k[0], k[1], k[2], k[3])):
@@ -353,6 +435,21 @@ class _Checker:
             if recv:
                 sides.append(self._side([dst], self.sigs(("recv", recv[0], None)), recv[1]))
             self.findings.append(Finding("unmatched", group, seq, msg, sides))
+
+
+def _unknown(name: str) -> GroupInfo:
+    return GroupInfo(name, "", 0, None)
+
+
+def _summary(view: RankView, collectives: int) -> RankSummary:
+    """How the rank ended and its last call (events are in call order)."""
+    last = None
+    if view.events:
+        e = view.events[-1]
+        last = LastCall(e.op, e.group.label, e.seq, e.source, e.module if e.module != "?" else None, e.in_flight,
+                        e.peer, e.p2p_seq)
+    ended = view.metadata.get("ended_by")
+    return RankSummary(view.rank, str(view.path), None if ended is None else str(ended), view.source_format, collectives, last)
 
 
 def check(ranks: Iterable[RankView]) -> CheckResult:

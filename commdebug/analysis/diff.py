@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from commdebug.errors import CommDebugError
+from commdebug.errors import CommDebugError, DumpError
 from commdebug.model.dump import load
-from commdebug.model.ranks import rank_files
+from commdebug.model.ranks import job_files
 from commdebug.model.trace import PHASES, Trace
 
 __all__ = ["Change", "diff_traces", "diff_paths"]
@@ -83,13 +83,16 @@ def diff_traces(a: Trace, b: Trace, rank: int | None = None) -> list[Change]:
 def diff_paths(a: str | os.PathLike, b: str | os.PathLike) -> Iterator[Change]:
     """Differences between two dumps, or two folders of rank dumps, rank by rank."""
     pa, pb = Path(a), Path(b)
+    for p in (pa, pb):  # before comparing kinds: a missing path is neither
+        if not p.exists():
+            raise DumpError(f"{p}: no such file or folder")
     if pa.is_dir() != pb.is_dir():
         raise CommDebugError(f"compare a dump with a dump, or a folder with a folder: {pa} and {pb}")
     if not pa.is_dir():
         yield from diff_traces(load(pa), load(pb))
         return
-    fa = {_rank(f): f for f in rank_files(pa)}
-    fb = {_rank(f): f for f in rank_files(pb)}
+    fa = {_rank(f): f for f in job_files(pa)}  # each folder must be one run
+    fb = {_rank(f): f for f in job_files(pb)}
     empty = Trace()
     for rank in sorted(set(fa) | set(fb)):
         ta = load(fa[rank]) if rank in fa else empty

@@ -22,6 +22,7 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from commdebug.analysis.check import who
 from commdebug.model.ranks import RankView, iter_ranks
 
 __all__ = ["RankStats", "OpStats", "Report", "report", "report_path"]
@@ -106,7 +107,7 @@ def report(ranks: Iterable[RankView]) -> Report:
     stats: list[RankStats] = []
     ops: dict[str, OpStats] = {}
     stragglers = _Stragglers()
-    notes: list[str] = []
+    notes: dict[str, list[int]] = {}  # a rank's note -> the ranks that have it: said once
     for view in ranks:
         meta = view.metadata
         s = RankStats(view.rank, meta.get("hostname"), elapsed_s=meta.get("elapsed_s"), recorded_s=meta.get("recorded_s", meta.get("elapsed_s")))
@@ -131,12 +132,13 @@ def report(ranks: Iterable[RankView]) -> Report:
                     paired(e.group.name, e.seq, e.latency_s, e.op)
         if s.timed:
             s.comm_time_s = total_t
-        notes.extend(f"rank {view.rank}: {n}" for n in view.notes)
+        for n in view.notes:
+            notes.setdefault(n, []).append(view.rank)
         stats.append(s)
     stragglers.finish(stats, ops)
     stats.sort(key=lambda r: r.rank)
     op_rows = sorted(ops.values(), key=lambda o: (-o.time_s, -o.bytes, o.op))
-    return Report(stats, op_rows, any(r.timed for r in stats), notes)
+    return Report(stats, op_rows, any(r.timed for r in stats), [f"{who(rs)}: {n}" for n, rs in notes.items()])
 
 
 class _GroupCalls:

@@ -3,6 +3,7 @@ global ranks)."""
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
@@ -18,7 +19,10 @@ class GroupResolver:
 
     def __init__(self) -> None:
         self._by_name: dict[str, GroupInfo] = {}
-        self._pgs: dict[str, Any] = {}  # name -> the ProcessGroup object, for timing hooks
+        # name -> the ProcessGroup object, for timing hooks. Weak: a group kept alive past
+        # destroy_process_group() keeps gloo's worker threads running into interpreter teardown,
+        # where torch 2.13 can abort the process (docs/ranks.md).
+        self._pgs: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
     def pg(self, name: str) -> Any:
         """The ProcessGroup object of a group resolved before, or None."""

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import sys
 import time
 from collections import defaultdict
-from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Mapping
 
 import torch
-import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
 
@@ -20,7 +17,9 @@ from commdebug import ops as _ops
 from commdebug.capture.config import Options, read_config
 from commdebug.capture.groups import GroupResolver
 from commdebug.capture.pipelining import PipelineTags
-from commdebug.capture.timing import AsyncTimer, nvtx_label, time_sync
+from commdebug.capture.inflight import InFlight, work_patch
+from commdebug.capture.metadata import distributed_metadata, now, run_metadata
+from commdebug.capture.timing import AsyncTimer, SyncTimer, nvtx_label
 from commdebug.capture.tracker import BACKWARD, CHECKPOINT, FORWARD, ModuleTracker
 from commdebug.model.trace import GLOBAL, PHASES, CollectiveEvent, Trace
 
@@ -199,11 +198,13 @@ class CommDebugMode(TorchDispatchMode):
         self._pipeline = PipelineTags()
         self._last_dtensor: tuple | None = None
         self._events_at_boundary = self._forwards_at_boundary = 0
+        self._last_boundary_automatic = False
         self._paused = False
         self._active = False
         self._async = AsyncTimer(self._note) if self.options.timing == "async" else None
         self._crosses: dict[str, bool] = {}
-        self._in_flight: dict[int, tuple[Callable[[], bool], float]] | None = None
+        self._flight = InFlight(self._failed)
+        self._unfinished_at_exit: list[tuple[int, float]] = []
         self._meta_fresh = False
         self._t0 = time.perf_counter()
         self._t0_wall = time.time()
@@ -214,7 +215,7 @@ class CommDebugMode(TorchDispatchMode):
 
     def __enter__(self) -> "CommDebugMode":
         self._reset()
-        self.trace.metadata = _run_metadata()
+        self.trace.metadata = run_metadata()
         self.trace.metadata["timing"] = self.options.timing
         if self.options.cluster is not None:
             from commdebug.estimate import load_cluster
@@ -228,6 +229,7 @@ class CommDebugMode(TorchDispatchMode):
             self._listeners = [VerboseLog(int(self.trace.metadata["rank"]))]
         super().__enter__()
         try:
+            work_patch().add(self._flight)
             self._tracker.__enter__()
             self._pipeline.__enter__()
             if self._async is not None:
@@ -235,6 +237,7 @@ class CommDebugMode(TorchDispatchMode):
         except BaseException:
             self._pipeline.__exit__()
             self._tracker.__exit__()
+            work_patch().remove(self._flight)
             super().__exit__(None, None, None)
             raise
         self._active = True
@@ -255,8 +258,13 @@ class CommDebugMode(TorchDispatchMode):
             self._tracker.__exit__()
             self._pipeline.__exit__()
             self._finish_timing()
+            work_patch().remove(self._flight)
+            # what was still running when the context ended stays known for the dump; the
+            # Work objects (and the buffers they hold) are let go
+            self._unfinished_at_exit = self._flight.unfinished()
+            self._flight.clear()
             meta = self.trace.metadata
-            meta["end_time"] = _now()
+            meta["end_time"] = now()
             meta["elapsed_s"] = time.perf_counter() - self._t0
             meta["recorded_s"] = self._recorded_s
             meta["steps"] = self.trace.steps
@@ -288,14 +296,22 @@ class CommDebugMode(TorchDispatchMode):
     def step(self) -> int:
         """Mark a step boundary; returns the current step index.
 
-        A boundary with no forward pass and no collective since the previous one is ignored,
-        so calling this after ``optimizer.step()`` (which marks one too when ``auto_step``)
-        counts one step. With ``start_step``/``end_step``, recording starts and stops here.
+        Every call counts, except right after ``optimizer.step()`` marked one (when
+        ``auto_step``) with no forward pass and no collective in between: calling both counts
+        one step. With ``start_step``/``end_step``, recording starts and stops here (also
+        while paused, when nothing is recorded between two calls).
         """
+        return self._boundary(automatic=False)
+
+    def _boundary(self, automatic: bool) -> int:
         tracker = self._tracker
-        if self.trace.events_total > self._events_at_boundary or tracker.forwards > self._forwards_at_boundary:
+        work = self.trace.events_total > self._events_at_boundary or tracker.forwards > self._forwards_at_boundary
+        # an automatic boundary needs work since the last one; an explicit one only needs not
+        # to repeat the automatic boundary just marked
+        if work or not (automatic or self._last_boundary_automatic):
             self._events_at_boundary = self.trace.events_total
             self._forwards_at_boundary = tracker.forwards
+            self._last_boundary_automatic = automatic
             self.trace.step += 1
             self._join_timing()
             if self.options.windowed:
@@ -314,7 +330,7 @@ class CommDebugMode(TorchDispatchMode):
 
     def _on_optimizer_step(self) -> None:
         if self.auto_step:
-            self.step()
+            self._boundary(automatic=True)
 
     def _on_first_call(self, mod: torch.nn.Module, fqn: str, parent: str) -> None:
         # Parameters are kept as they are: reading ``.data`` of a DTensor dispatches a detach
@@ -397,25 +413,50 @@ class CommDebugMode(TorchDispatchMode):
         if options.crossnode_only and not self._crosses_nodes(group, peer):
             return func(*args, **kwargs)
         fqn, phase = self._where  # synced by __torch_dispatch__ just before
-        start_s = latency = None
+        timer = None
+        if options.timing == "sync":
+            if spec.is_p2p:
+                # Waiting on a send before its matching receive is posted deadlocks rings
+                # and pipeline schedules, and gloo's sends have no future to time them by.
+                self._note("p2p", "timing='sync' does not time send/recv: waiting on each would change the program's order and can deadlock it")
+            else:
+                timer = SyncTimer(_on_cuda(args))
         nvtx = options.nvtx and _on_cuda(args)
         if nvtx:
             torch.cuda.nvtx.range_push(nvtx_label(spec.op, _ops.tensor_bytes(_ops.pick(spec.inputs, args, kwargs, None))[0], group, fqn))
         try:
-            if options.timing == "sync" and not spec.is_p2p:
-                out, started, latency = time_sync(lambda: func(*args, **kwargs), lambda o: _wait(o, spec, args, kwargs), _on_cuda(args))
-                start_s = started - self._t0
-            else:
-                if options.timing == "sync":
-                    # Waiting on a send before its matching receive is posted deadlocks rings
-                    # and pipeline schedules, and gloo's sends have no future to time them by.
-                    self._note("p2p", "timing='sync' does not time send/recv: waiting on each would change the program's order and can deadlock it")
-                start_s = time.perf_counter() - self._t0  # when it was called, not how long it took
+            start_s = time.perf_counter() - self._t0  # when it was called
+            if timer is not None:
+                timer.start()
+            try:
                 out = func(*args, **kwargs)
+            except Exception as e:  # recorded all the same, as failed
+                event = self._record_collective(func, name, spec, args, kwargs, None, group, peer, fqn, phase, start_s)
+                self._flight.failed(event.index, e)
+                raise
+            if timer is not None:
+                timer.issued()
+            # recorded before any wait: a collective that then hangs or raises is in the dump
+            event = self._record_collective(func, name, spec, args, kwargs, out, group, peer, fqn, phase, start_s)
+            if timer is not None:
+                try:
+                    timer.wait(lambda: _wait(out, spec, args, kwargs))
+                except Exception as e:
+                    self._flight.failed(event.index, e)
+                    raise
+                event = self.trace.update_event(event.index, latency_s=timer.seconds) or event
         finally:
             if nvtx:
                 torch.cuda.nvtx.range_pop()
+        if self._async is not None and self._async.watch(group.name, self._groups.pg(group.name)):
+            self._async.issued(group.name, self._groups.pg(group.name), event.index)  # timed later
+        elif self._listeners:
+            self._emit(event)
+        return out
 
+    def _record_collective(self, func, name: str, spec: _ops.CollectiveSpec, args: tuple, kwargs: dict, out: Any, group: Any,
+                peer: int | None, fqn: str, phase: str, start_s: float) -> CollectiveEvent:
+        """Count one collective and keep its event; ``out`` is None when the call raised."""
         self.trace.add_group(group)
         inputs = _ops.pick(spec.inputs, args, kwargs, out)
         outputs = _ops.pick(spec.outputs, args, kwargs, out)
@@ -468,65 +509,54 @@ class CommDebugMode(TorchDispatchMode):
             None if dt is None else dt[0],
             None if dt is None else _text(dt[2], list),
             None if dt is None or dt[3] is None else _text(dt[3]),
-            source if options.record_source else None,
-            latency,
+            source if self.options.record_source else None,
+            None,
             peer,
             p2p_seq,
             microbatch,
             start_s,
+            False,
+            None,
+            self._tracker.unit,
         )
         trace.add_event(event)
-        if self._in_flight is not None:
-            self._track(index, out, outputs)
-        if self._async is not None and self._async.watch(group.name, self._groups.pg(group.name)):
-            self._async.issued(group.name, self._groups.pg(group.name), index)  # timed later
-        elif self._listeners:
-            self._emit(event)
-        return out
+        if out is not None:
+            self._flight.issued(index, group.name, seq, out, outputs)
+        return event
 
     # ---- in flight (hang detection) ----------------------------------------------------------
 
     def track_in_flight(self) -> None:
-        """Keep track of collectives issued and not finished, for :meth:`in_flight` (the hang
-        watchdog of ``commdebug run`` asks for it; otherwise nothing is kept)."""
-        if self._in_flight is None:
-            self._in_flight = {}
-            self._awaited: dict[int, int] = {}  # id(output tensor) -> event index
-
-    def _track(self, index: int, out: Any, outputs: Any) -> None:
-        work = _work_of(out)
-        issued = time.monotonic()
-        if work is not None:  # eager c10d op: its Work says when it is done
-            self._in_flight[index] = (work.is_completed, issued)
-        else:  # functional op: done once its output has been waited for
-            for t in _tensors(outputs if outputs is not None else out):
-                self._awaited[id(t)] = index
-            self._in_flight[index] = (lambda: index not in self._awaited.values(), issued)
-        if len(self._in_flight) > 256:  # forget what finished
-            for i, (done, _) in list(self._in_flight.items()):
-                if done():
-                    del self._in_flight[i]
+        """Kept for callers of earlier versions: collectives in flight are always tracked now."""
 
     def _wait(self, func, args: tuple, kwargs: dict):
-        out = func(*args, **kwargs)
-        if self._in_flight is not None and args:
-            self._awaited.pop(id(args[0]), None)
+        try:
+            out = func(*args, **kwargs)
+        except Exception as e:
+            if args:
+                self._flight.tensor_waited(args[0], e)
+            raise
+        if args:
+            self._flight.tensor_waited(args[0])
         return out
+
+    def _failed(self, index: int, error: str) -> None:
+        # InFlight's callback; may run on any thread that waited
+        self.trace.update_event(index, error=error)
 
     def in_flight(self, older_than_s: float = 0.0) -> list[tuple[CollectiveEvent, float]]:
         """Collectives issued and not finished for more than ``older_than_s`` seconds, with
-        their age, oldest first. Safe to call from another thread."""
-        if self._in_flight is None:
-            return []
-        now = time.monotonic()
+        their age, oldest first (see :mod:`commdebug.capture.inflight` for what "finished"
+        means). Safe to call from another thread; after the context ended, what was unfinished
+        then."""
+        unfinished = self._flight.unfinished(older_than_s) if self._active else [
+            pair for pair in self._unfinished_at_exit if pair[1] >= older_than_s]
         stuck = []
-        for index, (done, issued) in list(self._in_flight.items()):
-            age = now - issued
-            if age >= older_than_s and not done():
-                event = self.trace.event(index)
-                if event is not None:
-                    stuck.append((event, age))
-        return sorted(stuck, key=lambda pair: -pair[1])
+        for index, age in unfinished:
+            event = self.trace.event(index)
+            if event is not None:
+                stuck.append((event, age))
+        return stuck
 
     def mark_in_flight(self, also: Iterable[int] = ()) -> list[CollectiveEvent]:
         """Flag the events of collectives not finished now (and clear the flag of those that
@@ -751,9 +781,7 @@ class CommDebugMode(TorchDispatchMode):
     def refresh_metadata(self) -> None:
         """Rank, world size and backend from torch.distributed, if it was initialised after the
         context was entered (a recording started before the program set up its process group)."""
-        if dist.is_available() and dist.is_initialized():
-            meta = self.trace.metadata
-            meta["rank"], meta["world_size"], meta["backend"] = dist.get_rank(), dist.get_world_size(), str(dist.get_backend())
+        self.trace.metadata.update(distributed_metadata(self.trace.metadata))
 
     def __repr__(self) -> str:
         return f"CommDebugMode(get_total_counts()={self.get_total_counts()})"
@@ -794,39 +822,6 @@ def _text(value: Any, as_type: type | None = None) -> str:
             text = text.replace("<", "").replace(">", "")  # "class 'torch.nn.Linear'"
         _TEXT[key] = text
     return text
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-
-
-def _run_metadata() -> dict[str, Any]:
-    from commdebug import __version__
-
-    initialized = dist.is_available() and dist.is_initialized()
-    return {
-        "rank": dist.get_rank() if initialized else 0,
-        "world_size": dist.get_world_size() if initialized else 1,
-        "backend": str(dist.get_backend()) if initialized else None,
-        "hostname": socket.gethostname(),
-        "pid": os.getpid(),
-        "torch_version": torch.__version__,
-        "commdebug_version": __version__,
-        "start_time": _now(),
-        "end_time": None,
-        "steps": 0,
-    }
-
-
-def _work_of(out: Any) -> Any:
-    """The c10d Work an eager op returned (alone or after its tensors), or None."""
-    for item in out if isinstance(out, (tuple, list)) else (out,):
-        if isinstance(item, torch.ScriptObject):
-            try:
-                return dist.distributed_c10d.Work.unbox(item)
-            except Exception:
-                return None
-    return None
 
 
 def _on_cuda(args: tuple) -> bool:

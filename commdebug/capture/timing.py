@@ -1,8 +1,9 @@
 """How long each collective took: two ways to measure it.
 
-- :func:`time_sync` waits for the collective and times it: CUDA events on CUDA tensors (the
+- :class:`SyncTimer` waits for the collective and times it: CUDA events on CUDA tensors (the
   start event is recorded on the current stream before the collective, the end event after
-  waiting for it, so queued compute before the call is not counted), the host clock on CPU.
+  waiting for it, so queued compute before the call is not counted), the host clock on CPU
+  (issuing plus waiting, without the recorder's own work in between).
   Waiting serialises communication with compute, as DeepSpeed's comms logger does.
 - :class:`AsyncTimer` does not wait. ProcessGroupNCCL times its own kernels with CUDA events
   once ``_enable_collectives_timing()`` is called and reports each finished work, with its
@@ -23,7 +24,7 @@ from typing import Any, Callable, NamedTuple
 
 import torch
 
-__all__ = ["time_sync", "AsyncTimer", "WorkDone", "nvtx_label"]
+__all__ = ["SyncTimer", "AsyncTimer", "WorkDone", "nvtx_label"]
 
 log = logging.getLogger("commdebug")
 
@@ -35,21 +36,46 @@ def nvtx_label(op: str, input_bytes: int, group: Any, module: str) -> str:
     return f"{op} {format_bytes(input_bytes)} {group.label} {module}"
 
 
-def time_sync(call: Callable[[], Any], wait: Callable[[Any], None], on_cuda: bool) -> tuple[Any, float, float]:
-    """Run ``call``, wait for it with ``wait(result)``; return (result, host start, seconds)."""
-    if on_cuda:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        host_start = time.perf_counter()
-        start.record()
-        out = call()
-        wait(out)
-        end.record()
-        end.synchronize()
-        return out, host_start, start.elapsed_time(end) / 1e3
-    host_start = time.perf_counter()
-    out = call()
-    wait(out)
-    return out, host_start, time.perf_counter() - host_start
+class SyncTimer:
+    """Times one collective by waiting for it, leaving out what the recorder does between
+    issuing it and waiting (the event is recorded before the wait, so that a collective that
+    hangs or raises in the wait is in the dump).
+
+    >>> timer = SyncTimer(on_cuda=False)
+    >>> timer.start(); out = issue(); timer.issued(); record(out); timer.wait(lambda: wait(out))  # doctest: +SKIP
+    >>> timer.seconds                                                                             # doctest: +SKIP
+    """
+
+    __slots__ = ("on_cuda", "host_start", "seconds", "_issue_s", "_start", "_end")
+
+    def __init__(self, on_cuda: bool) -> None:
+        self.on_cuda = on_cuda
+        self.seconds: float | None = None
+        self._issue_s = 0.0
+        if on_cuda:
+            self._start, self._end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def start(self) -> None:
+        """Just before the collective is issued."""
+        self.host_start = time.perf_counter()
+        if self.on_cuda:
+            self._start.record()  # on the current stream: queued compute before it is not counted
+
+    def issued(self) -> None:
+        """Just after the call that issued it returned."""
+        self._issue_s = time.perf_counter() - self.host_start
+
+    def wait(self, wait: Callable[[], None]) -> float:
+        """Wait for the collective with ``wait()``; return (and keep) its latency in seconds."""
+        waited_from = time.perf_counter()
+        wait()
+        if self.on_cuda:
+            self._end.record()
+            self._end.synchronize()
+            self.seconds = self._start.elapsed_time(self._end) / 1e3
+        else:
+            self.seconds = self._issue_s + (time.perf_counter() - waited_from)
+        return self.seconds
 
 
 class WorkDone(NamedTuple):

@@ -142,6 +142,8 @@ class ModuleTracker:
         self._optimizer_handles: list = []
         self._pre_handle = None
         self.active = False
+        # FSDP2: the module whose parameters the collectives issued now gather or reduce
+        self.unit: str | None = None
 
     # Names follow the reference: a module first seen with no known parent is named by its class,
     # its submodules "Parent.child", so keys match torch's CommDebugMode.
@@ -409,21 +411,54 @@ class ModuleTracker:
         self.forwards += 1
 
 
+def _unit_name(tracker: "ModuleTracker", modules: Any) -> str | None:
+    names = [tracker.name_of(m) for m in modules]
+    return ", ".join(names) if names else None
+
+
 def _fsdp_post_backward(original: Any, patch: ClassPatch) -> Any:
+    """The post-backward reduce-scatter belongs to the module whose backward just finished, and
+    carries that module's gradients."""
+
     def post_backward(group: Any, *args: Any, **kwargs: Any) -> Any:
         modules = getattr(group, "modules", ())
         trackers = [t for t in patch.users if t.active]
-        if len(modules) != 1 or not trackers:  # fully_shard([a, b]): no one module to name
+        if not trackers:
             return original(group, *args, **kwargs)
-        saved = [(t, t.backward_of(modules[0])) for t in trackers]
+        # fully_shard([a, b]): no one module to put the location on, but the unit has names
+        saved = [(t, t.backward_of(modules[0]) if len(modules) == 1 else None, t.unit) for t in trackers]
+        for t in trackers:
+            t.unit = _unit_name(t, modules)
         try:
             return original(group, *args, **kwargs)
         finally:
-            for t, path in saved:
-                t.restore_backward(path)
+            for t, path, unit in saved:
+                if path is not None:
+                    t.restore_backward(path)
+                t.unit = unit
 
     return post_backward
 
 
+def _fsdp_unshard(original: Any, patch: ClassPatch) -> Any:
+    """An all-gather names the module whose parameters it gathers: FSDP2 prefetches the next
+    module's parameters from the current one's hooks, where the location alone misleads."""
+
+    def unshard(group: Any, *args: Any, **kwargs: Any) -> Any:
+        trackers = [t for t in patch.users if t.active]
+        if not trackers:
+            return original(group, *args, **kwargs)
+        saved = [(t, t.unit) for t in trackers]
+        for t in trackers:
+            t.unit = _unit_name(t, getattr(group, "modules", ()))
+        try:
+            return original(group, *args, **kwargs)
+        finally:
+            for t, unit in saved:
+                t.unit = unit
+
+    return unshard
+
+
 _FSDP_GROUP = ClassPatch("torch.distributed.fsdp._fully_shard._fsdp_param_group", "FSDPParamGroup",
-                         {"post_backward": _fsdp_post_backward})
+                         {"post_backward": _fsdp_post_backward, "unshard": _fsdp_unshard})

@@ -115,6 +115,10 @@ def _args(e: CollectiveEvent, with_busbw: bool = True) -> dict[str, Any]:
         args["source"] = e.source
     if e.in_flight:
         args["in_flight"] = True
+    if e.unit is not None:
+        args["unit"] = e.unit
+    if e.error is not None:
+        args["error"] = e.error
     return args
 
 

@@ -8,8 +8,18 @@ desc)``, ``collective_seq_id`` / ``p2p_seq_id``, ``profiling_name`` (``gloo:all_
 
 On gloo, ``pg_config`` has one empty name and ranks written as a string, and entries stay
 ``scheduled``: group names come from the entries, membership from which ranks recorded the
-group, and "unfinished" from ``pg_status``'s last completed sequence number. torch's own
+group, and "unfinished" from ``pg_status``'s ``last_completed_collective``. torch's own
 analyzer raises ``KeyError`` on such dumps; this reader takes them as they are.
+
+What ``last_completed_collective`` counts differs by backend. gloo counts every op, send and
+recv included, though it records no entry for them: it is compared with an entry's ``op_id``
+(a barrier after one send has ``collective_seq_id`` 3 and ``op_id`` 4). NCCL counts collectives:
+it is compared with ``collective_seq_id``. The JSON form writes these numbers as strings.
+
+gloo marks an op completed on its worker thread, after the caller has been released: a rank
+that dumps right after a barrier can still show it unfinished. The reader keeps, per group, the
+last sequence number the rank saw completed (``RankView.completed``) so that ``check`` can tell
+such a lag from a hang: when any member completed a collective, every member issued it.
 
 Sequence numbers are shifted to ours (0 for a group's first collective; torch counts from 1),
 so a Flight Recorder finding and a commdebug finding about the same call name the same number.
@@ -19,7 +29,6 @@ from __future__ import annotations
 
 import ast
 import math
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -51,24 +60,51 @@ _P2P = re.compile(r"^(send|recv)\s+(\d+)\s*(?:->|<-)\s*(\d+)")
 
 
 def from_flight_recorder(data: Any, path: Path) -> RankView:
+    """One rank's Flight Recorder dump (the unpickled or parsed object) as a :class:`RankView`.
+
+    >>> view = from_flight_recorder(pickle.load(open("fr/fr_trace_0", "rb")), Path("fr/fr_trace_0"))  # doctest: +SKIP
+    """
     if not isinstance(data, dict) or not isinstance(data.get("entries"), list):
         raise DumpError(f"{path}: not a Flight Recorder dump (no 'entries' list)")
     rank = _rank_from_name(path)
+    try:
+        return _view(data, path, rank)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+        # a field of an unexpected type: say which file, in one line
+        raise DumpError(f"{path}: malformed Flight Recorder dump ({type(e).__name__}: {e})") from None
+
+
+def _view(data: dict[str, Any], path: Path, rank: int) -> RankView:
     groups: dict[str, GroupInfo] = {}
-    for key, cfg in (data.get("pg_config") or {}).items():
+    configs = data.get("pg_config") or {}
+    for cfg in configs.values():
         if isinstance(cfg, dict) and cfg.get("name"):
             ranks = _ranks(cfg.get("ranks"))
             groups[str(cfg["name"])] = GroupInfo(str(cfg["name"]), str(cfg.get("desc") or ""), len(ranks or ()), ranks)
-    done = {str(k): v.get("last_completed_collective", -1) for k, v in (data.get("pg_status") or {}).items() if isinstance(v, dict)}
+    done = {str(k): _count(v.get("last_completed_collective"), "last_completed_collective")
+            for k, v in (data.get("pg_status") or {}).items() if isinstance(v, dict)}
     events = []
+    completed: dict[str, int] = {}
     for i, entry in enumerate(data["entries"]):
         if isinstance(entry, dict):
-            events.append(_event(i, entry, groups, done))
+            e, finished = _event(i, entry, groups, done)
+            events.append(e)
+            if finished and e.seq is not None:
+                completed[e.group.name] = max(completed.get(e.group.name, -1), e.seq)
     notes = []
-    if any(not (cfg or {}).get("name") for cfg in (data.get("pg_config") or {}).values() if isinstance(cfg, dict)):
+    if any(not (cfg or {}).get("name") for cfg in configs.values() if isinstance(cfg, dict)):
         notes.append("pg_config has no group names (as gloo writes it): groups named from the entries, their ranks unknown")
     meta = {"rank": rank, "format": "flight-recorder", "fr_version": data.get("version"), "hostname": None}
-    return RankView(rank, path, meta, groups, events, source_format="flight-recorder", notes=notes)
+    return RankView(rank, path, meta, groups, events, source_format="flight-recorder", notes=notes, completed=completed)
+
+
+def _count(value: Any, what: str) -> int | None:
+    """A counter from pg_status: an int in the pickle, a string in the JSON form."""
+    if value is None or isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.lstrip("-").isdigit():
+        return int(value)
+    raise ValueError(f"{what} is {value!r}, not a number")
 
 
 def _ranks(value: Any) -> tuple[int, ...] | None:
@@ -82,7 +118,8 @@ def _ranks(value: Any) -> tuple[int, ...] | None:
     return None
 
 
-def _event(index: int, e: dict[str, Any], groups: dict[str, GroupInfo], done: dict[str, int]) -> CollectiveEvent:
+def _event(index: int, e: dict[str, Any], groups: dict[str, GroupInfo], done: dict[str, int | None]) -> tuple[CollectiveEvent, bool]:
+    """The entry as an event, and whether pg_status says it completed."""
     name = str(e.get("profiling_name") or "")
     kind = name.split(":", 1)[-1].strip()
     peer = None
@@ -94,6 +131,8 @@ def _event(index: int, e: dict[str, Any], groups: dict[str, GroupInfo], done: di
     else:
         op = _OP_NAMES.get(kind, kind or "unknown")
     pg = e.get("process_group") or ("", "")
+    if not isinstance(pg, (list, tuple)):
+        raise TypeError(f"entry {index}: process_group is {pg!r}, not (name, desc)")
     group_name, desc = str(pg[0]), str(pg[1]) if len(pg) > 1 else ""
     if not group_name:
         group_name = f"pg{e.get('pg_id', '?')}"
@@ -107,11 +146,8 @@ def _event(index: int, e: dict[str, Any], groups: dict[str, GroupInfo], done: di
     size = _ops.MESSAGE_SIZE[spec.size](in_bytes, out_bytes, n) if spec else in_bytes
     p2p = bool(e.get("is_p2p")) or op in ("send", "recv")
     seq = None if p2p else _int(e.get("collective_seq_id"))
-    completed = done.get(str(e.get("pg_id")))
-    if completed is not None and seq is not None:  # both 1-based, as torch counts
-        in_flight = seq > completed
-    else:
-        in_flight = e.get("state") not in (None, "completed")
+    finished = _finished(name, e, seq, done.get(str(e.get("pg_id"))))
+    in_flight = not finished
     duration = e.get("duration_ms")
     return CollectiveEvent(
         index=index, op=op, key=f"fr:{kind}", aten_op=name, step=0, phase="?", module="?", group=group,
@@ -120,7 +156,17 @@ def _event(index: int, e: dict[str, Any], groups: dict[str, GroupInfo], done: di
         busbw_factor=spec.busbw_factor(n) if spec else 0.0, source=_source(e.get("frames")),
         latency_s=None if duration is None else float(duration) / 1e3,
         peer=peer, p2p_seq=_int(e.get("p2p_seq_id")) if p2p else None, in_flight=in_flight,
-    )
+    ), finished
+
+
+def _finished(name: str, e: dict[str, Any], seq: int | None, last_completed: int | None) -> bool:
+    """Whether the entry had completed when the dump was written (see the module docstring)."""
+    if last_completed is None or seq is None:
+        return e.get("state") in (None, "completed")
+    op_id = _int(e.get("op_id"))
+    if name.startswith("gloo:") and op_id is not None:
+        return op_id <= last_completed  # gloo counts every op, send/recv included
+    return seq <= last_completed  # both 1-based, as torch counts
 
 
 def _int(value: Any) -> int | None:

@@ -18,9 +18,8 @@ import os
 import signal
 import socket
 import threading
-import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from commdebug.capture.mode import CommDebugMode
 from commdebug.errors import CommDebugError
@@ -29,6 +28,17 @@ from commdebug.fileio import output_folder
 __all__ = ["RecordingSession", "rank_of"]
 
 log = logging.getLogger("commdebug")
+
+
+def _literal(path: Path) -> str:
+    """``path`` as a file name that means itself to ``generate_json_dump``, which expands
+    ``{rank}``-style placeholders: the folder was created under its literal name before the
+    program ran, so a brace in it must not lose the dump at the end (docs/ranks.md).
+
+    >>> _literal(Path("traces{x}/rank0.json"))
+    'traces{{x}}/rank0.json'
+    """
+    return str(path).replace("{", "{{").replace("}", "}}")
 
 
 def rank_of(meta: dict[str, Any]) -> int:
@@ -50,9 +60,13 @@ class RecordingSession:
 
     >>> session = RecordingSession("traces", hang_timeout=300, timing="sync")   # doctest: +SKIP
     >>> session.start(); run_the_program(); session.finish()                      # doctest: +SKIP
+
+    ``on_finish(session, path)`` is called once, when the final dump is on disk, whether the
+    program returned, raised or got SIGTERM (``path`` is None when the process wrote nothing).
     """
 
-    def __init__(self, out_dir: str | os.PathLike, *, hang_timeout: float | None = None, noise_level: int = 3, html: bool = True, **options: Any) -> None:
+    def __init__(self, out_dir: str | os.PathLike, *, hang_timeout: float | None = None, noise_level: int = 3, html: bool = True,
+                 on_finish: Callable[["RecordingSession", Path], None] | None = None, **options: Any) -> None:
         self.out = output_folder(out_dir, "trace folder")
         if hang_timeout is not None and hang_timeout <= 0:
             raise CommDebugError(f"hang timeout must be a positive number of seconds, got {hang_timeout}")
@@ -60,6 +74,7 @@ class RecordingSession:
         self.hang_timeout = hang_timeout
         self.noise_level = noise_level
         self.html = html
+        self.on_finish = on_finish  # (session, path or None): the end, however the process ends
         self.written: Path | None = None
         self.reason = ""
         self._lock = threading.RLock()
@@ -101,7 +116,10 @@ class RecordingSession:
                 except Exception:  # the program left the mode stack in another state
                     pass
             try:
-                return self._write(final=True)
+                path = self._write(final=True)
+                if self.on_finish is not None:
+                    self.on_finish(self, path)
+                return path
             finally:
                 self._finishing = None
                 if self._pending_signal:
@@ -174,7 +192,7 @@ class RecordingSession:
         meta["ended_by"] = self.reason if final else "hang"
         rank = rank_of(meta)
         path = self.out / f"rank{rank}.json"
-        self.mode.generate_json_dump(str(path), noise_level=self.noise_level)
+        self.mode.generate_json_dump(_literal(path), noise_level=self.noise_level)
         if final and self.html and rank == 0:
             self._write_html(path)
         self.written = path

@@ -24,7 +24,7 @@ __all__ = ["encode_events", "decode_events", "FIELDS"]
 
 FIELDS = CollectiveEvent._fields
 # fields stored as string-table indices; the shapes as their JSON text
-_TEXT = frozenset({"op", "key", "aten_op", "phase", "module", "group", "dtype", "dtensor_op", "placements", "mesh", "source"})
+_TEXT = frozenset({"op", "key", "aten_op", "phase", "module", "group", "dtype", "dtensor_op", "placements", "mesh", "source", "error", "unit"})
 _SHAPES = frozenset({"input_shapes", "output_shapes"})
 
 

@@ -142,6 +142,8 @@ class CollectiveEvent(NamedTuple):
     microbatch: int | None = None  # pipelining: the schedule's microbatch index
     start_s: float | None = None  # seconds from the context's start to the call (host clock)
     in_flight: bool = False  # not finished when the dump was written (a hang)
+    error: str | None = None  # the collective raised (issuing it or waiting for it): the error
+    unit: str | None = None  # FSDP2: the module whose parameters this gathers / gradients it reduces
 
     @property
     def group_name(self) -> str:
@@ -212,6 +214,8 @@ class CollectiveEvent(NamedTuple):
             microbatch=d.get("microbatch"),
             start_s=d.get("start_s"),
             in_flight=bool(d.get("in_flight", False)),
+            error=d.get("error"),
+            unit=d.get("unit"),
         )
 
 
@@ -400,6 +404,16 @@ class Trace:
             )
             merged[text] = merged.get(text, 0) + count
         return [OpRow(*k, count=c) for k, c in merged.items()]
+
+    def units(self) -> dict[tuple[str, str, str, str], Counter]:
+        """(module, phase, reference key, group name) -> how many of its kept events carried
+        each FSDP2 unit (the module whose parameters an all-gather gathers or whose gradients a
+        reduce-scatter reduces); only lines with such events appear."""
+        out: dict[tuple[str, str, str, str], Counter] = {}
+        for e in self.events:
+            if e.unit is not None:
+                out.setdefault((e.module, e.phase, e.key, e.group.name), Counter())[e.unit] += 1
+        return out
 
     def summary(self) -> dict[str, Any]:
         """Collective count and bytes of the whole run, in total and per canonical op."""

@@ -1,24 +1,118 @@
-"""``commdebug check`` as text: a verdict line, then each finding with its sides."""
+"""``commdebug check`` as text: a verdict line, how each rank ended, then each finding with its
+sides, then notes.
+
+    consistent: 2 ranks, 1 group, 24 collectives per rank
+      ranks 0-1: ended by exit; last all_reduce #23 on default_pg[2] at train.py:34
+"""
 
 from __future__ import annotations
 
-from commdebug.analysis.check import CheckResult
+import re
 
-__all__ = ["render_check"]
+from commdebug.analysis.check import CheckResult, LastCall, RankSummary, Side, who
+from commdebug.units import format_bytes
+
+__all__ = ["render_check", "describe_side", "describe_last"]
+
+# Up to this many ranks every line is shown; beyond, the most common ending and the unusual ones
+# up to this many lines in all (--json lists every rank).
+ALL_RANKS_UP_TO = 16
+# an exception's message can be long or span lines; the text keeps its start (--json all of it)
+ENDING_CHARS = 80
+# "RuntimeError: [/build/gloo/.../unbound_buffer.cc:78] Timed out ...": the C++ location says
+# nothing to the user and would fill the line
+_CPP_LOCATION = re.compile(r"^(\w[\w.]*: )\[[^\]]*\]\s*")
 
 
 def render_check(result: CheckResult) -> str:
-    """The check's verdict and findings, ending with a newline.
+    """The check's verdict, the ranks' endings, the findings and notes, ending with a newline.
 
     >>> print(render_check(check_path("traces/")))   # doctest: +SKIP
     """
-    what = f"{len(result.ranks)} rank{'s' if len(result.ranks) != 1 else ''}, {result.groups} group{'s' if result.groups != 1 else ''}, {result.collectives} collectives"
+    what = _header(result)
     if result.consistent:
         lines = [f"consistent: {what}"]
     else:
-        lines = [f"INCONSISTENT: {len(result.findings)} finding{'s' if len(result.findings) != 1 else ''} in {what}", ""]
-        for i, f in enumerate(result.findings, 1):
-            lines.append(f"{i}. [{f.kind}] {f.message}")
-            lines.extend(f"     {side.describe()}" for side in f.sides)
+        n = len(result.findings)
+        lines = [f"INCONSISTENT: {n} finding{'s' if n != 1 else ''} in {what}"]
+    lines.extend(f"  {line}" for line in _endings(result))
+    for i, f in enumerate(result.findings, 1):
+        if i == 1:
+            lines.append("")
+        lines.append(f"{i}. [{f.kind}] {f.message}")
+        lines.extend(f"     {describe_side(side)}" for side in f.sides)
     lines.extend(f"note: {n}" for n in result.notes)
     return "\n".join(lines) + "\n"
+
+
+def _header(result: CheckResult) -> str:
+    """"2 ranks, 1 group, 24 collectives per rank" (a range when ranks differ)."""
+    ranks, groups = len(result.ranks), result.groups
+    low, high = result.collectives_per_rank
+    count = str(low) if low == high else f"{low}-{high}"
+    return (f"{ranks} rank{'s' if ranks != 1 else ''}, {groups} group{'s' if groups != 1 else ''}, "
+            f"{count} collective{'s' if high != 1 else ''} per rank")
+
+
+def describe_side(side: Side) -> str:
+    """"ranks 0-2: all_reduce 1.00 KiB float32 (unfinished) in Global at train.py:3"."""
+    if side.op is None:
+        return f"{who(side.ranks)}: nothing"
+    what = f"{side.op} {format_bytes(side.size_bytes or 0)}{' ' + side.dtype if side.dtype else ''}"
+    where = "".join(f" {k} {v}" for k, v in (("in", side.module), ("at", side.source)) if v and v != "?")
+    flight = " (unfinished)" if side.in_flight else ""
+    return f"{who(side.ranks)}: {what}{flight}{where}"
+
+
+def describe_last(last: LastCall | None) -> str:
+    """"all_reduce #3 on default_pg[2] at train.py:9 (unfinished)"; a send names its peer."""
+    if last is None:
+        return "no collective recorded"
+    if last.seq is not None:
+        what = f"{last.op} #{last.seq} on {last.group}"
+    else:
+        peer = "" if last.peer is None else (f" to rank {last.peer}" if last.op == "send" else f" from rank {last.peer}")
+        what = f"{last.op}{peer} on {last.group}"
+    where = f" at {last.source}" if last.source else (f" in {last.module}" if last.module else "")
+    return what + where + (" (unfinished)" if last.in_flight else "")
+
+
+def _ending(s: RankSummary) -> str:
+    if s.ended_by is None:
+        return "ending not recorded" + (" (Flight Recorder dump)" if s.source_format == "flight-recorder" else "")
+    if s.ended_by == "hang":
+        return "hung (dump written by the hang watchdog)"
+    lines = s.ended_by.strip().splitlines() or [""]
+    text = _CPP_LOCATION.sub(r"\1", lines[0])
+    if len(text) > ENDING_CHARS or len(lines) > 1:
+        text = text[:ENDING_CHARS].rstrip() + "..."
+    return f"ended by {text}"
+
+
+def _endings(result: CheckResult) -> list[str]:
+    """One line per set of ranks that ended the same way at the same last call; ranks with no
+    dump from the no_dump finding. Many ranks: the most common line, then the unusual ones."""
+    lines: dict[str, list[int]] = {}
+    for s in result.rank_summaries:
+        lines.setdefault(f"{_ending(s)}; last {describe_last(s.last)}", []).append(s.rank)
+    absent = [r for f in result.findings if f.kind == "no_dump" for side in f.sides for r in side.ranks]
+    if absent:
+        lines["left no dump"] = absent
+    if len(result.rank_summaries) > ALL_RANKS_UP_TO:
+        return _few(lines)
+    return [f"{who(ranks)}: {text}" for text, ranks in sorted(lines.items(), key=lambda kv: kv[1][0])]
+
+
+def _few(lines: dict[str, list[int]]) -> list[str]:
+    """The most common line first (with a count, not a rank list), then the rest in rank order,
+    at most :data:`ALL_RANKS_UP_TO` lines."""
+    common, *rest = sorted(lines.items(), key=lambda kv: (-len(kv[1]), kv[1][0]))
+    out = [f"{len(common[1])} ranks: {common[0]}"]
+    rest.sort(key=lambda kv: kv[1][0])
+    shown = rest[: ALL_RANKS_UP_TO - 1]
+    out.extend(f"{who(ranks)}: {text}" for text, ranks in shown)
+    hidden = rest[len(shown):]
+    if hidden:
+        n = sum(len(ranks) for _, ranks in hidden)
+        out.append(f"... {n} more rank{'s' if n != 1 else ''} ended otherwise ({len(hidden)} more lines; --json lists every rank)")
+    return out

@@ -54,6 +54,7 @@ def render_table(trace: Trace, noise_level: int = 3, *, color: bool | None = Non
     if noise_level < 1:
         predicted = None
     lines: list[str] = []
+    units = trace.units() if noise_level >= 1 else {}
     for fqn, depth in trace.walk():
         info = trace.modules[fqn]
         indent = "  " * (2 * depth)
@@ -77,6 +78,9 @@ def render_table(trace: Trace, noise_level: int = 3, *, color: bool | None = Non
                 on = f" on {stat.group.label}" if stat.group.name != "?" else ""
                 pred = _predicted(predicted, fqn, phase, stat) if predicted is not None else ""
                 lines.append(f"{yellow}{coll_indent}*{stat.key}: {stat.count}{size}{on}{pred}{reset}")
+                unit = units.get((fqn, phase, stat.key, stat.group.name))
+                if unit and set(unit) != {fqn}:  # FSDP2 prefetches: another module's parameters
+                    lines.append(f"{coll_indent}  FSDP units of its own calls: {', '.join(f'{u} x{n}' for u, n in unit.most_common())}")
             for row in rows:
                 times = f" x{row.count}" if row.count > 1 else ""
                 lines.append(f"{yellow}{coll_indent}**{row.name}{times}{reset}")

@@ -123,3 +123,32 @@ def test_event_detail_shows_new_fields(viewer):
     got = fields()
     assert got["peer"] == "to rank 5" and got["p2p seq"] == "2" and got["seq"] == "— (point-to-point)"
     assert got["latency"] == "not timed" and got["state"] == "finished"
+
+
+def test_failed_calls_and_fsdp_units_are_shown(viewer):
+    dump = transformer_dump(layers=1, steps=1, dim=64, ffn=256, vocab=256, tokens=32)
+    events = list(from_dump_dict(dump).events)
+    error = "RuntimeError: Timed out waiting 10000ms for recv operation to complete"
+    events[1] = events[1]._replace(in_flight=True, error=error)
+    events[2] = events[2]._replace(unit="Transformer.layers.1")  # another module's parameters
+    events[3] = events[3]._replace(unit=events[3].module)
+    dump["commdebug"]["events"] = encode_events(events)
+    page = viewer.open(dump)
+    expect(page.locator("#events-count")).to_have_text(f"{len(events)} recorded, 1 in flight, 1 failed")
+    heads = page.eval_on_selector_all("#events-grid th", "ths => ths.map(t => t.dataset.key)")
+    assert heads[-2:] == ["unit", "state"]
+    table = viewer.table("events-grid")
+    assert table[1][-1] == "in flightfailed" and table[2][-2:] == ["Transformer.layers.1", ""]
+    assert table[3][-2] == events[3].module and table[0][-2:] == ["", ""]
+    # a unit that is another module's is marked
+    assert page.locator("#events-grid tbody tr").nth(2).locator("strong").inner_text() == "Transformer.layers.1"
+
+    def fields():
+        return dict(page.eval_on_selector_all(
+            "#event-fields tr", "rs => rs.map(r => [r.dataset.field, r.cells[1].textContent])"))
+
+    page.locator("#events-grid tbody tr").nth(1).locator("td").first.click()
+    got = fields()
+    assert got["state"] == "in flightfailed" and got["error"] == error and got["FSDP unit"] == "—"
+    page.locator("#events-grid tbody tr").nth(2).locator("td").first.click()
+    assert fields()["FSDP unit"] == "Transformer.layers.1" and fields()["error"] == "—"

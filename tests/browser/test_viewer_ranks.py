@@ -151,3 +151,32 @@ def test_text_from_dumps_is_escaped(viewer, folder, tmp_path, payload):
     expect(page.locator("#meta-host")).to_have_text(payload)
     assert page.evaluate("document.querySelectorAll('img, #tree script, #findings script').length") == 0
     assert page.evaluate("window.__xss") is None
+
+
+def test_detail_pane_never_shows_null(viewer, folder):
+    """A module without findings once rendered the literal text "null" in its detail pane."""
+    page = viewer.open_ranks(folder)
+    viewer.expand_all()
+    for fqn in ("Global", FFN, ODD):  # without findings, then the flagged one
+        viewer.select(fqn)
+        expect(page.locator("#detail-fqn")).to_have_text(fqn)
+        texts = page.evaluate("""() => [...document.querySelector('#detail-body').childNodes]
+            .filter((n) => n.nodeType === Node.TEXT_NODE).map((n) => n.textContent)""")
+        assert "null" not in texts, (fqn, texts)
+        assert "null" not in page.locator("#detail-body").inner_text().split(), fqn
+
+
+def test_summary_counts_collectives_per_rank_and_says_how_the_rank_ended(viewer, tmp_path):
+    write_rank_dumps(tmp_path / "job", ranks=2, layers=1, steps=1, dim=64, ffn=256, vocab=256, tokens=32)
+    rank1 = tmp_path / "job" / "rank1.json"
+    dump = json.loads(rank1.read_text())
+    dump["commdebug"]["metadata"]["ended_by"] = "SIGTERM"
+    rank1.write_text(json.dumps(dump))
+    index, _ = ranks_data(tmp_path / "job")
+    per_rank = index["check"]["collectives_per_rank"]["max"]
+    assert index["check"]["collectives"] == 2 * per_rank  # the page must not show the sum
+    page = viewer.open_ranks(tmp_path / "job")
+    expect(page.locator("#check-collectives")).to_have_text(str(per_rank))
+    expect(page.locator("#meta-ended")).to_have_text("not recorded")
+    page.select_option("#rank-select", label="1")
+    expect(page.locator("#meta-ended")).to_have_text("SIGTERM")

@@ -97,11 +97,11 @@
     "index", "op", "key", "aten_op", "step", "phase", "module", "group", "seq", "dtype",
     "input_shapes", "output_shapes", "input_bytes", "output_bytes", "size_bytes", "busbw_factor",
     "dtensor_op", "placements", "mesh", "source", "latency_s", "peer", "p2p_seq", "microbatch",
-    "start_s", "in_flight",
+    "start_s", "in_flight", "error", "unit",
   ];
   // Columns holding string-table indices; the shapes hold the index of their JSON text.
   const TEXT_FIELDS = new Set(["op", "key", "aten_op", "phase", "module", "group", "dtype",
-    "dtensor_op", "placements", "mesh", "source", "input_shapes", "output_shapes"]);
+    "dtensor_op", "placements", "mesh", "source", "error", "unit", "input_shapes", "output_shapes"]);
 
   /**
    * The dump's events as one plain object each, `group` as {name, size}: schema 1 lists objects
@@ -397,6 +397,7 @@
   const phaseTag = (phase) => h("span", {class: "phase " + (PHASE_SHORT[phase] || "")}, phase);
   const opTag = (op) => h("span", {class: "op", "data-op": op}, op);
   const inFlightTag = () => h("span", {class: "badge in-flight", title: "not finished when the dump was written"}, "in flight");
+  const failedTag = (error) => h("span", {class: "badge failed", title: str(error)}, "failed");
 
   // ---------------------------------------------------------------- tree
 
@@ -795,18 +796,24 @@
       if (any("microbatch")) {
         columns.push({key: "microbatch", label: "mb", value: (e) => optNum(e.microbatch), cls: "num"});
       }
+      if (any("unit")) {  // FSDP2: whose parameters a gather carries (prefetches serve the next module)
+        columns.push({key: "unit", label: "unit", value: (e) => e.unit, cls: "clip", clip: true,
+          cell: (e) => (e.unit == null || e.unit === e.module ? str(e.unit) : h("strong", {title: "another module's parameters"}, str(e.unit)))});
+      }
       if (any("peer")) {
         columns.push({key: "peer", label: "peer", value: (e) => optNum(e.peer), cls: "num",
           cell: (e) => (e.peer == null ? "" : `${e.op === "recv" ? "from" : "to"} ${e.peer}` +
             (e.p2p_seq == null ? "" : ` #${e.p2p_seq}`))});
       }
       const inFlight = events.filter((e) => e.in_flight).length;
-      if (inFlight) {
-        columns.push({key: "state", label: "state", value: (e) => (e.in_flight ? "in flight" : null),
-          cell: (e) => (e.in_flight ? inFlightTag() : "")});
+      const failed = events.filter((e) => e.error != null).length;
+      if (inFlight || failed) {
+        const state = (e) => (e.error != null ? "failed" : e.in_flight ? "in flight" : null);
+        columns.push({key: "state", label: "state", value: state,
+          cell: (e) => h("span", null, e.in_flight ? inFlightTag() : "", e.error != null ? failedTag(e.error) : "")});
       }
       $("events-count").textContent = `${fmtCount(events.length)} recorded` +
-        (inFlight ? `, ${fmtCount(inFlight)} in flight` : "");
+        (inFlight ? `, ${fmtCount(inFlight)} in flight` : "") + (failed ? `, ${fmtCount(failed)} failed` : "");
       $("events-table").replaceChildren(pagedTable(columns, events, {
         id: "events-grid", sortable: true, empty: "No collective calls recorded.",
         rowProps: (e) => ({
@@ -827,7 +834,9 @@
       const algbw = timed && optNum(e.size_bytes) != null ? e.size_bytes / e.latency_s / 1e9 : null;
       const rows = [
         ["index", fmtCount(optNum(e.index))],
-        ["state", e.in_flight ? inFlightTag() : "finished"],
+        ["state", e.in_flight || e.error != null ? h("span", null, e.in_flight ? inFlightTag() : "",
+          e.error != null ? failedTag(e.error) : "") : "finished"],
+        ["error", e.error == null ? "—" : h("code", null, str(e.error))],
         ["step", str(e.step)],
         ["microbatch", e.microbatch == null ? "—" : str(e.microbatch)],
         ["phase", phaseTag(str(e.phase))],
@@ -835,6 +844,7 @@
         ["key", h("code", null, str(e.key))],
         ["aten op", h("code", null, str(e.aten_op))],
         ["module", str(e.module)],
+        ["FSDP unit", e.unit == null ? "—" : str(e.unit)],
         ["group", `${groupLabel(this.model, e.group.name, e.group.size)} (name ${str(e.group.name)}` +
           (ranks ? `, ranks ${ranks.map(str).join(",")})` : ")")],
         ["seq", e.seq == null ? "— (point-to-point)" : str(e.seq)],
@@ -1022,6 +1032,11 @@
 
     renderSummary() {
       const {index, check, rank} = this;
+      const perRank = (c) => {
+        const span = isObj(c.collectives_per_rank) ? c.collectives_per_rank : {};
+        const lo = optNum(span.min), hi = optNum(span.max);
+        return lo == null || hi == null ? "—" : lo === hi ? fmtCount(lo) : `${fmtCount(lo)}–${fmtCount(hi)}`;
+      };
       const meta = isObj(rank.meta) ? rank.meta : {};
       const fact = (id, label, value) =>
         h("div", {class: "fact"}, h("span", {class: "label"}, label), h("span", {id, class: "value"}, value));
@@ -1030,10 +1045,12 @@
         fact("ranks-count", "ranks", fmtCount(this.ranks.length)),
         fact("meta-world-size", "world size", str(meta.world_size ?? "—")),
         fact("check-groups", "groups", fmtCount(optNum(check.groups))),
-        fact("check-collectives", "collectives checked", fmtCount(optNum(check.collectives))),
+        // per rank, not summed over ranks: "24", or "24–25" when ranks differ
+        fact("check-collectives", "collectives per rank", perRank(check)),
         fact("check-status", "check", findings.length ? `${fmtCount(findings.length)} finding${findings.length === 1 ? "" : "s"}` : "consistent"),
         fact("meta-rank", "showing rank", str(rank.rank)),
         fact("meta-host", "host", str(meta.hostname ?? "—")),
+        fact("meta-ended", "ended by", meta.ended_by == null ? "not recorded" : str(meta.ended_by)),
         fact("total-collectives", "collectives", fmtCount(optNum(rank.collectives))),
         fact("total-bytes", "bytes", rank.bytes == null ? "not recorded" : fmtBytes(rank.bytes)),
         fact("total-time", "time", rank.seconds == null ? "not timed" : fmtSeconds(rank.seconds)),
@@ -1118,8 +1135,9 @@
         h("h2", {id: "detail-fqn"}, node.fqn),
         h("p", {id: "detail-type", class: "muted"}, str(node.raw.module_type) ||
           (node.parent ? "module type not recorded" : "pseudo-module: the whole run")),
-        flags.length ? h("ul", {id: "detail-findings", class: "flags"}, ...flags.map((f) =>
-          h("li", {"data-kind": str(f.kind)}, h("span", {class: "badge kind"}, str(f.kind)), " ", str(f.message)))) : null,
+        // replaceChildren, unlike h(), writes a null child as the text "null": spread nothing instead
+        ...(flags.length ? [h("ul", {id: "detail-findings", class: "flags"}, ...flags.map((f) =>
+          h("li", {"data-kind": str(f.kind)}, h("span", {class: "badge kind"}, str(f.kind)), " ", str(f.message))))] : []),
         h("h3", null, "Across ranks ", h("span", {class: "muted"}, "descendants included; min, median and max marked")),
         h("div", {class: "table-wrap"}, h("table", {id: "rank-stats", class: "grid compact"},
           h("thead", null, h("tr", null, ...["", "min", "median", "max", ""].map((t) => h("th", {class: t && "num"}, t)))),

@@ -1,0 +1,250 @@
+"""Which collectives are still running, and which failed: for the hang watchdog, for dumps written
+at a hang, and for collectives that raise after they were issued.
+
+A collective counts as finished when any of these happened:
+
+- its ``Work.wait()`` returned (``Work.wait`` is wrapped while a recording is active; the
+  synchronous c10d calls wait through it too),
+- its ``Work`` reads ``is_completed()``,
+- its output, or a view of it, was waited for (functional collectives: ``wait_tensor``, also
+  when ``AsyncCollectiveTensor`` waits from inside another op's dispatch, where no dispatch
+  mode sees it: its ``trigger_wait``/``wait`` are wrapped too),
+- a later collective on the same group finished: every member of the group issued this one
+  before that one, so it is no hang on the others.
+
+No single backend flag decides: gloo's ``reduce_scatter_tensor`` Work keeps reading
+``is_completed() == False`` after ``wait()`` returned, and has no future to ask, so trusting the
+flag made every healthy FSDP2 job look hung. A ``wait()`` that raises (a peer closed the
+connection, a timeout) marks the collective failed, with the error text.
+
+Nothing here is formatted or written: the mode asks :meth:`InFlight.unfinished` and hands the
+errors to the trace through the ``on_error`` callback.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["InFlight", "work_of"]
+
+# Work objects of collectives nobody waited for (fire-and-forget isend, a program that drops
+# its handles) are let go of beyond this many, oldest first: a Work holds buffers.
+_MAX_TRACKED = 4096
+
+
+class InFlight:
+    """The collectives of one recording that were issued and have not finished.
+
+    >>> flight = InFlight(on_error=lambda index, text: ...)          # doctest: +SKIP
+    >>> flight.issued(7, "0", 3, out, outputs)                         # doctest: +SKIP
+    >>> flight.unfinished(older_than_s=60)   # [(7, 61.2)] while it hangs   # doctest: +SKIP
+    """
+
+    def __init__(self, on_error: Callable[[int, str], None]) -> None:
+        self._on_error = on_error
+        self._lock = threading.Lock()  # the watchdog thread reads while the program writes
+        # event index -> (monotonic time issued, group name, seq or None, Work or None, ids of
+        # the output tensors whose wait finishes it)
+        self._issued: dict[int, tuple[float, str, int | None, Any, tuple[int, ...]]] = {}
+        self._by_work: dict[int, int] = {}  # id(Work) -> event index (the Work is held in _issued)
+        self._by_tensor: dict[int, int] = {}  # storage of a functional output -> event index
+        self._finished_seq: dict[str, int] = {}  # group -> highest seq known finished
+
+    # ---- the capture side -----------------------------------------------------------------
+
+    def issued(self, index: int, group: str, seq: int | None, out: Any, outputs: Any) -> None:
+        """A collective was just issued: ``out`` is what the op returned, ``outputs`` its
+        output tensors (a functional collective finishes when one of them is waited for)."""
+        work = work_of(out)
+        ids = () if work is not None else tuple(_storage_key(t) for t in _tensors(outputs if outputs is not None else out))
+        with self._lock:
+            self._issued[index] = (time.monotonic(), group, seq, work, ids)
+            if work is not None:
+                self._by_work[id(work)] = index
+            for i in ids:
+                self._by_tensor[i] = index
+            if len(self._issued) > 256:
+                self._forget_finished()
+
+    def work_waited(self, work: Any, error: BaseException | None = None) -> None:
+        """``work.wait()`` returned (or raised ``error``)."""
+        with self._lock:
+            index = self._by_work.pop(id(work), None)
+            if index is not None:
+                self._finish(index)
+        if index is not None and error is not None:
+            self._on_error(index, _describe(error))
+
+    def tensor_waited(self, tensor: Any, error: BaseException | None = None) -> None:
+        """``wait_tensor(tensor)`` returned (or raised ``error``)."""
+        with self._lock:
+            index = self._by_tensor.pop(_storage_key(tensor), None)
+            if index is not None:
+                self._finish(index)
+        if index is not None and error is not None:
+            self._on_error(index, _describe(error))
+
+    def failed(self, index: int, error: BaseException) -> None:
+        """The collective raised where the mode itself waited for it (``timing='sync'``)."""
+        with self._lock:
+            self._finish(index)
+        self._on_error(index, _describe(error))
+
+    def clear(self) -> None:
+        """Let go of every Work and tensor id (the recording ended)."""
+        with self._lock:
+            self._issued.clear()
+            self._by_work.clear()
+            self._by_tensor.clear()
+
+    # ---- the watchdog side ----------------------------------------------------------------
+
+    def unfinished(self, older_than_s: float = 0.0) -> list[tuple[int, float]]:
+        """(event index, age in seconds) of the collectives issued more than ``older_than_s``
+        ago and not finished, oldest first. Safe to call from another thread."""
+        now = time.monotonic()
+        with self._lock:
+            self._forget_finished()
+            stuck = [(index, now - entry[0]) for index, entry in self._issued.items() if now - entry[0] >= older_than_s]
+        return sorted(stuck, key=lambda pair: -pair[1])
+
+    # ---- internals (under the lock) ---------------------------------------------------------
+
+    def _finish(self, index: int) -> None:
+        entry = self._issued.pop(index, None)
+        if entry is None:
+            return
+        _, group, seq, work, ids = entry
+        if work is not None:
+            self._by_work.pop(id(work), None)
+        for i in ids:
+            if self._by_tensor.get(i) == index:
+                del self._by_tensor[i]
+        if seq is not None and seq > self._finished_seq.get(group, -1):
+            self._finished_seq[group] = seq
+
+    def _forget_finished(self) -> None:
+        for index, entry in list(self._issued.items()):
+            if entry[3] is not None and _completed(entry[3]):
+                self._finish(index)
+        for index, (_, group, seq, _, _) in list(self._issued.items()):
+            if seq is not None and seq < self._finished_seq.get(group, -1):
+                self._finish(index)  # a later call on its group finished
+        while len(self._issued) > _MAX_TRACKED:
+            self._finish(next(iter(self._issued)))
+
+
+def _storage_key(t: torch.Tensor) -> int:
+    """What a wait on ``t`` or on any view of it finds: its storage (as c10d's work registry
+    does); the tensor itself where there is no real storage (meta and fake tensors)."""
+    try:
+        ptr = t.untyped_storage().data_ptr()
+    except Exception:
+        ptr = 0
+    return ptr if ptr else id(t)
+
+
+def _completed(work: Any) -> bool:
+    try:
+        return bool(work.is_completed())
+    except Exception:
+        return False
+
+
+def _describe(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def work_of(out: Any) -> Any:
+    """The c10d Work an eager op returned (alone or after its tensors), or None."""
+    for item in out if isinstance(out, (tuple, list)) else (out,):
+        if isinstance(item, torch.ScriptObject):
+            try:
+                return dist.distributed_c10d.Work.unbox(item)
+            except Exception:
+                return None
+    return None
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    return []
+
+
+def _wrap_wait(original: Any, patch: Any) -> Any:
+    def wait(work: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            result = original(work, *args, **kwargs)
+        except BaseException as e:
+            for flight in list(patch.users):
+                flight.work_waited(work, e)
+            raise
+        for flight in list(patch.users):
+            flight.work_waited(work)
+        return result
+
+    return wait
+
+
+def _wrap_trigger_wait(original: Any, patch: Any) -> Any:
+    def trigger_wait(act: Any, *args: Any, **kwargs: Any) -> Any:
+        first = not getattr(act, "completed", True)
+        result = original(act, *args, **kwargs)
+        if first:
+            for flight in list(patch.users):
+                flight.tensor_waited(act.elem)
+        return result
+
+    return trigger_wait
+
+
+def _wrap_act_wait(original: Any, patch: Any) -> Any:
+    def wait(act: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(act, *args, **kwargs)
+        for flight in list(patch.users):
+            flight.tensor_waited(act.elem)
+        return result
+
+    return wait
+
+
+class _WaitPatches:
+    """The waits that tell a collective finished, wrapped once for all recordings: ``Work.wait``
+    on the base class and on the subclasses that define their own (the fake backend's
+    ``FakeWork``), and ``AsyncCollectiveTensor``'s waits, which run inside other ops' dispatch
+    where the recording's dispatch mode is off."""
+
+    def __init__(self) -> None:
+        from commdebug.capture.patches import ClassPatch
+
+        self.patches = [ClassPatch("torch._C._distributed_c10d", name, {"wait": _wrap_wait}) for name in ("Work", "FakeWork")]
+        self.patches.append(ClassPatch("torch.distributed._functional_collectives", "AsyncCollectiveTensor",
+                                       {"trigger_wait": _wrap_trigger_wait, "wait": _wrap_act_wait}))
+
+    def add(self, flight: InFlight) -> None:
+        for patch in self.patches:
+            patch.add(flight)
+
+    def remove(self, flight: InFlight) -> None:
+        for patch in self.patches:
+            patch.remove(flight)
+
+
+def work_patch() -> _WaitPatches:
+    """The one wrapper of ``Work.wait`` shared by all recordings (see :class:`ClassPatch`)."""
+    global _WORK_WAIT
+    if _WORK_WAIT is None:
+        _WORK_WAIT = _WaitPatches()
+    return _WORK_WAIT
+
+
+_WORK_WAIT: _WaitPatches | None = None

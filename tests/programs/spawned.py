@@ -1,0 +1,62 @@
+"""Ranks started the way PyTorch's DDP tutorial starts them: the parent never initialises a
+process group; ``torch.multiprocessing.spawn`` starts fresh interpreters that do, each with
+``init_process_group("gloo", rank=r, world_size=2)`` and MASTER_ADDR/MASTER_PORT from the
+environment.
+
+    python spawned.py [MODE]
+
+MODE: ``spawn`` (2 spawned ranks, the default), ``solo`` (this process alone, a world of 1),
+``none`` (never touches torch.distributed); with ``-abort`` appended (``spawn-abort``,
+``solo-abort``) every rank aborts (SIGABRT) in its interpreter's teardown after the program has
+finished, as torch 2.13's gloo teardown sometimes does.
+"""
+
+import os
+import socket
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+class AbortAtTeardown:
+    """Aborts the process when the interpreter frees it: in teardown, after every exit handler."""
+
+    def __del__(self, abort=os.abort):
+        abort()
+
+
+def abort_at_teardown() -> None:
+    # a module is freed only in interpreter teardown, after the atexit handlers have run
+    keeper = type(sys)("spawned_abort_keeper")
+    keeper.keep = AbortAtTeardown()
+    sys.modules[keeper.__name__] = keeper
+
+
+def work(rank: int, world: int, abort: bool) -> None:
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    dist.all_reduce(torch.ones(4) * rank)
+    dist.broadcast(torch.ones(8), src=0)
+    dist.barrier()
+    dist.destroy_process_group()
+    if abort:
+        abort_at_teardown()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+if __name__ == "__main__":
+    mode, _, abort = (sys.argv[1] if len(sys.argv) > 1 else "spawn").partition("-")
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(free_port())
+    if mode == "spawn":
+        mp.spawn(work, args=(2, bool(abort)), nprocs=2, join=True)
+    elif mode == "solo":
+        work(0, 1, bool(abort))
+    else:
+        print(f"no torch.distributed here: {torch.ones(2).sum().item()}")
