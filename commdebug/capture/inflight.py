@@ -30,7 +30,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-__all__ = ["InFlight", "work_of"]
+__all__ = ["InFlight", "work_of", "tensors"]
 
 # Work objects of collectives nobody waited for (fire-and-forget isend, a program that drops
 # its handles) are let go of beyond this many, oldest first: a Work holds buffers.
@@ -61,7 +61,7 @@ class InFlight:
         """A collective was just issued: ``out`` is what the op returned, ``outputs`` its
         output tensors (a functional collective finishes when one of them is waited for)."""
         work = work_of(out)
-        ids = () if work is not None else tuple(_storage_key(t) for t in _tensors(outputs if outputs is not None else out))
+        ids = () if work is not None else tuple(_storage_key(t) for t in tensors(outputs if outputs is not None else out))
         with self._lock:
             self._issued[index] = (time.monotonic(), group, seq, work, ids)
             if work is not None:
@@ -73,17 +73,15 @@ class InFlight:
 
     def work_waited(self, work: Any, error: BaseException | None = None) -> None:
         """``work.wait()`` returned (or raised ``error``)."""
-        with self._lock:
-            index = self._by_work.pop(id(work), None)
-            if index is not None:
-                self._finish(index)
-        if index is not None and error is not None:
-            self._on_error(index, _describe(error))
+        self._waited(self._by_work, id(work), error)
 
     def tensor_waited(self, tensor: Any, error: BaseException | None = None) -> None:
         """``wait_tensor(tensor)`` returned (or raised ``error``)."""
+        self._waited(self._by_tensor, _storage_key(tensor), error)
+
+    def _waited(self, table: dict[int, int], key: int, error: BaseException | None) -> None:
         with self._lock:
-            index = self._by_tensor.pop(_storage_key(tensor), None)
+            index = table.pop(key, None)
             if index is not None:
                 self._finish(index)
         if index is not None and error is not None:
@@ -172,11 +170,12 @@ def work_of(out: Any) -> Any:
     return None
 
 
-def _tensors(value: Any) -> list[torch.Tensor]:
+def tensors(value: Any) -> list[torch.Tensor]:
+    """The tensors in an op's argument or result (nested lists and tuples flattened)."""
     if isinstance(value, torch.Tensor):
         return [value]
     if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _tensors(v)]
+        return [t for v in value for t in tensors(v)]
     return []
 
 

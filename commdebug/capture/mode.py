@@ -17,7 +17,7 @@ from commdebug import ops as _ops
 from commdebug.capture.config import Options, read_config
 from commdebug.capture.groups import GroupResolver
 from commdebug.capture.pipelining import PipelineTags
-from commdebug.capture.inflight import InFlight, work_patch
+from commdebug.capture.inflight import InFlight, tensors, work_patch
 from commdebug.capture.metadata import distributed_metadata, now, run_metadata
 from commdebug.capture.timing import AsyncTimer, SyncTimer, nvtx_label
 from commdebug.capture.tracker import BACKWARD, CHECKPOINT, FORWARD, ModuleTracker
@@ -825,7 +825,7 @@ def _text(value: Any, as_type: type | None = None) -> str:
 
 
 def _on_cuda(args: tuple) -> bool:
-    return torch.cuda.is_available() and any(t.is_cuda for t in _tensors(args))
+    return torch.cuda.is_available() and any(t.is_cuda for t in tensors(args))
 
 
 def _wait(out: Any, spec: _ops.CollectiveSpec, args: tuple, kwargs: dict) -> None:
@@ -837,7 +837,7 @@ def _wait(out: Any, spec: _ops.CollectiveSpec, args: tuple, kwargs: dict) -> Non
             waited = True
     if not waited:
         result = _ops.pick(spec.outputs, args, kwargs, out)
-        for t in _tensors(result if result is not None else out):
+        for t in tensors(result if result is not None else out):
             torch.ops._c10d_functional.wait_tensor(t)
 
 
@@ -846,10 +846,3 @@ def _first_tensor(value: Any) -> torch.Tensor | None:
         value = value[0]
     return value if isinstance(value, torch.Tensor) else None
 
-
-def _tensors(value: Any) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _tensors(v)]
-    return []
