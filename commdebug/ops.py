@@ -2,8 +2,8 @@
 
 Every collective the dispatch mode can see is one row of ``_TABLE``. A row says where the
 op's input and output tensors and its process group sit in the call, which tensors make up the
-message size S, and the bus-bandwidth factor, both following nccl-tests' conventions (see
-shared/design.md). Adding an op is adding one row.
+message size S, and the bus-bandwidth factor, both following nccl-tests' conventions
+(doc/PERFORMANCE.md there; docs/reading-the-numbers.md here). Adding an op is adding one row.
 """
 
 from __future__ import annotations
