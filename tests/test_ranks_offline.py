@@ -39,12 +39,12 @@ def folders(tmp_path_factory) -> Path:
 def test_consistent_folder_exits_0(folders):
     proc = cli("check", str(folders / "ok"))
     # per rank, not summed: the even ranks also all_gather on their group; each rank's last call
-    # (ranks 0 and 1 end with their send/recv) and its ending (not recorded: no `commdebug run`)
+    # (ranks 0 and 1 end with their send/recv) and its ending (the `with` block ended normally)
     at = f"at {PROGRAM}:"
     assert (proc.returncode, proc.stdout) == (0, "consistent: 4 ranks, 2 groups, 4-6 collectives per rank\n"
-        f"  rank 0: ending not recorded; last send to rank 1 on default_pg[4] {at}{line_of('dist.send(')}\n"
-        f"  rank 1: ending not recorded; last recv from rank 0 on default_pg[4] {at}{line_of('dist.recv(')}\n"
-        f"  ranks 2-3: ending not recorded; last all_reduce #3 on default_pg[4] {at}{line_of('dist.all_reduce(torch.ones(16))')}\n")
+        f"  rank 0: the CommDebugMode context ended normally; last send to rank 1 on default_pg[4] {at}{line_of('dist.send(')}\n"
+        f"  rank 1: the CommDebugMode context ended normally; last recv from rank 0 on default_pg[4] {at}{line_of('dist.recv(')}\n"
+        f"  ranks 2-3: the CommDebugMode context ended normally; last all_reduce #3 on default_pg[4] {at}{line_of('dist.all_reduce(torch.ones(16))')}\n")
 
 
 def test_skipped_collective_names_the_rank_that_stopped_short(folders):

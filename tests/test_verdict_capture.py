@@ -186,3 +186,15 @@ def test_dtensor_collectives_waited_inside_other_ops_are_finished(world, tp_tran
         torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
         assert [e.op for e in comm.trace.events][-1] == "all_reduce"
         assert comm.in_flight() == []
+
+
+def test_the_dump_says_how_the_recording_ended(world):
+    comm = CommDebugMode()
+    with comm:
+        dist.all_reduce(torch.ones(1))
+    assert comm.trace.metadata["ended_by"] == "context exit"
+    with pytest.raises(ValueError):
+        with comm:
+            dist.all_reduce(torch.ones(1))
+            raise ValueError("bad batch")
+    assert comm.trace.metadata["ended_by"] == "ValueError: bad batch"

@@ -320,3 +320,25 @@ def test_run_id_is_read_cheaply_and_only_from_keys(tmp_path):
     f.write_text("{not json")
     assert run_id_of(f) is None  # reading it later says what is wrong
     assert run_id_of(FR / "pickle" / "fr_trace_0") is None
+
+
+def test_a_short_rank_is_shown_with_its_own_last_call(tmp_path):
+    """Found on torchtitan's plan: rank 3 ran one step of a copied script and the finding showed
+    rank 3's last call with another rank's source line."""
+    folder = _synthetic(tmp_path, 4)
+    f = folder / "rank3.json"
+    dump = json.loads(f.read_text())
+    events = dump["commdebug"]["events"]
+    keep = events["count"] - 5
+    events["columns"] = {k: v[:keep] for k, v in events["columns"].items()}
+    events["count"] = keep
+    strings = events["strings"]
+    strings.append("other_script.py:7")
+    events["columns"]["source"][keep - 1] = len(strings) - 1
+    f.write_text(json.dumps(dump))
+    result = check_path(folder)
+    [missing] = [x for x in result.findings if x.kind == "missing"]
+    short = [s for s in missing.sides if s.ranks == [3]]
+    assert short and short[0].source == "other_script.py:7" and short[0].last_call
+    assert "     rank 3 (last call on the group): " in render_check(result)
+    assert missing.to_dict()["sides"][-1]["last_call"] is True

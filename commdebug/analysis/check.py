@@ -58,6 +58,7 @@ class Side:
     module: str | None = None
     source: str | None = None
     in_flight: bool = False
+    last_call: bool = False  # what these ranks did last on the group, not the call in question
 
 
 @dataclass
@@ -185,6 +186,7 @@ class _Group:
         self.flight = array("b")
         self.members: dict[int, int] = {}  # rank -> its last sequence number (-1: none)
         self.first_of: dict[int, int] = {}  # rank -> its first kept sequence number
+        self.last_of: dict[int, tuple[int, int, bool]] = {}  # rank -> its own last call: (sig, ctx, unfinished)
         self.divergent: dict[int, dict[int, list[int]]] = {}  # seq -> sig id -> ranks
         self.diverge_ctx: dict[tuple[int, int], int] = {}  # (seq, sig) -> ctx id of one of them
         self.in_flight: dict[int, list[int]] = {}  # seq -> ranks with it unfinished
@@ -250,6 +252,8 @@ class _Checker:
         events.sort(key=lambda e: e.seq)
         g.members[rank] = events[-1].seq
         g.first_of[rank] = events[0].seq
+        last = events[-1]
+        g.last_of[rank] = (self.sigs((last.op, last.size_bytes, last.dtype)), self.ctxs((last.module, last.source)), last.in_flight)
         if g.ref_rank is None:  # the first member seen is the reference
             g.ref_rank, g.first = rank, events[0].seq
             for e in events:
@@ -376,13 +380,11 @@ class _Checker:
             else:
                 msg = f"group {g.label} seq {stop}: {who(missing)} never issued it; the other {len(ahead)} did"
             sides = [side]
-            for r in missing:  # what each short rank did last on this group
-                l = g.members[r]
-                p = l - g.first
-                if l >= 0 and 0 <= p < len(g.sig):
-                    sides.append(self._side([r], g.sig[p], g.ctx[p]))
-                else:
-                    sides.append(Side([r]))
+            for r in missing:  # what each short rank did last on this group: its own record of it
+                last = g.last_of.get(r)
+                side = self._side([r], *last) if last is not None else Side([r])
+                side.last_call = True
+                sides.append(side)
             self.findings.append(Finding("missing", g.label, stop, msg, sides))
         elif g.in_flight and min(g.in_flight) not in g.divergent:  # a hang where everyone issued the call
             seq = min(g.in_flight)

@@ -72,6 +72,8 @@ class _Unset:
 
 
 _UNSET: Any = _Unset()  # an option not given: the environment or the default decides
+# metadata.ended_by of a recording whose ``with`` block ended without an exception
+CONTEXT_EXIT = "context exit"
 log = logging.getLogger("commdebug")
 _SAID: set[str] = set()
 
@@ -264,6 +266,9 @@ class CommDebugMode(TorchDispatchMode):
             self._unfinished_at_exit = self._flight.unfinished()
             self._flight.clear()
             meta = self.trace.metadata
+            # how the recording ended, for `check`; `commdebug run` says how the program did
+            error = exc[1] if len(exc) > 1 else None
+            meta.setdefault("ended_by", CONTEXT_EXIT if error is None else f"{type(error).__name__}: {error}")
             meta["end_time"] = now()
             meta["elapsed_s"] = time.perf_counter() - self._t0
             meta["recorded_s"] = self._recorded_s

@@ -56,12 +56,13 @@ def _header(result: CheckResult) -> str:
 
 def describe_side(side: Side) -> str:
     """"ranks 0-2: all_reduce 1.00 KiB float32 (unfinished) in Global at train.py:3"."""
+    ranks = who(side.ranks) + (" (last call on the group)" if side.last_call else "")
     if side.op is None:
-        return f"{who(side.ranks)}: nothing"
+        return f"{ranks}: nothing"
     what = f"{side.op} {format_bytes(side.size_bytes or 0)}{' ' + side.dtype if side.dtype else ''}"
     where = "".join(f" {k} {v}" for k, v in (("in", side.module), ("at", side.source)) if v and v != "?")
     flight = " (unfinished)" if side.in_flight else ""
-    return f"{who(side.ranks)}: {what}{flight}{where}"
+    return f"{ranks}: {what}{flight}{where}"
 
 
 def describe_last(last: LastCall | None) -> str:
@@ -82,6 +83,8 @@ def _ending(s: RankSummary) -> str:
         return "ending not recorded" + (" (Flight Recorder dump)" if s.source_format == "flight-recorder" else "")
     if s.ended_by == "hang":
         return "hung (dump written by the hang watchdog)"
+    if s.ended_by == "context exit":
+        return "the CommDebugMode context ended normally"
     lines = s.ended_by.strip().splitlines() or [""]
     text = _CPP_LOCATION.sub(r"\1", lines[0])
     if len(text) > ENDING_CHARS or len(lines) > 1:
