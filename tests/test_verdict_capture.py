@@ -198,3 +198,14 @@ def test_the_dump_says_how_the_recording_ended(world):
             dist.all_reduce(torch.ones(1))
             raise ValueError("bad batch")
     assert comm.trace.metadata["ended_by"] == "ValueError: bad batch"
+
+
+def test_calls_nobody_waits_for_cost_no_scan_per_collective_and_stay_bounded(monkeypatch):
+    scans = []
+    original = InFlight._forget_finished
+    monkeypatch.setattr(InFlight, "_forget_finished", lambda self: (scans.append(len(self._issued)), original(self))[1])
+    flight = InFlight(on_error=lambda index, text: None)
+    for index in range(6000):  # functional outputs never waited for (results dropped)
+        flight.issued(index, "0", None, torch.empty(1), None)
+    assert len(scans) <= 6  # 257, 515, 1031, 2063, 4127: doubling, not one per call
+    assert len(flight.unfinished()) == 4096  # the oldest let go beyond the bound

@@ -54,6 +54,7 @@ class InFlight:
         self._by_work: dict[int, int] = {}  # id(Work) -> event index (the Work is held in _issued)
         self._by_tensor: dict[int, int] = {}  # storage of a functional output -> event index
         self._finished_seq: dict[str, int] = {}  # group -> highest seq known finished
+        self._scan_at = 256  # how many tracked calls make `issued` forget the finished ones
 
     # ---- the capture side -----------------------------------------------------------------
 
@@ -68,8 +69,11 @@ class InFlight:
                 self._by_work[id(work)] = index
             for i in ids:
                 self._by_tensor[i] = index
-            if len(self._issued) > 256:
+            if len(self._issued) > self._scan_at:
                 self._forget_finished()
+                # calls nobody waits for pile up: scan again only once their number has doubled,
+                # so the capture path never pays a scan per collective
+                self._scan_at = max(256, 2 * len(self._issued))
 
     def work_waited(self, work: Any, error: BaseException | None = None) -> None:
         """``work.wait()`` returned (or raised ``error``)."""

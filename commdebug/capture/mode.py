@@ -531,9 +531,6 @@ class CommDebugMode(TorchDispatchMode):
 
     # ---- in flight (hang detection) ----------------------------------------------------------
 
-    def track_in_flight(self) -> None:
-        """Kept for callers of earlier versions: collectives in flight are always tracked now."""
-
     def _wait(self, func, args: tuple, kwargs: dict):
         try:
             out = func(*args, **kwargs)

@@ -97,7 +97,6 @@ class RecordingSession:
             self._previous_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
             self._watch_signals()
         if self.hang_timeout is not None:
-            self.mode.track_in_flight()
             threading.Thread(target=self._watch, name="commdebug-hang-watchdog", daemon=True).start()
         return self
 
