@@ -84,7 +84,7 @@ def _events(rank: int, world: int, n: int, odd: bool):
 
 def write_folder(folder: Path, ranks: int, events: int) -> int:
     """Write the job's dumps; returns the rank with the planted mismatch."""
-    from commdebug.fileio import write_text_atomic
+    from commdebug.fileio import write_output
     from commdebug.model.dump import to_dump_dict
     from commdebug.model.trace import Trace
 
@@ -98,7 +98,7 @@ def write_folder(folder: Path, ranks: int, events: int) -> int:
             trace.add_event(e)
         trace.metadata.update({"rank": rank, "world_size": ranks, "backend": "nccl", "hostname": f"node{rank // 8}",
                                "elapsed_s": 60.0, "recorded_s": 60.0, "timing": "async"})
-        write_text_atomic(folder / f"rank{rank}.json", json.dumps(to_dump_dict(trace, noise_level=0), separators=(",", ":")))
+        write_output(folder / f"rank{rank}.json", json.dumps(to_dump_dict(trace, noise_level=0), separators=(",", ":")))
         written += 1
         if written % 128 == 0:
             print(f"  wrote {written}/{ranks} dumps ({time.perf_counter() - t0:.0f} s)", file=sys.stderr)

@@ -1,7 +1,7 @@
 """Folder-page first paint for 64 ranks of a 96-layer tensor-parallel transformer (target: the
 first tree level painted under 1 s after navigation start in headless Chromium).
 
-Writes a synthetic job (visualizer.synthetic.write_rank_dumps: 64 per-rank schema-2 dumps of one
+Writes a synthetic job (tests/synthetic.py.write_rank_dumps: 64 per-rank schema-2 dumps of one
 training step, TP groups of 8, every rank a little slower than the last, and with --mismatch one
 rank issuing one call twice as large), builds the page with visualizer.write_ranks_html, and
 opens it in a fresh headless Chromium per run so every load is cold. The page stamps
@@ -27,9 +27,11 @@ try:
 except ImportError:  # a checkout that is not installed
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import visualizer
+# the synthetic dumps are test scaffolding: they live beside the tests
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from coldload import cold_loads, verdict
-from visualizer.synthetic import write_rank_dumps
+from synthetic import write_rank_dumps
 
 TIMINGS = """() => {
     const parsed = performance.getEntriesByName("commdebug:parsed")[0];

@@ -1,6 +1,6 @@
 """Viewer first-draw time on a 96-layer tensor-parallel transformer dump (target: under 1 s).
 
-Builds a synthetic schema-2 dump of 3 training steps (visualizer.synthetic: ~1.9k modules, ~20k
+Builds a synthetic schema-2 dump of 3 training steps (tests/synthetic.py: ~1.9k modules, ~20k
 op rows, ~1.5k events), writes its page, and opens it in headless Chromium, a fresh browser per
 run so every load is cold. The page stamps window.__commdebugReady (ms since navigation start)
 once the tree's first level is in the DOM, and marks "commdebug:parsed" after JSON.parse. Prints
@@ -25,9 +25,11 @@ try:
 except ImportError:  # a checkout that is not installed
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import visualizer
+# the synthetic dumps are test scaffolding: they live beside the tests
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from coldload import cold_loads, verdict
-from visualizer.synthetic import transformer_dump
+from synthetic import transformer_dump
 
 TIMINGS = """() => {
     const parsed = performance.getEntriesByName("commdebug:parsed")[0];

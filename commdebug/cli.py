@@ -76,6 +76,35 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+def _option(parser: argparse.ArgumentParser, *names: str, hidden: tuple[str, ...] = (), **kwargs: Any) -> None:
+    """Add an option under its canonical ``names``, and its old spellings ``hidden`` as a second
+    option writing the same attribute: they keep working but stay out of ``-h`` and docs/cli.md,
+    so that one concept has one name on every verb.
+
+    >>> _option(demo, "--noise-level", hidden=("--noise",), type=noise_level, default=0, help="...")  # doctest: +SKIP
+    """
+    action = parser.add_argument(*names, **kwargs)
+    if hidden:
+        # default=SUPPRESS: the alias must not overwrite the canonical option's default
+        parser.add_argument(*hidden, **{**kwargs, "dest": action.dest, "help": argparse.SUPPRESS, "default": argparse.SUPPRESS})
+
+
+def _noise_level_option(parser: argparse.ArgumentParser, default: int, help: str) -> None:
+    _option(parser, "--noise-level", hidden=("--noise",), type=noise_level, default=default, metavar="N", help=help)
+
+
+def _out_option(parser: argparse.ArgumentParser, default: str | None, help: str) -> None:
+    _option(parser, "-o", "--out", hidden=("--output", "--out-dir"), default=default, metavar="OUT", help=help)
+
+
+# one name per kind of input, in every verb: the metavar and the Namespace attribute
+DUMP_HELP = "a JSON dump (ours or torch's CommDebugMode's)"
+DUMPS_HELP = "a JSON dump, or a folder of rank dumps (rank<N>.json) of one run"
+
+# verbs kept for old command lines, left out of -h and docs/cli.md: name -> the verb it is now
+HIDDEN_VERBS = {"viewer": "view"}
+
+
 def _parser() -> argparse.ArgumentParser:
     from commdebug.analysis.summary import BY
 
@@ -92,32 +121,32 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--layers", type=positive_int, default=4, help="transformer layers, >= 1 (default 4)")
     demo.add_argument("--steps", type=positive_int, default=2, help="training steps, >= 1 (default 2)")
     demo.add_argument("--checkpoint", action="store_true", help="activation-checkpoint every layer (default off)")
-    demo.add_argument("--noise-level", type=noise_level, default=0, help="table noise level 0-3 (default 0)")
-    demo.add_argument("--out-dir", default="commdebug_demo", help="folder for the files (default ./commdebug_demo)")
+    _noise_level_option(demo, 0, "table noise level 0-3 (default 0)")
+    _out_option(demo, "commdebug_demo", "folder for the files (default ./commdebug_demo)")
 
-    view = verb("view", "write the HTML viewer of a JSON dump (ours or torch's CommDebugMode's) or of a folder of rank dumps")
-    view.add_argument("dump", help="a JSON dump, or a folder of rank<N>.json dumps")
-    view.add_argument("-o", "--output", help="HTML file; {rank}/{world_size} allowed (default: the dump's name with .html; for a folder, FOLDER/index.html)")
-    view.add_argument("--open", action="store_true", help="open it in the browser (default off)")
+    view = verb("view", "write the HTML viewer of a JSON dump (ours or torch's CommDebugMode's) or of a folder of rank dumps; with neither, an empty viewer to drop any dump on")
+    view.add_argument("dumps", nargs="?", metavar="DUMPS", help=DUMPS_HELP + " (default: none, an empty viewer)")
+    _view_options(view, "HTML file; {rank}/{world_size} allowed (default: the dump's name with .html; for a folder, FOLDER/index.html; with no DUMPS, commdebug_viewer.html)")
     view.add_argument("--cluster", default=None, help="for one dump, add predicted times on this preset or cluster JSON file (default: the dump's own metadata.cluster, if any)")
 
-    viewer = verb("viewer", "write an empty viewer page: drop any dump on it")
-    viewer.add_argument("-o", "--output", default="commdebug_viewer.html", help="HTML file (default commdebug_viewer.html)")
-    viewer.add_argument("--open", action="store_true", help="open it in the browser (default off)")
+    viewer = verbs.add_parser("viewer", description="The same as `commdebug view` with no DUMPS: an empty viewer page.")
+    _view_options(viewer, "HTML file (default commdebug_viewer.html)")
+    viewer.set_defaults(dumps=None, cluster=None)
 
     table = verb("table", "print the tracing table of a JSON dump")
-    table.add_argument("dump", help="a JSON dump (ours or torch's CommDebugMode's)")
-    table.add_argument("--noise-level", type=noise_level, default=0, help="table noise level 0-3 (default 0)")
+    table.add_argument("dump", metavar="DUMP", help=DUMP_HELP)
+    _noise_level_option(table, 0, "table noise level 0-3 (default 0)")
     table.add_argument("--cluster", default=None, help="at noise level 1-3, add each collective line's predicted time on this preset or cluster JSON file (default: the dump's own metadata.cluster, if any)")
 
-    summary = verb("summary", "print the summary of a dump: counts, bytes, latency and bandwidth by op, size, module...")
-    summary.add_argument("dump", help="a JSON dump written by commdebug")
+    summary = verb("summary", "print the summary of a dump or of a folder of rank dumps: counts, bytes, latency and bandwidth by op, size, module, group, step or phase; for a folder, also each row's spread across ranks")
+    summary.add_argument("dumps", metavar="DUMPS", help=DUMPS_HELP)
     summary.add_argument("--by", default="op", help=f"grouping, one of: {', '.join(BY)} (default op)")
     summary.add_argument("--json", action="store_true", help="print rows as JSON with stable keys (default text)")
+    summary.add_argument("--no-header", dest="header", action="store_false", help="leave out the header (host, times, notes): only the rows (default: with header)")
     summary.add_argument("--cluster", default=None, help="also predict each row's time on this preset or cluster JSON file (default: the dump's own metadata.cluster, if any)")
 
     estimate = verb("estimate", "predict the communication time of a dump's collectives on a target cluster (a model, not a measurement)")
-    estimate.add_argument("dump", nargs="?", help="a JSON dump written by commdebug (fake process group plans too)")
+    estimate.add_argument("dump", nargs="?", metavar="DUMP", help="a JSON dump written by commdebug (fake process group plans too)")
     estimate.add_argument("--cluster", default=None, help="a preset (see --list) or a cluster JSON file (default: the dump's metadata.cluster)")
     estimate.add_argument("--by", default="op", help=f"grouping, one of: {', '.join(BY)} (default op)")
     estimate.add_argument("--ranks-per-node", type=positive_int, default=None, help="ranks per node, >= 1, nodes being consecutive blocks of ranks (default: the cluster's gpus_per_node)")
@@ -125,15 +154,15 @@ def _parser() -> argparse.ArgumentParser:
     estimate.add_argument("--list", action="store_true", help="list the preset clusters with their figures and sources, and exit (default off)")
 
     calibrate = verb("calibrate", "fit a cluster's latency and bandwidth from nccl-tests text output and write a cluster JSON")
-    calibrate.add_argument("files", nargs="+", help="nccl-tests outputs (all_reduce_perf, all_gather_perf, reduce_scatter_perf, ...), one run per file")
-    calibrate.add_argument("-o", "--output", default="cluster.json", help="cluster JSON file to write (default cluster.json)")
+    calibrate.add_argument("files", nargs="+", metavar="NCCL_TESTS_OUTPUT", help="nccl-tests outputs (all_reduce_perf, all_gather_perf, reduce_scatter_perf, ...), one run per file")
+    _out_option(calibrate, "cluster.json", "cluster JSON file to write (default cluster.json)")
     calibrate.add_argument("--gpus-per-node", type=positive_int, default=None, help="GPUs per node, >= 1 (default: ranks per host in the files' '#  Rank' lines)")
     calibrate.add_argument("--base", default=None, help="preset or cluster file giving a link no file measured (default: none; then both links must be measured)")
     calibrate.add_argument("--name", default="calibrated", help="the cluster's name (default calibrated)")
 
-    run = verb("run", "run a Python program, unchanged, under CommDebugMode and write traces/rank<R>.json however it ends")
-    run.add_argument("--out", default="commdebug_traces", help="folder for the per-rank dumps (default ./commdebug_traces)")
-    run.add_argument("--noise", type=noise_level, default=3, help="noise level of what the dump keeps, 0-3 (default 3: everything)")
+    run = verb("run", "run a Python program, unchanged, under CommDebugMode and write OUT/rank<R>.json however it ends")
+    _out_option(run, "commdebug_traces", "folder for the per-rank dumps (default ./commdebug_traces)")
+    _noise_level_option(run, 3, "noise level of what the dump keeps, 0-3 (default 3: everything)")
     run.add_argument("--timing", nargs="?", const="sync", default=None, choices=("sync", "async"),
                      help="time each collective: sync (waits for each; serialises communication) or async (NCCL's own timing); bare --timing means sync (default off)")
     run.add_argument("--start-step", type=step_number, default=None, help="first step to record, >= 0 (default: from the start)")
@@ -141,30 +170,35 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--hang-timeout", type=seconds, default=None, help="write the dump when a collective is stuck this many seconds, > 0 (default off)")
     run.add_argument("--ops", default=None, help="comma-separated collectives to record only, e.g. all_reduce,all_gather (default all)")
     run.add_argument("-m", dest="module", action="store_true", help="the program is a module name (as python -m), not a script")
-    run.add_argument("program", nargs=argparse.REMAINDER, help="-- script.py ARGS... (or -m module ARGS...)")
+    run.add_argument("program", nargs=argparse.REMAINDER, metavar="PROGRAM", help="-- script.py ARGS... (or -m module ARGS...)")
 
     hook = verb("hook", "install or remove the start-up hook that records any program when COMMDEBUG=1")
     hook.add_argument("action", choices=("install", "uninstall", "status"), help="install, uninstall or status")
     hook.add_argument("--site-dir", default=None, help="site-packages folder (default: this environment's)")
 
     report = verb("report", "per-rank and per-op report of a folder of rank dumps (mpitrace-style min/median/max, stragglers)")
-    report.add_argument("path", help="a folder of rank dumps, or one dump")
+    report.add_argument("dumps", metavar="DUMPS", help=DUMPS_HELP)
     report.add_argument("--json", action="store_true", help="print JSON (default text)")
 
     check = verb("check", "check that the ranks' collectives match (order, op, size, dtype, send/recv pairs); exit 0 consistent, 1 not, 2 bad input")
-    check.add_argument("path", help="a folder of rank dumps (ours or PyTorch Flight Recorder's), or one dump")
+    check.add_argument("dumps", metavar="DUMPS", help=DUMPS_HELP + "; PyTorch Flight Recorder dumps too")
     check.add_argument("--json", action="store_true", help="print JSON (default text)")
 
     diff = verb("diff", "compare two dumps (or folders) per module, phase and op; exit 0 same, 1 different, 2 bad input")
-    diff.add_argument("a", help="a dump or a folder of rank dumps")
-    diff.add_argument("b", help="the same kind as A")
+    diff.add_argument("before", metavar="BEFORE", help="the reference: " + DUMPS_HELP)
+    diff.add_argument("after", metavar="AFTER", help="the run to compare, the same kind as BEFORE")
     diff.add_argument("--json", action="store_true", help="print JSON (default text)")
 
     trace = verb("trace", "write a Chrome trace (Perfetto, chrome://tracing) of a dump or a folder of rank dumps")
-    trace.add_argument("path", help="a folder of rank dumps, or one dump")
-    trace.add_argument("-o", "--output", default="commdebug_trace.json", help="trace file (default commdebug_trace.json)")
+    trace.add_argument("dumps", metavar="DUMPS", help=DUMPS_HELP)
+    _out_option(trace, "commdebug_trace.json", "trace file (default commdebug_trace.json)")
     trace.add_argument("--cluster", default=None, help="add a track of predicted times per rank on this preset or cluster JSON file (default: each dump's own metadata.cluster, if any)")
     return parser
+
+
+def _view_options(parser: argparse.ArgumentParser, out_help: str) -> None:
+    _out_option(parser, None, out_help)
+    parser.add_argument("--open", action="store_true", help="open it in the browser (default off)")
 
 
 def _open(path: Path) -> None:
@@ -187,37 +221,44 @@ def _show(result: Any, render: Callable[[Any], str], as_json: bool) -> None:
 def _demo(args: argparse.Namespace) -> int:
     from commdebug.demo import run_demo
 
-    run_demo(args.world_size, args.layers, args.steps, args.out_dir, args.noise_level, args.checkpoint)
+    run_demo(args.world_size, args.layers, args.steps, args.out, args.noise_level, args.checkpoint)
     return OK
 
 
 def _view(args: argparse.Namespace) -> int:
     import visualizer
-    from commdebug.fileio import output_file
-    from commdebug.model.dump import from_dump_dict, read_dump_json
+    from commdebug.analysis.rank_modules import rank_modules
+    from commdebug.fileio import output_file, write_output
+    from commdebug.formats.readers import load
 
-    src = Path(args.dump)
     cluster = _cluster(args.cluster)
     unread: list[str] = []
-    if src.is_dir():
+    if args.dumps is None:
+        if cluster is not None:
+            raise UsageError("--cluster needs a dump: commdebug view DUMP --cluster NAME|FILE")
+        out = output_file(args.out or "commdebug_viewer.html", "HTML file")
+        write_output(out, visualizer.render_html(None))
+    elif Path(args.dumps).is_dir():
+        src = Path(args.dumps)
         if cluster is not None:
             raise UsageError(f"{src}: --cluster works with one dump; the folder page shows no predictions yet")
-        out = output_file(args.output or src / "index.html", "HTML file")
-        path, unread = visualizer.write_ranks_page(out, src, title=f"commdebug: {src.name or src.resolve().name}")
+        out = output_file(args.out or src / "index.html", "HTML file")
+        folder = rank_modules(src)
+        write_output(out, visualizer.render_ranks_html(folder, title=f"commdebug: {src.name or src.resolve().name}"))
+        unread = folder.errors
     else:
-        data = read_dump_json(src)
-        trace = from_dump_dict(data, str(src))  # refuse what the page could not show
-        meta = trace.metadata
-        out = args.output if args.output is not None else str(src.with_suffix(".html"))
-        out = output_file(_expand(out, meta), "HTML file")
+        src = Path(args.dumps)
+        trace = load(src)
+        out = args.out if args.out is not None else str(src.with_suffix(".html"))
+        out = output_file(_expand(out, trace.metadata), "HTML file")
         if out.resolve() == src.resolve():
             raise CommDebugError(f"{out}: the output would overwrite the dump; choose another -o")
-        path = visualizer.write_html(out, data, title=f"commdebug: {src.name}", cluster=cluster)
-    print(path)
+        write_output(out, visualizer.render_html(trace, title=f"commdebug: {src.name}", cluster=cluster))
+    print(out)
     for problem in unread:  # the page shows the readable ranks; the terminal must not look clean
         print(f"commdebug: error: {problem}", file=sys.stderr)
     if args.open:
-        _open(path)
+        _open(out)
     return ERROR if unread else OK
 
 
@@ -227,20 +268,9 @@ def _expand(name: str, meta: dict[str, Any]) -> str:
     return expand_placeholders(name, int(meta.get("rank") or 0), int(meta.get("world_size") or 1))
 
 
-def _viewer(args: argparse.Namespace) -> int:
-    import visualizer
-    from commdebug.fileio import output_file
-
-    path = visualizer.write_html(output_file(args.output, "HTML file"), None)
-    print(path)
-    if args.open:
-        _open(path)
-    return OK
-
-
 def _table(args: argparse.Namespace) -> int:
     from commdebug.analysis.predicted import trace_predictions
-    from commdebug.model.dump import load
+    from commdebug.formats.readers import load
     from commdebug.render.table import render_table
 
     cluster = _cluster(args.cluster)
@@ -257,18 +287,21 @@ def _table(args: argparse.Namespace) -> int:
 def _single_dump(path: str, verb: str) -> Path:
     p = Path(path)
     if p.is_dir():
-        raise CommDebugError(f"{p}: is a folder; `commdebug {verb}` reads one dump (for a folder of ranks use `commdebug report`)")
+        raise CommDebugError(f"{p}: is a folder; `commdebug {verb}` reads one dump (give one rank's, e.g. {p / 'rank0.json'})")
     return p
 
 
 def _summary(args: argparse.Namespace) -> int:
-    from commdebug.analysis.summary import parse_by, summarize
-    from commdebug.model.dump import load
-    from commdebug.render.summary import render_summary
+    from commdebug.analysis.summary import parse_by, summarize_path
+    from commdebug.render.summary import render_summary, summary_dict
 
     by = parse_by(args.by)  # a bad --by fails before the file is read
     cluster = _cluster(args.cluster)
-    _show(summarize(load(_single_dump(args.dump, "summary")), by, cluster), render_summary, args.json)
+    summary = summarize_path(args.dumps, by, cluster)
+    if args.json:
+        _print_json(summary_dict(summary, header=args.header))
+    else:
+        sys.stdout.write(render_summary(summary, header=args.header))
     return OK
 
 
@@ -289,7 +322,7 @@ def _cluster(spec: str | None) -> Any:
 def _estimate(args: argparse.Namespace) -> int:
     from commdebug.analysis.summary import parse_by, summarize
     from commdebug.estimate import PRESETS
-    from commdebug.model.dump import load
+    from commdebug.formats.readers import load
     from commdebug.render.estimate import estimate_dict, render_estimate, render_presets
 
     if args.list:
@@ -316,14 +349,14 @@ def _estimate(args: argparse.Namespace) -> int:
 
 def _calibrate(args: argparse.Namespace) -> int:
     from commdebug.estimate.calibrate import calibrate
-    from commdebug.fileio import output_file, write_text_atomic
+    from commdebug.fileio import output_file, write_output
 
-    out = output_file(args.output, "cluster file")
+    out = output_file(args.out, "cluster file")
     base = _cluster(args.base)
     cluster, notes = calibrate(args.files, gpus_per_node=args.gpus_per_node, base=base, name=args.name)
     for note in notes:
         print(f"commdebug: {note}", file=sys.stderr)
-    path = write_text_atomic(out, json.dumps(cluster.to_dict(), indent=1) + "\n")
+    path = write_output(out, json.dumps(cluster.to_dict(), indent=1) + "\n")
     i, n = cluster.intra_node, cluster.network
     print(f"wrote {path}: intra_node {i.busbw_gbps:.1f} GB/s, {i.latency_us:.1f} us; network {n.busbw_gbps:.1f} GB/s per GPU, {n.latency_us:.1f} us; {cluster.gpus_per_node} GPUs per node")
     return OK
@@ -346,7 +379,7 @@ def _run(args: argparse.Namespace) -> int:
         options["end_step"] = args.end_step
     if args.ops:
         options["ops"] = [op.strip() for op in args.ops.split(",") if op.strip()]
-    return run_program(program, args.module, args.out, hang_timeout=args.hang_timeout, noise_level=args.noise, **options)
+    return run_program(program, args.module, args.out, hang_timeout=args.hang_timeout, noise_level=args.noise_level, **options)
 
 
 def _hook(args: argparse.Namespace) -> int:
@@ -366,42 +399,44 @@ def _hook(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     from commdebug.analysis.report import report_path
-    from commdebug.render.ranks import render_report
+    from commdebug.render.report import render_report
 
-    _show(report_path(args.path), render_report, args.json)
+    _show(report_path(args.dumps), render_report, args.json)
     return OK
 
 
 def _check(args: argparse.Namespace) -> int:
     from commdebug.analysis.check import check_path
-    from commdebug.render.findings import render_check
+    from commdebug.render.check import render_check
 
-    result = check_path(args.path)
+    result = check_path(args.dumps)
     _show(result, render_check, args.json)
     return OK if result.consistent else FOUND
 
 
 def _diff(args: argparse.Namespace) -> int:
     from commdebug.analysis.diff import diff_paths
-    from commdebug.render.changes import render_changes
+    from commdebug.render.diff import render_diff
 
-    changes = diff_paths(args.a, args.b)
+    changes = list(diff_paths(args.before, args.after))
     if args.json:
         rows = [c.to_dict() for c in changes]
-        _print_json({"a": args.a, "b": args.b, "same": not rows, "changes": rows})
+        # "a" and "b": the JSON keys predate BEFORE AFTER and stay, as documented
+        _print_json({"a": args.before, "b": args.after, "same": not rows, "changes": rows})
         return FOUND if rows else OK
-    text, n = render_changes(changes, args.a, args.b)
-    sys.stdout.write(text)
-    return FOUND if n else OK
+    sys.stdout.write(render_diff(changes, args.before, args.after))
+    return FOUND if changes else OK
 
 
 def _trace(args: argparse.Namespace) -> int:
-    from commdebug.fileio import output_file
-    from commdebug.formats.chrome_trace import write_chrome_trace
+    from commdebug.fileio import output_file, write_output
+    from commdebug.formats.readers import iter_ranks
+    from commdebug.render.chrome_trace import ChromeTrace
 
-    cluster = _cluster(args.cluster)
-    out = output_file(args.output, "trace file")
-    counts = write_chrome_trace(args.path, out, cluster)
+    chrome = ChromeTrace(_cluster(args.cluster))
+    out = output_file(args.out, "trace file")
+    write_output(out, chrome.render(iter_ranks(args.dumps)))
+    counts = chrome.counts
     timed = f"{counts['complete']} timed collectives, {counts['instant']} untimed (instant events)"
     if counts["predicted"]:
         timed += f", {counts['predicted']} predicted spans"
@@ -410,7 +445,7 @@ def _trace(args: argparse.Namespace) -> int:
 
 
 VERBS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "demo": _demo, "view": _view, "viewer": _viewer, "table": _table, "summary": _summary, "run": _run,
+    "demo": _demo, "view": _view, "viewer": _view, "table": _table, "summary": _summary, "run": _run,
     "hook": _hook, "report": _report, "check": _check, "diff": _diff, "trace": _trace,
     "estimate": _estimate, "calibrate": _calibrate,
 }

@@ -206,11 +206,9 @@ def run_demo(world_size: int = 8, layers: int = 4, steps: int = 2, out_dir: str 
     Returns the paths written: ``{"json": ..., "html": ..., "log": ...}``.
     """
     import visualizer
-    from commdebug.model.dump import to_dump_dict
+    from commdebug.debug_mode import CommDebugMode
     from commdebug.errors import CommDebugError
-    from commdebug.capture.mode import CommDebugMode
-
-    from commdebug.fileio import output_folder
+    from commdebug.fileio import output_folder, write_output
 
     if world_size < 1 or layers < 1 or steps < 1:
         raise CommDebugError("--world-size, --layers and --steps must be at least 1")
@@ -236,8 +234,8 @@ def run_demo(world_size: int = 8, layers: int = 4, steps: int = 2, out_dir: str 
     paths = {"json": out / "comm_mode_log.json", "log": out / "comm_mode_log.txt", "html": out / "comm_mode_log.html"}
     comm.generate_json_dump(paths["json"], noise_level=3)
     comm.log_comm_debug_tracing_table_to_file(paths["log"], noise_level=3)
-    visualizer.write_html(paths["html"], to_dump_dict(comm.trace, 3), title="commdebug demo")
-    summary = comm.trace.summary()
+    write_output(paths["html"], visualizer.render_html(comm.trace, title="commdebug demo"))
+    summary = comm.trace.totals()
     steps_text = f"{comm.trace.steps} step" + ("s" if comm.trace.steps != 1 else "")
     print(f"{summary['collectives']} collectives, {format_bytes(summary['bytes'])} over {steps_text} on {world_size} simulated ranks")
     for kind, path in paths.items():

@@ -7,11 +7,11 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Iterable, Iterator
 
 from commdebug.errors import CommDebugError
 
-__all__ = ["write_text_atomic", "open_atomic", "expand_placeholders", "output_folder", "output_file"]
+__all__ = ["write_output", "open_atomic", "expand_placeholders", "output_folder", "output_file"]
 
 
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
@@ -42,14 +42,24 @@ def expand_placeholders(name: str | os.PathLike, rank: int, world_size: int) -> 
     return out.replace("\x00", "{").replace("\x01", "}")
 
 
-def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` to ``path`` through a temp file in the same folder and a rename.
+def write_output(path: str | os.PathLike, content: str | Iterable[str]) -> Path:
+    """Write a renderer's output, its text or its text chunks, to ``path``: through a temp file
+    in the same folder and a rename, so a reader never sees half a file and a failed write
+    leaves an earlier one as it was. Parent folders are created. Returns the resolved path.
 
-    Parent folders are created. Returns the resolved path.
+    Every file commdebug writes goes through here.
+
+    >>> write_output("table.txt", render_table(trace))                  # doctest: +SKIP
+    >>> write_output("trace.json", ChromeTrace().render(iter_ranks(".")))  # doctest: +SKIP
     """
     with open_atomic(path) as f:
-        f.write(text)
+        if isinstance(content, str):
+            f.write(content)
+        else:
+            for chunk in content:
+                f.write(chunk)
     return Path(path).resolve()
+
 
 
 @contextlib.contextmanager

@@ -3,22 +3,40 @@
 Every collective the dispatch mode can see is one row of ``_TABLE``. A row says where the
 op's input and output tensors and its process group sit in the call, which tensors make up the
 message size S, and the bus-bandwidth factor, both following nccl-tests' conventions
-(doc/PERFORMANCE.md there; docs/reading-the-numbers.md here). Adding an op is adding one row.
+(doc/PERFORMANCE.md there; docs/reading-the-numbers.md here). Adding a way to call an op is
+adding one row.
+
+Every canonical op (the ``op`` of those rows) also has one :class:`OpInfo` row in ``_OPS``: the
+names other tools give it (torch.distributed / deepspeed.comm functions, Flight Recorder's
+profiling names, nccl-tests' test names) and the rule its input and output sizes obey. Readers
+of those names ask :func:`canonical_op` / :func:`aliases`; ``commdebug check`` asks
+:func:`shape_rule`. Adding an op is adding a row to each table (a test holds them together).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Literal, Mapping, Sequence, get_args
 
 import torch
 
 __all__ = [
     "CollectiveSpec",
+    "OpInfo",
+    "ShapeRule",
+    "AliasSource",
+    "ALIAS_SOURCES",
     "lookup",
     "compat_key_packet",
     "op_for_key",
     "spec_for_op",
+    "packet_for_op",
+    "canonical_names",
+    "op_info",
+    "canonical_op",
+    "aliases",
+    "accepted_names",
+    "shape_rule",
     "BUSBW_FACTORS",
     "MESSAGE_SIZE",
     "tensor_bytes",
@@ -232,13 +250,23 @@ def pick(where: int | str | None, args: Sequence[Any], kwargs: dict, result: Any
     return None
 
 
+def packet_for_op(op: str) -> str | None:
+    """The qualified packet name of a canonical op's first registry row, ``None`` for no such op.
+
+    >>> packet_for_op("all_gather")
+    '_c10d_functional.all_gather_into_tensor'
+    """
+    for name, spec in _TABLE.items():
+        if spec.op == op:
+            return name
+    return None
+
+
 def spec_for_op(op: str) -> CollectiveSpec | None:
     """A registry row of a canonical op (its S rule and busbw factor are the op's), for
     records that name the op only (Flight Recorder's ``gloo:all_reduce``)."""
-    for spec in _TABLE.values():
-        if spec.op == op:
-            return spec
-    return None
+    packet = packet_for_op(op)
+    return None if packet is None else _TABLE[packet]
 
 
 def canonical_names() -> frozenset[str]:
@@ -252,3 +280,142 @@ def op_for_key(key: str) -> str:
         if spec.compat_key == key:
             return spec.op
     return key.rsplit(".", 1)[-1].rstrip("_")
+
+
+# ---- per-op facts: other tools' names for each op, and its size rule ---------------------
+
+
+@dataclass(frozen=True)
+class ShapeRule:
+    """How one op's input and output sizes must agree, for a group of n ranks.
+
+    ``whole``: the side that is n times the other on every call (all_gather's output holds every
+    member's input; reduce_scatter's input holds every member's output). ``balanced``: only the
+    group's totals must agree, what its members send summed is what they receive (all_to_all's
+    splits may be uneven). ``whole_may_be_list``: the whole side may be a list of tensors
+    (``dist.all_gather``), which Flight Recorder records one entry per tensor, so a call's sizes
+    there are not the op's.
+
+    >>> shape_rule("all_gather").mismatch(input_bytes=4, output_bytes=24, group_size=8)
+    (24, 4)
+    """
+
+    whole: Literal["input", "output"] | None = None
+    balanced: bool = False
+    whole_may_be_list: bool = False
+
+    @property
+    def part(self) -> Literal["input", "output"]:
+        """The side of which ``whole`` holds n."""
+        return "input" if self.whole == "output" else "output"
+
+    def mismatch(self, input_bytes: int, output_bytes: int, group_size: int) -> tuple[int, int] | None:
+        """``(whole bytes, part bytes)`` when one call breaks the per-call rule, else ``None``."""
+        if self.whole is None:
+            return None
+        whole, part = (output_bytes, input_bytes) if self.whole == "output" else (input_bytes, output_bytes)
+        return None if whole == group_size * part else (whole, part)
+
+
+@dataclass(frozen=True)
+class OpInfo:
+    """One canonical op: the names other tools give it, and the rule its sizes obey.
+
+    ``torch``: torch.distributed / deepspeed.comm function names besides ``op`` itself (the
+    ``ops=[...]`` option takes them); ``flight_recorder``: Flight Recorder's profiling names, the
+    part after ``backend:`` (all of them, ``op`` included where it writes that); ``nccl_tests``:
+    nccl-tests' test names, the ``<name>_perf`` binaries. ``shape``: ``None`` where the sizes
+    need not agree in any way ``commdebug check`` can see.
+    """
+
+    op: str
+    torch: tuple[str, ...] = ()
+    flight_recorder: tuple[str, ...] = ()
+    nccl_tests: tuple[str, ...] = ()
+    shape: ShapeRule | None = None
+
+
+AliasSource = Literal["torch", "flight_recorder", "nccl_tests"]
+ALIAS_SOURCES: tuple[AliasSource, ...] = get_args(AliasSource)
+
+# Row order is the order nccl-tests names are tried in (calibrate matches them within file
+# names), so keep the ops of the older table first.
+_OPS: dict[str, OpInfo] = {info.op: info for info in (
+    OpInfo("all_reduce", torch=("all_reduce_coalesced", "inference_all_reduce"),
+           flight_recorder=("allreduce", "all_reduce", "allreduce_coalesced"), nccl_tests=("all_reduce",)),
+    OpInfo("all_gather", torch=("all_gather_into_tensor", "all_gather_base", "allgather_fn", "all_gather_coalesced"),
+           flight_recorder=("allgather", "all_gather", "_allgather_base", "allgather_into_tensor_coalesced"),
+           nccl_tests=("all_gather",), shape=ShapeRule(whole="output", whole_may_be_list=True)),
+    OpInfo("reduce_scatter", torch=("reduce_scatter_tensor", "reduce_scatter_base", "reduce_scatter_fn"),
+           flight_recorder=("reduce_scatter", "_reduce_scatter_base", "reduce_scatter_tensor_coalesced"),
+           nccl_tests=("reduce_scatter",), shape=ShapeRule(whole="input")),
+    OpInfo("all_to_all", torch=("all_to_all_single",), flight_recorder=("all_to_all", "alltoall", "alltoall_base"),
+           nccl_tests=("alltoall",), shape=ShapeRule(balanced=True)),
+    OpInfo("broadcast", flight_recorder=("broadcast",), nccl_tests=("broadcast",)),
+    OpInfo("reduce", flight_recorder=("reduce",), nccl_tests=("reduce",)),
+    OpInfo("gather", flight_recorder=("gather",)),
+    OpInfo("scatter", flight_recorder=("scatter",)),
+    # sendrecv_perf times a send and a receive at once; S is what each rank sends
+    OpInfo("send", torch=("isend",), flight_recorder=("send",), nccl_tests=("sendrecv",)),
+    OpInfo("recv", torch=("irecv",), flight_recorder=("recv",)),
+    OpInfo("batch_p2p"),
+    OpInfo("barrier", torch=("monitored_barrier",), flight_recorder=("barrier",)),
+)}
+
+
+def _alias_map(source: AliasSource) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for info in _OPS.values():
+        for name in getattr(info, source):
+            if out.setdefault(name, info.op) != info.op:  # a name a reader could not resolve
+                raise ValueError(f"{source} name {name!r} is listed for both {out[name]} and {info.op}")
+    return out
+
+
+_ALIASES: dict[str, Mapping[str, str]] = {source: _alias_map(source) for source in ALIAS_SOURCES}
+
+
+def op_info(op: str) -> OpInfo | None:
+    """The per-op row of a canonical op, ``None`` for no such op."""
+    return _OPS.get(op)
+
+
+def aliases(source: AliasSource) -> Mapping[str, str]:
+    """Every name ``source`` gives an op, as the rows list them, -> the canonical op; in row order.
+
+    >>> aliases("nccl_tests")["alltoall"]
+    'all_to_all'
+    """
+    try:
+        return _ALIASES[source]
+    except KeyError:
+        raise ValueError(f"unknown alias source {source!r} (known: {', '.join(ALIAS_SOURCES)})") from None
+
+
+def canonical_op(name: str, source: AliasSource | None = None) -> str | None:
+    """``name`` as a canonical op: itself when it is one, else the op ``source`` means by it;
+    ``None`` when it is neither.
+
+    >>> canonical_op("_allgather_base", source="flight_recorder")
+    'all_gather'
+    >>> canonical_op("allreduce", source="torch") is None  # Flight Recorder's name, not torch's
+    True
+    """
+    if name in _OPS:
+        return name
+    return None if source is None else aliases(source).get(name)
+
+
+def accepted_names(source: AliasSource) -> frozenset[str]:
+    """Every name :func:`canonical_op` resolves for ``source``: the canonical ones and its aliases."""
+    return frozenset(_OPS) | frozenset(aliases(source))
+
+
+def shape_rule(op: str) -> ShapeRule | None:
+    """The size rule of a canonical op, ``None`` where it has none.
+
+    >>> shape_rule("reduce_scatter").whole
+    'input'
+    """
+    info = _OPS.get(op)
+    return None if info is None else info.shape

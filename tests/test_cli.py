@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +20,7 @@ def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory) -> subprocess.CompletedProcess:
     out = tmp_path_factory.mktemp("demo")
-    proc = cli("demo", "--layers", "2", "--steps", "2", "--out-dir", str(out))
+    proc = cli("demo", "--layers", "2", "--steps", "2", "-o", str(out))
     assert proc.returncode == 0, proc.stderr
     proc.out_dir = out  # type: ignore[attr-defined]
     return proc
@@ -70,10 +71,13 @@ def test_table_of_a_dump(demo_dir):
     assert "*module type: class 'torch.nn.modules.linear.Linear'" in proc.stdout
 
 
-def test_viewer_writes_an_empty_viewer(tmp_path):
+def test_view_without_a_dump_writes_an_empty_viewer(tmp_path):
     out = tmp_path / "viewer.html"
-    proc = cli("viewer", "-o", str(out))
-    assert proc.returncode == 0 and out.exists()
+    proc = cli("view", "-o", str(out))
+    assert (proc.returncode, proc.stdout) == (0, f"{out}\n") and "<html" in out.read_text()
+    assert cli("view", cwd=tmp_path).stdout == "commdebug_viewer.html\n" and (tmp_path / "commdebug_viewer.html").exists()
+    proc = cli("view", "--cluster", "h100-ib400", "-o", str(tmp_path / "never.html"))
+    assert (proc.returncode, proc.stderr) == (2, "commdebug: error: --cluster needs a dump: commdebug view DUMP --cluster NAME|FILE\n")
 
 
 @pytest.mark.parametrize(
@@ -100,7 +104,7 @@ def test_usage_errors_exit_2():
 
 
 def test_demo_bad_world_size_is_one_line():
-    proc = cli("demo", "--world-size", "3", "--layers", "1", "--steps", "1", "--out-dir", "/tmp/commdebug-never")
+    proc = cli("demo", "--world-size", "3", "--layers", "1", "--steps", "1", "-o", "/tmp/commdebug-never")
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith("commdebug: error: ")
     assert "Traceback" not in proc.stderr
@@ -116,12 +120,14 @@ def test_version_and_help_say_defaults_and_ranges():
 
     from commdebug.cli import VERBS, _parser
 
+    from commdebug.cli import HIDDEN_VERBS
+
     verbs = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
     assert set(verbs.choices) == set(VERBS)
     for verb, sub in verbs.choices.items():
-        assert f"    {verb}" in top, verb
+        assert (f"    {verb}" in top) != (verb in HIDDEN_VERBS), verb
         for action in sub._actions:
-            if isinstance(action, argparse._HelpAction):
+            if isinstance(action, argparse._HelpAction) or action.help == argparse.SUPPRESS:  # old spellings
                 continue
             assert action.help, (verb, action.dest)
             if action.option_strings:  # every option says its default (and range where it has one)
@@ -139,10 +145,10 @@ def test_bad_values_never_show_internal_names():
 def test_demo_checks_its_folder_before_working(tmp_path):
     a_file = tmp_path / "taken"
     a_file.write_text("mine")
-    proc = cli("demo", "--layers", "1", "--steps", "1", "--out-dir", str(a_file))
+    proc = cli("demo", "--layers", "1", "--steps", "1", "-o", str(a_file))
     assert proc.returncode == 2 and proc.stderr == f"commdebug: error: {a_file}: exists and is not a folder (the output folder must be a folder)\n"
     assert a_file.read_text() == "mine"
-    assert cli("demo", "--out-dir", "").stderr == "commdebug: error: the output folder is empty; give a folder name\n"
+    assert cli("demo", "-o", "").stderr == "commdebug: error: the output folder is empty; give a folder name\n"
 
 
 def test_empty_or_folder_output_names_are_plain_errors(demo_dir, tmp_path):
@@ -170,16 +176,16 @@ def test_summary_of_a_dump_and_its_errors(demo_dir):
     total = json.loads((demo_dir / "comm_mode_log.json").read_text())["commdebug"]["events"]["count"]
     assert sum(r["calls"] for r in rows) == total
     assert cli("summary", dump, "--by", "colour").stderr.startswith("commdebug: error: unknown summary grouping 'colour'")
-    assert "is a folder" in cli("summary", str(demo_dir)).stderr
+    assert cli("summary", str(demo_dir)).stderr == f"commdebug: error: {demo_dir}: no rank dumps in this folder (expected rank<N>.json or Flight Recorder files)\n"
 
 
 def test_cli_reference_page_is_generated_from_the_parser():
     proc = subprocess.run([sys.executable, "scripts/gen_cli_docs.py", "--check"], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    from commdebug.cli import VERBS
+    from commdebug.cli import HIDDEN_VERBS, VERBS
 
     page = (ROOT / "docs" / "cli.md").read_text()
-    assert all(f"## commdebug {verb}\n" in page for verb in VERBS)
+    assert all((f"## commdebug {verb}\n" in page) != (verb in HIDDEN_VERBS) for verb in VERBS)
 
 
 def test_run_keeps_the_programs_exit_status_and_argv(tmp_path):
@@ -217,7 +223,7 @@ def test_bad_input_exits_2_in_every_verb(bad_inputs, tmp_path, capsys, verb):
     from commdebug.cli import main  # in this process: 30 cases, no torch start-up each
 
     for kind, path in bad_inputs.items():
-        if kind in ("folder", "missing_folder") and verb in ("table", "summary", "estimate"):
+        if kind in ("folder", "missing_folder") and verb in ("table", "estimate"):
             continue  # these read one dump only
         p = str(path)
         args = {"diff": (p, p), "trace": (p, "-o", str(tmp_path / "t.json")),
@@ -236,7 +242,7 @@ def test_diff_of_a_missing_path_says_it_does_not_exist(demo_dir, tmp_path):
 
 
 def test_view_of_a_folder_with_an_unreadable_rank_says_so_and_exits_2(tmp_path):
-    from visualizer.synthetic import write_rank_dumps
+    from synthetic import write_rank_dumps
 
     write_rank_dumps(tmp_path, ranks=2, layers=1, steps=1, dim=64, ffn=256, vocab=256, tokens=32)
     (tmp_path / "rank2.json").write_text("{oops")
@@ -248,3 +254,173 @@ def test_view_of_a_folder_with_an_unreadable_rank_says_so_and_exits_2(tmp_path):
     assert len(lines) == 2 and all(line.startswith("commdebug: error: ") for line in lines)
     assert f"{tmp_path / 'rank2.json'}: not valid JSON" in lines[0] and f"{tmp_path / 'rank3.json'}: dump schema version 99" in lines[1]
     assert "not read: " in (tmp_path / "index.html").read_text()
+
+
+# ---------------------------------------------------------------- one vocabulary; old spellings
+
+OLD = re.compile(r"--output\b|--out-dir\b|--noise\b(?!-)")
+
+
+def test_old_spellings_still_work(demo_dir, tmp_path):
+    dump = str(demo_dir / "comm_mode_log.json")
+    assert cli("table", dump, "--noise", "1").stdout == cli("table", dump, "--noise-level", "1").stdout
+    assert cli("view", dump, "--output", str(tmp_path / "a.html")).returncode == 0 and (tmp_path / "a.html").exists()
+    assert cli("trace", dump, "--output", str(tmp_path / "t.json")).returncode == 0 and (tmp_path / "t.json").exists()
+    proc = cli("viewer", "--output", str(tmp_path / "empty.html"))
+    assert proc.returncode == 0 and "<html" in (tmp_path / "empty.html").read_text()
+    assert cli("viewer", cwd=tmp_path).stdout == "commdebug_viewer.html\n"
+    proc = cli("demo", "--layers", "1", "--steps", "1", "--out-dir", str(tmp_path / "d"), "--noise", "1")
+    assert proc.returncode == 0 and (tmp_path / "d" / "comm_mode_log.json").exists()
+    assert "*module type: class" in proc.stdout  # noise level 1 reached the table
+    assert "argument --noise: must be 0, 1, 2 or 3, not '9'" in cli("run", "--noise", "9", "--", "x.py").stderr
+
+
+def test_namespace_is_the_same_whichever_spelling(tmp_path):
+    from commdebug.cli import _parser
+
+    parse = _parser().parse_args
+    assert parse(["run", "--noise", "1", "--output", "t", "--", "x.py"]).__dict__ == parse(["run", "--noise-level", "1", "-o", "t", "--", "x.py"]).__dict__
+    assert parse(["demo", "--out-dir", "d"]).out == parse(["demo", "--out", "d"]).out == "d"
+    assert parse(["run", "--", "x.py"]).noise_level == 3 and parse(["demo"]).out == "commdebug_demo"  # aliases keep the defaults
+    viewer, view = parse(["viewer", "-o", "v.html"]), parse(["view", "-o", "v.html"])
+    assert (viewer.dumps, viewer.out, viewer.cluster) == (view.dumps, view.out, view.cluster) == (None, "v.html", None)
+    diff = parse(["diff", "a.json", "b.json"])
+    assert (diff.before, diff.after) == ("a.json", "b.json")
+
+
+def test_old_spellings_are_hidden_from_help_and_docs():
+    import argparse
+
+    from commdebug.cli import _parser
+
+    assert not re.search(r"^ +viewer\b", cli("-h").stdout, flags=re.M)
+    verbs = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for verb in ("demo", "view", "table", "calibrate", "run", "trace"):
+        text = cli(verb, "-h").stdout
+        assert not OLD.search(text), (verb, OLD.search(text))
+        assert set(verbs.choices[verb]._option_string_actions) & {"--output", "--out-dir", "--noise"}, verb  # there, only hidden
+    reference = [line for line in (ROOT / "docs" / "cli.md").read_text().splitlines() if line.startswith(("| `", "commdebug "))]
+    assert reference and not any(OLD.search(line) for line in reference)
+    assert not any("viewer`" in line or line.startswith("commdebug viewer") for line in reference)
+
+
+def test_every_output_is_dash_o_and_every_input_has_one_name():
+    import argparse
+
+    from commdebug.cli import _parser
+
+    verbs = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for verb, sub in verbs.choices.items():
+        for action in sub._actions:
+            if action.dest == "out":
+                assert {"-o", "--out"} <= set(action.option_strings) or action.help == argparse.SUPPRESS, verb
+            if not action.option_strings and action.dest not in ("program", "action"):
+                assert (action.dest, action.metavar) in {("dump", "DUMP"), ("dumps", "DUMPS"), ("before", "BEFORE"), ("after", "AFTER"),
+                                                         ("files", "NCCL_TESTS_OUTPUT")}, (verb, action.dest, action.metavar)
+
+
+# ---------------------------------------------------------------- summary of a folder, --no-header, latency min/max
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory) -> Path:
+    from synthetic import write_rank_dumps
+
+    folder = tmp_path_factory.mktemp("job")
+    write_rank_dumps(folder, ranks=3, layers=2, steps=2, dim=64, ffn=256, vocab=256, tokens=32)
+    return folder
+
+
+def test_summary_of_a_folder_adds_up_the_ranks_and_says_how_they_spread(job):
+    import commdebug
+    from commdebug.analysis.summary import summarize
+
+    ranks = [summarize(commdebug.load(job / f"rank{r}.json"), "op") for r in range(3)]
+    data = json.loads(cli("summary", str(job), "--json").stdout)
+    assert data["header"]["ranks"] == [0, 1, 2] and data["header"]["collectives"] == sum(s.header["collectives"] for s in ranks)
+    by_op = {r["op"]: r for r in data["rows"]}
+    for op, row in by_op.items():
+        mine = [next(x for x in s.rows if x.key["op"] == op) for s in ranks]
+        assert row["calls"] == sum(m.calls for m in mine)
+        assert row["time_s"] == pytest.approx(sum(m.time_s for m in mine))
+        assert row["latency_min_s"] == min(m.latency_min_s for m in mine) and row["latency_max_s"] == max(m.latency_max_s for m in mine)
+        spread = row["per_rank"]
+        assert (spread["calls"]["min"], spread["calls"]["max"]) == (min(m.calls for m in mine), max(m.calls for m in mine))
+        assert spread["time_s"]["median"] == pytest.approx(sorted(m.time_s for m in mine)[1])
+        assert spread["slowest_rank"] == spread["time_s"]["max_rank"] == 2  # rank r is 1 + r/50 times slower
+    text = cli("summary", str(job)).stdout
+    assert text.startswith("commdebug summary by op: ranks 0-2 of 3 on synthetic-node0, 2 steps, ")
+    assert "per rank, over 3 ranks: min / median / max; slowest: the rank with the most time in the row" in text
+    assert re.search(r"^all_reduce +\d+ +\d+ +\d+ +[\d.]+ +[\d.]+ +[\d.]+ +r2$", text, flags=re.M), text
+
+
+def test_summary_of_a_folder_percentiles_are_those_of_every_call(job):
+    import statistics
+
+    import commdebug
+    from commdebug.analysis.summary import summarize_path
+
+    calls = [e for r in range(3) for e in commdebug.load(job / f"rank{r}.json").events if e.op == "all_reduce"]
+    row = next(r for r in summarize_path(job, "op").rows if r.key["op"] == "all_reduce")
+    exact = statistics.quantiles([e.busbw_gbps for e in calls], n=100, method="inclusive")
+    for got, want in ((row.busbw_p50_gbps, exact[49]), (row.busbw_p90_gbps, exact[89]), (row.busbw_p99_gbps, exact[98])):
+        assert got == pytest.approx(want, rel=0.003)  # bins 0.27% wide
+
+
+def test_summary_of_a_folder_where_ranks_differ_names_them(tmp_path):
+    from synthetic import write_rank_dumps
+
+    write_rank_dumps(tmp_path, ranks=2, layers=1, steps=1, dim=64, ffn=256, vocab=256, tokens=32)
+    data = json.loads((tmp_path / "rank1.json").read_text())
+    columns = data["commdebug"]["events"]["columns"]
+    keep = [i for i, t in enumerate(columns["latency_s"]) if i != 0]  # rank 1 lost its first call
+    for name, values in columns.items():
+        columns[name] = [values[i] for i in keep]
+    data["commdebug"]["events"]["count"] = len(keep)
+    (tmp_path / "rank1.json").write_text(json.dumps(data))
+    first_op = json.loads((tmp_path / "rank0.json").read_text())["commdebug"]["events"]
+    op = first_op["strings"][first_op["columns"]["op"][0]]
+    row = next(r for r in json.loads(cli("summary", str(tmp_path), "--json").stdout)["rows"] if r["op"] == op)
+    assert (row["per_rank"]["calls"]["min"], row["per_rank"]["calls"]["min_rank"], row["per_rank"]["calls"]["max_rank"]) == (row["per_rank"]["calls"]["max"] - 1, 1, 0)
+    assert re.search(rf"^{op} +\d+ \(r1\) +[\d.]+ +\d+ \(r0\)", cli("summary", str(tmp_path)).stdout, flags=re.M)
+
+
+def test_summary_refuses_a_folder_mixing_runs(job, tmp_path):
+    import shutil
+
+    for r, run_id in ((0, "run-a"), (1, "run-b")):
+        data = json.loads((job / f"rank{r}.json").read_text())
+        data["commdebug"]["metadata"]["run_id"] = run_id
+        (tmp_path / f"rank{r}.json").write_text(json.dumps(data))
+    shutil.copy(job / "rank2.json", tmp_path / "rank2.json")
+    proc = cli("summary", str(tmp_path))
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith("commdebug: error: ") and proc.stderr.count("\n") == 1 and "run" in proc.stderr
+
+
+def test_summary_without_header(job):
+    dump = str(job / "rank0.json")
+    for path in (dump, str(job)):
+        full, bare = cli("summary", path).stdout, cli("summary", path, "--no-header").stdout
+        assert bare.startswith("op ") and "synthetic-node" not in bare and "commdebug summary" not in bare
+        assert full.endswith(bare)  # the same rows, only the header left out
+        data = json.loads(cli("summary", path, "--json", "--no-header").stdout)
+        assert "header" not in data and data["rows"]
+
+
+def test_summary_latency_min_and_max(job):
+    import commdebug
+    from commdebug.render.summary import render_summary, summary_dict
+    from commdebug.analysis.summary import summarize
+
+    trace = commdebug.load(job / "rank1.json")
+    summary = summarize(trace, "op,bin")
+    text = render_summary(summary, header=False)
+    titles = text.splitlines()[0].split()
+    assert titles[titles.index("avg"):titles.index("avg") + 6] == ["avg", "ms", "min", "ms", "max", "ms"]
+    rows = summary_dict(summary)["rows"]
+    for row in rows:
+        latencies = [e.latency_s for e in trace.events if e.op == row["op"] and row["size_bin"][0] <= e.size_bytes < max(row["size_bin"][1], 1)]
+        assert (row["latency_min_s"], row["latency_max_s"]) == (min(latencies), max(latencies)), row
+        assert row["size_bin_label"] in text and isinstance(row["size_bin"], list)
+        line = next(l for l in text.splitlines() if l.startswith(row["op"]) and row["size_bin_label"] in l)
+        assert f"{min(latencies) * 1e3:.3f}" in line.split() and f"{max(latencies) * 1e3:.3f}" in line.split()

@@ -96,6 +96,80 @@ def test_unknown_c10d_op_is_counted_under_its_own_name():
     assert ops.lookup(torch.ops.c10d.check_for_nan) is None
 
 
+def _every_name() -> set[str]:
+    from commdebug import ops
+
+    return set(ops.canonical_names()).union(*(ops.aliases(source) for source in ops.ALIAS_SOURCES))
+
+
+def test_every_alias_and_shape_rule_belongs_to_a_known_op():
+    from commdebug import ops
+
+    known = ops.canonical_names()
+    assert {op for op in known if ops.op_info(op) is not None} == known  # one per-op row per op
+    for source in ops.ALIAS_SOURCES:
+        for name, op in ops.aliases(source).items():
+            assert op in known, (source, name, op)
+            assert ops.canonical_op(name, source) == op
+            assert ops.canonical_op(name) == (name if name in known else None)
+    ruled = {op for op in known if ops.shape_rule(op) is not None}
+    assert ruled == {"all_gather", "reduce_scatter", "all_to_all"}
+    with pytest.raises(ValueError, match="unknown alias source 'nccl'"):
+        ops.aliases("nccl")  # type: ignore[arg-type]
+
+
+def test_ops_option_takes_exactly_the_registrys_torch_names():
+    from commdebug import ops
+    from commdebug.capture.config import ConfigError, canonical_ops
+
+    accepted = ops.accepted_names("torch")
+    for name in accepted:
+        assert canonical_ops([f" {name} "]) == {ops.canonical_op(name, "torch")}
+    for name in sorted(_every_name() - accepted):
+        with pytest.raises(ConfigError, match=f"ops: unknown collective '{name}'") as err:
+            canonical_ops([name])
+        listed = str(err.value).split("(known: ", 1)[1].rstrip(")").split(", ")
+        assert listed == sorted(accepted)
+
+
+def test_flight_recorder_reader_translates_exactly_the_registrys_names(tmp_path):
+    from commdebug import ops
+    from commdebug.formats.flight_recorder import from_flight_recorder
+
+    names = sorted(_every_name())
+    entry = {"process_group": ("0", "default_pg"), "collective_seq_id": 1, "input_sizes": [[4]], "input_dtypes": ["Float"],
+             "output_sizes": [[4]], "output_dtypes": ["Float"], "state": "completed"}
+    dump = {"version": "2.10", "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}}, "pg_status": {},
+            "entries": [dict(entry, profiling_name=f"nccl:{name}") for name in names]}
+    view = from_flight_recorder(dump, tmp_path / "fr_trace_0", 0)
+    fr = ops.aliases("flight_recorder")
+    # a name Flight Recorder is not listed as writing is kept as it is
+    assert [e.op for e in view.events] == [fr.get(name, name) for name in names]
+
+
+def test_calibrate_takes_exactly_the_registrys_nccl_tests_names(tmp_path):
+    from commdebug import ops
+    from commdebug.errors import CommDebugError
+    from commdebug.estimate.calibrate import parse_nccl_tests
+
+    def output(test: str) -> str:
+        ranks = "".join(f"#  Rank {r} Group 0 Pid 1 on node0 device {r} [0x0{r}] GPU\n" for r in range(2))
+        row = "10.0 0.1 0.1 0"
+        return f"# Collective test starting: {test}_perf\n{ranks}  1024  256  float  sum  -1  {row}  {row}\n"
+
+    path = tmp_path / "out.txt"
+    tests = ops.aliases("nccl_tests")
+    for name, op in tests.items():
+        path.write_text(output(name))
+        run = parse_nccl_tests(path)
+        assert (run.op, run.factor) == (op, ops.spec_for_op(op).factor)
+    # calibrate finds a test's name within longer names (all_reduce in all_reduce_perf_2n)
+    for name in sorted(n for n in _every_name() | {"hypercube"} if not any(t in n for t in tests)):
+        path.write_text(output(name))
+        with pytest.raises(CommDebugError, match="cannot tell which collective"):
+            parse_nccl_tests(path)
+
+
 def test_sub_group_size_and_ranks_drive_the_factor(world):
     group = dist.new_group([0, 2, 4, 6])
     comm = CommDebugMode()
@@ -167,7 +241,7 @@ def test_max_events_keeps_the_newest_and_counts_drops(world):
     assert comm.trace.events_dropped == 7
     # aggregated counts and bytes are never dropped
     assert comm.get_total_counts() == 12
-    assert comm.trace.summary()["bytes"] == 12 * T
+    assert comm.trace.totals()["bytes"] == 12 * T
 
 
 def test_bad_max_events_is_a_clear_error():

@@ -339,12 +339,12 @@ def test_table_says_when_only_some_calls_are_predicted(world, tp_transformer_mod
 
 
 def test_no_prediction_is_made_while_recording(world, tp_transformer_module, monkeypatch):
-    import commdebug.estimate.model as model_module
+    import commdebug.estimate.alpha_beta as alpha_beta
     from commdebug import CommDebugMode
 
     calls = []
-    real = model_module.predict_events
-    monkeypatch.setattr(model_module, "predict_events", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = alpha_beta.predict_events
+    monkeypatch.setattr(alpha_beta, "predict_events", lambda *a, **k: calls.append(1) or real(*a, **k))
     model, tokens = tp_transformer_module
     comm = CommDebugMode(cluster="h100-ib400")
     with comm:
@@ -415,7 +415,13 @@ def test_chrome_trace_has_a_predicted_track_per_rank(plan, tmp_path):
 
 
 def test_chrome_trace_without_a_cluster_has_no_predicted_track(plan, tmp_path):
-    from commdebug.formats.chrome_trace import write_chrome_trace
+    from commdebug import iter_ranks, write_output
+    from commdebug.render.chrome_trace import ChromeTrace
+
+    def write_chrome_trace(path_in, path_out, cluster=None):
+        chrome = ChromeTrace(cluster)
+        write_output(path_out, chrome.render(iter_ranks(path_in)))
+        return chrome.counts
 
     _, path = plan
     data = json.loads(path.read_text())

@@ -159,7 +159,7 @@ def test_placeholders_in_file_names(folders, world, tmp_path):
 
 def test_chrome_trace_of_a_folder_with_a_cluster_adds_predicted_tracks_only(folders, tmp_path):
     from commdebug.estimate import PRESETS, predict_events
-    from commdebug.model.ranks import iter_ranks
+    from commdebug.formats.readers import iter_ranks
 
     plain, pred = tmp_path / "plain.json", tmp_path / "pred.json"
     assert cli("trace", str(folders / "timed"), "-o", str(plain)).returncode == 0

@@ -19,7 +19,7 @@ from commdebug import CommDebugMode
 from commdebug.analysis.summary import summarize
 from commdebug.capture.config import ConfigError
 from commdebug.capture.timing import AsyncTimer, WorkDone, _report
-from commdebug.render.summary import render_summary
+from commdebug.render.summary import render_summary, size_bin_label
 from test_multiprocess import DEADLINE_S, _spawn
 
 WORLD = 4
@@ -97,7 +97,7 @@ def test_ops_filter_records_only_those(run):
     for rank in range(WORLD):
         trace = commdebug.load(run / f"ops{rank}.json")
         assert [e.op for e in trace.events] == ["all_reduce", "broadcast"]
-        assert set(trace.summary()["by_op"]) == {"all_reduce", "broadcast"}
+        assert set(trace.totals()["by_op"]) == {"all_reduce", "broadcast"}
 
 
 @pytest.mark.timeout(DEADLINE_S + 30)
@@ -141,7 +141,7 @@ def test_untimed_summary_says_so(world):
     assert "time ms" not in text and "all_reduce      1" in text.replace("  ", "  ")
     data = summarize(comm.trace, "op").to_dict()
     assert data["rows"] == [{"op": "all_reduce", "calls": 1, "bytes": 32, "timed_calls": 0, "time_s": None, "avg_time_s": None,
-                             "algbw_gbps": None, "busbw_gbps": None, "busbw_p50_gbps": None, "busbw_p90_gbps": None, "busbw_p99_gbps": None}]
+                             "latency_min_s": None, "latency_max_s": None, "algbw_gbps": None, "busbw_gbps": None, "busbw_p50_gbps": None, "busbw_p90_gbps": None, "busbw_p99_gbps": None}]
     assert data["header"]["timing"] == "off" and data["header"]["comm_time_s"] is None
 
 
@@ -155,7 +155,7 @@ def test_summary_groupings_cover_every_call(world, tp_transformer, by):
             comm.step()
     summary = summarize(comm.trace, by)
     assert sum(r.calls for r in summary.rows) == comm.get_total_counts()
-    assert sum(r.bytes for r in summary.rows) == comm.trace.summary()["bytes"]
+    assert sum(r.bytes for r in summary.rows) == comm.trace.totals()["bytes"]
     assert len({tuple(r.key.values()) for r in summary.rows}) == len(summary.rows)
 
 
@@ -166,8 +166,9 @@ def test_size_bins_are_powers_of_two(world):
             dist.all_reduce(torch.ones(n))  # 4, 12, 16, 2800, 4096 bytes
         dist.barrier()
     rows = {(r.key["op"], r.key["size_bin"]): r.calls for r in summarize(comm.trace, "op,bin").rows}
-    assert rows == {("all_reduce", "4 B - 8 B"): 1, ("all_reduce", "8 B - 16 B"): 1, ("all_reduce", "16 B - 32 B"): 1,
-                    ("all_reduce", "2.00 KiB - 4.00 KiB"): 1, ("all_reduce", "4.00 KiB - 8.00 KiB"): 1, ("barrier", "0 B"): 1}
+    assert rows == {("all_reduce", (4, 8)): 1, ("all_reduce", (8, 16)): 1, ("all_reduce", (16, 32)): 1,
+                    ("all_reduce", (2048, 4096)): 1, ("all_reduce", (4096, 8192)): 1, ("barrier", (0, 0)): 1}
+    assert [size_bin_label(b) for b in ((4, 8), (2048, 4096), (0, 0))] == ["4 B - 8 B", "2.00 KiB - 4.00 KiB", "0 B"]
 
 
 def test_unknown_summary_grouping_is_a_clear_error(world):
@@ -280,7 +281,7 @@ def test_config_files(tmp_path):
     disabled = CommDebugMode.from_config({"comms_logger": {"enabled": False}})
     with disabled:
         torch.ones(2) + 1
-    assert disabled.get_total_counts() == 0 and disabled.trace.ops == {}
+    assert disabled.get_total_counts() == 0 and disabled.trace.op_counts == {}
     bad = [
         ({"timing": "sync", "colour": True}, "unknown option 'colour'"),
         ({"comms_logger": {"enabled": True, "prof_opz": []}}, "comms_logger: unknown key 'prof_opz'"),
@@ -298,9 +299,9 @@ def test_config_files(tmp_path):
 
 
 def test_nvtx_without_cuda_is_a_one_time_notice(world, caplog):
-    from commdebug.capture import mode as mode_module
+    from commdebug.capture import recorder as recorder_module
 
-    mode_module._SAID.discard("nvtx")
+    recorder_module._SAID.discard("nvtx")
     with caplog.at_level(logging.WARNING, logger="commdebug"):
         for _ in range(2):
             comm = CommDebugMode(nvtx=True)

@@ -44,7 +44,7 @@ def test_three_steps_count_three_times_one_step(tp_transformer, checkpoint_layer
             step()
     assert plain_counts(three.comm_module_counts) == _scaled(plain_counts(one.comm_module_counts), 3)
     # ops are aggregated: three steps take no more rows than one
-    assert sum(map(len, three.trace.ops.values())) == sum(map(len, one.trace.ops.values()))
+    assert sum(map(len, three.trace.op_counts.values())) == sum(map(len, one.trace.op_counts.values()))
     for fqn, _ in one.trace.walk():
         for phase in ("forward", "backward", "checkpoint"):
             assert [r.count * 3 for r in one.trace.operations(fqn, phase)] == [r.count for r in three.trace.operations(fqn, phase)]

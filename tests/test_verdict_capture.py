@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-import commdebug.capture.mode as mode_module
+import commdebug.capture.recorder as recorder_module
 from commdebug import CommDebugMode
 from commdebug.capture.inflight import InFlight
 
@@ -64,7 +64,7 @@ def test_a_collective_whose_wait_raises_under_sync_timing_is_recorded_failed(wor
     def broken_wait(out, spec, args, kwargs):
         raise RuntimeError("Connection closed by peer")
 
-    monkeypatch.setattr(mode_module, "_wait", broken_wait)
+    monkeypatch.setattr(recorder_module, "wait_until_finished", broken_wait)
     comm = CommDebugMode(timing="sync")
     with pytest.raises(RuntimeError, match="Connection closed"):
         with comm:

@@ -19,8 +19,8 @@ from typing import Any, Callable
 import pytest
 
 from commdebug.analysis.check import check_path
-from commdebug.model.ranks import iter_ranks, load_rank
-from commdebug.render.findings import render_check
+from commdebug.formats.readers import iter_ranks, load_rank
+from commdebug.render.check import render_check
 
 ROOT = Path(__file__).resolve().parents[1]
 FR = ROOT / "tests" / "data" / "fr_gloo"
@@ -170,7 +170,7 @@ def test_two_ranks_disagree_without_calling_either_odd(tmp_path, odd):
 
 def test_a_majority_names_the_odd_ranks(tmp_path):
     from commdebug.analysis.check import check
-    from visualizer.synthetic import write_rank_dumps
+    from synthetic import write_rank_dumps
 
     write_rank_dumps(tmp_path, ranks=4, layers=1, steps=1, odd_rank=2, odd_module="Transformer.layers.0.attention.wo",
                      dim=64, ffn=256, vocab=256, tokens=32)
@@ -181,7 +181,7 @@ def test_a_majority_names_the_odd_ranks(tmp_path):
 
 def test_side_wording_lives_in_the_renderer():
     from commdebug.analysis.check import Side
-    from commdebug.render.findings import describe_side
+    from commdebug.render.check import describe_side
 
     assert not hasattr(Side, "describe")
     side = Side([0, 1, 2], "all_reduce", 1024, "float32", "Global", "train.py:3", True)
@@ -192,7 +192,7 @@ def test_side_wording_lives_in_the_renderer():
 # ---------------------------------------------------------------- C. per rank: counts, endings
 
 def _synthetic(tmp_path: Path, ranks: int, meta: Callable[[int], dict[str, Any]] | None = None, **kw) -> Path:
-    from visualizer.synthetic import write_rank_dumps
+    from synthetic import write_rank_dumps
 
     write_rank_dumps(tmp_path, ranks=ranks, layers=1, steps=1, dim=64, ffn=256, vocab=256, tokens=32, **kw)
     if meta is not None:
@@ -258,7 +258,7 @@ def test_flight_recorder_ranks_say_their_ending_is_unknown(tmp_path):
 
 def test_many_ranks_are_summarised_in_few_lines(tmp_path):
     from commdebug.analysis.check import check
-    from commdebug.model.ranks import RankView
+    from commdebug.model.rank_view import RankView
     from commdebug.model.trace import CollectiveEvent, GroupInfo
 
     world = 40
@@ -311,7 +311,7 @@ def test_one_run_or_no_run_ids_is_fine(tmp_path):
 
 
 def test_run_id_is_read_cheaply_and_only_from_keys(tmp_path):
-    from commdebug.model.ranks import run_id_of
+    from commdebug.formats.readers import run_id_of
 
     f = tmp_path / "rank0.json"
     f.write_text(json.dumps({"fqn": "Global", "children": [], "x": 'a "run_id": "fake" here',

@@ -85,8 +85,8 @@ fp32 = train()
 print("===== float32: table, noise_level=0, both steps =====")
 print(fp32.generate_comm_debug_tracing_table(noise_level=0, color=False), end="")
 
-print("===== float32: generate_summary_table(by=\"step\"), without its header =====")
-print("\n".join(fp32.generate_summary_table(by="step").splitlines()[3:]))
+print("===== float32: generate_summary_table(by=\"step\", header=False) =====")
+print(fp32.generate_summary_table(by="step", header=False), end="")
 
 owner = {n: unit for unit, n in unit_sizes().items()}
 print("===== float32: every collective of step 0 =====")

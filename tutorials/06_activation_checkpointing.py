@@ -132,5 +132,5 @@ for phase, layer in sorted(rows, key=lambda k: (order[k[0]], k[1] == "all", k[1]
     counts = rows[(phase, layer)]
     print(f"{phase:<10} {layer:<8}" + "".join(f" {counts[name]:>18}" for name in runs))
 print(f"{'total calls':<19}" + "".join(f" {comm.get_total_counts():>18}" for comm in runs.values()))
-print(f"{'total bytes':<19}" + "".join(f" {format_bytes(comm.trace.summary()['bytes']):>18}" for comm in runs.values()))
+print(f"{'total bytes':<19}" + "".join(f" {format_bytes(comm.trace.totals()['bytes']):>18}" for comm in runs.values()))
 print(f"{'drop-in backward':<19}" + "".join(f" {sum(comm.comm_module_counts['Global']['backward'].values()):>18}" for comm in runs.values()))

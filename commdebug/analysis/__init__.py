@@ -1,1 +1,2 @@
-"""Analysis: pure functions over one or many loaded traces (summaries, ranks, checks, diffs)."""
+"""Analyses: pure functions over loaded traces or rank views (summaries, reports, checks, diffs,
+predictions); they return data, and the renderers word it."""

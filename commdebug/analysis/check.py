@@ -39,8 +39,10 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from commdebug.model.ranks import RankView, iter_ranks
+from commdebug.model.rank_view import RankView
+from commdebug.formats.readers import iter_ranks
 from commdebug.model.trace import CollectiveEvent, GroupInfo
+from commdebug.ops import shape_rule
 from commdebug.units import format_bytes
 
 __all__ = ["Side", "Finding", "LastCall", "RankSummary", "CheckResult", "check", "check_path", "who"]
@@ -49,7 +51,7 @@ __all__ = ["Side", "Finding", "LastCall", "RankSummary", "CheckResult", "check",
 @dataclass
 class Side:
     """One side of a finding: which ranks, what they issued, where (worded by
-    :func:`commdebug.render.findings.describe_side`)."""
+    :func:`commdebug.render.check.describe_side`)."""
 
     ranks: list[int]
     op: str | None = None
@@ -294,21 +296,23 @@ class _Checker:
 
     def _rules(self, rank: int, e: CollectiveEvent) -> None:
         n = e.group.size
-        if n <= 0 or e.op not in ("all_gather", "reduce_scatter", "all_to_all"):
+        rule = shape_rule(e.op)
+        if n <= 0 or rule is None:
             return
-        if e.op == "all_to_all":
+        if rule.balanced:  # only the group's totals can be checked, once all members are read
             g = self._group(e.group.name, e.group)
             totals = g.a2a.setdefault(e.seq, [0, 0])
             totals[0] += e.input_bytes
             totals[1] += e.output_bytes
             return
-        expected, got, what = (n * e.input_bytes, e.output_bytes, "output") if e.op == "all_gather" else (n * e.output_bytes, e.input_bytes, "input")
-        if e.key.startswith("fr:") and e.op == "all_gather" and len(e.output_shapes) != 1:
-            return  # a list of outputs: Flight Recorder gives one entry per tensor, fine
-        if got != expected:
-            other = "input" if what == "output" else "output"
+        whole_shapes = e.output_shapes if rule.whole == "output" else e.input_shapes
+        if rule.whole_may_be_list and e.key.startswith("fr:") and len(whole_shapes) != 1:
+            return
+        bad = rule.mismatch(e.input_bytes, e.output_bytes, n)
+        if bad is not None:
+            whole, part = bad
             self.findings.append(Finding("shape", e.group.label, e.seq,
-                f"{e.op} on rank {rank}: {what} {format_bytes(got)} is not group size {n} x {other} {format_bytes(expected // n)}",
+                f"{e.op} on rank {rank}: {rule.whole} {format_bytes(whole)} is not group size {n} x {rule.part} {format_bytes(part)}",
                 [Side([rank], e.op, e.size_bytes, e.dtype, e.module, e.source, e.in_flight)]))
 
     def _p2p(self, rank: int, e: CollectiveEvent) -> None:

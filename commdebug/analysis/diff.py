@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from commdebug.errors import CommDebugError, DumpError
-from commdebug.model.dump import load
-from commdebug.model.ranks import job_files
+from commdebug.formats.readers import job_files, load, rank_from_name
 from commdebug.model.trace import PHASES, Trace
 
 __all__ = ["Change", "diff_traces", "diff_paths"]
@@ -91,16 +90,11 @@ def diff_paths(a: str | os.PathLike, b: str | os.PathLike) -> Iterator[Change]:
     if not pa.is_dir():
         yield from diff_traces(load(pa), load(pb))
         return
-    fa = {_rank(f): f for f in job_files(pa)}  # each folder must be one run
-    fb = {_rank(f): f for f in job_files(pb)}
+    fa = {rank_from_name(f): f for f in job_files(pa)}  # each folder must be one run
+    fb = {rank_from_name(f): f for f in job_files(pb)}
     empty = Trace()
     for rank in sorted(set(fa) | set(fb)):
         ta = load(fa[rank]) if rank in fa else empty
         tb = load(fb[rank]) if rank in fb else empty
         yield from diff_traces(ta, tb, rank)
 
-
-def _rank(path: Path) -> int:
-    from commdebug.model.ranks import _rank_from_name
-
-    return _rank_from_name(path)

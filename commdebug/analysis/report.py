@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from commdebug.analysis.check import who
-from commdebug.model.ranks import RankView, iter_ranks
+from commdebug.model.rank_view import RankView
+from commdebug.formats.readers import iter_ranks
 
 __all__ = ["RankStats", "OpStats", "Report", "report", "report_path"]
 

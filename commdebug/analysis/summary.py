@@ -1,29 +1,36 @@
 """Summaries of a trace's collectives: per op, per op and message size (DeepSpeed's
 ``log_summary``), per op and power-of-two size bin (mpitrace's distribution), per module, group
-or step, with times and bandwidths when the run was timed.
+or step, with times and bandwidths when the run was timed; and the same over a job's rank dumps,
+with how each row varies across ranks.
 
-Pure functions of a :class:`~commdebug.model.trace.Trace`, so a live run and a dump give the
-same numbers. Bandwidths follow nccl-tests: algbw = S / t, busbw = algbw x the op's factor (see
-docs/collectives.md), in GB/s (1e9 bytes/s); an aggregate row's algbw is its bytes over its time,
-and p50/p90/p99 are percentiles of the per-call busbw (linear interpolation).
+Pure functions of :class:`~commdebug.model.trace.Trace` objects, so a live run and a dump give the
+same numbers; data only, the wording is :mod:`commdebug.render.summary`'s. Bandwidths follow
+nccl-tests: algbw = S / t, busbw = algbw x the op's factor (see docs/collectives.md), in GB/s
+(1e9 bytes/s); an aggregate row's algbw is its bytes over its time, and p50/p90/p99 are
+percentiles of the per-call busbw (linear interpolation).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable
+import itertools
+import math
+import os
+import statistics
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
 
-from commdebug.errors import CommDebugError
+from commdebug.errors import CommDebugError, DumpError
 from commdebug.model.trace import CollectiveEvent, Trace
-from commdebug.units import format_bytes
 
-__all__ = ["BY", "SummaryRow", "Summary", "summarize", "parse_by"]
+__all__ = ["BY", "RankSpread", "SummaryRow", "Summary", "summarize", "summarize_ranks", "summarize_path",
+           "parse_by", "rank_spread", "size_bin"]
 
 # grouping name -> (column names, key of one event)
 BY: dict[str, tuple[tuple[str, ...], Callable[[CollectiveEvent], tuple]]] = {
     "op": (("op",), lambda e: (e.op,)),
     "op,size": (("op", "size_bytes"), lambda e: (e.op, e.size_bytes)),
-    "op,bin": (("op", "size_bin"), lambda e: (e.op, _bin(e.size_bytes))),
+    "op,bin": (("op", "size_bin"), lambda e: (e.op, size_bin(e.size_bytes))),
     "module": (("module",), lambda e: (e.module,)),
     "group": (("group",), lambda e: (e.group.label,)),
     "step": (("step",), lambda e: (e.step,)),
@@ -39,31 +46,175 @@ def parse_by(by: str) -> str:
     return key
 
 
-def _bin(size: int) -> tuple[int, int]:
-    """mpitrace-style power-of-two bin [lo, hi) of a message size; (0, 0) for empty messages."""
+def size_bin(size: int) -> tuple[int, int]:
+    """The mpitrace-style power-of-two bin ``[lo, hi)`` of a message size in bytes; ``(0, 0)``
+    for empty messages (a barrier's).
+
+    >>> size_bin(3000)
+    (2048, 4096)
+    """
     if size <= 0:
         return (0, 0)
     lo = 1 << (size.bit_length() - 1)
     return (lo, lo * 2)
 
 
-def bin_label(bounds: tuple[int, int]) -> str:
-    lo, hi = bounds
-    return "0 B" if hi == 0 else f"{format_bytes(lo)} - {format_bytes(hi)}"
+_QUANTILES = (0.50, 0.90, 0.99)
 
 
-def _percentile(sorted_values: list[float], q: float) -> float | None:
-    if not sorted_values:
+def _percentile(nth: Callable[[int], float], n: int, q: float) -> float | None:
+    """The ``q`` quantile of ``n`` values in order, ``nth(i)`` giving the i-th (linear
+    interpolation, as numpy's default)."""
+    if n == 0:
         return None
-    pos = (len(sorted_values) - 1) * q
+    pos = (n - 1) * q
     lo = int(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+    low = nth(lo)
+    return low + (nth(min(lo + 1, n - 1)) - low) * (pos - lo)
+
+
+class _Exact:
+    """Every per-call busbw of a row: exact percentiles, for one rank's calls."""
+
+    __slots__ = ("values",)
+
+    def __init__(self) -> None:
+        self.values: list[float] = []
+
+    def add(self, value: float) -> None:
+        self.values.append(value)
+
+    def percentiles(self) -> list[float | None]:
+        self.values.sort()
+        return [_percentile(self.values.__getitem__, len(self.values), q) for q in _QUANTILES]
+
+
+class _Binned:
+    """Per-call busbw of a whole job, in bins 2^(1/256) wide (0.27%) that keep their count and
+    sum: memory then grows with how spread the bandwidths are, never with the number of calls or
+    ranks. A value is read as its bin's mean, so a percentile is exact where the calls of a bin
+    agree, and otherwise within 0.27% of the exact figure."""
+
+    STEPS = 256  # bins per doubling
+    _ZERO = -(1 << 62)  # busbw 0 (a barrier's) has no logarithm: a bin below all others
+
+    __slots__ = ("bins", "n")
+
+    def __init__(self) -> None:
+        self.bins: dict[int, list[float]] = {}  # bin -> [count, sum]
+        self.n = 0
+
+    def add(self, value: float) -> None:
+        b = math.floor(math.log2(value) * self.STEPS) if value > 0 else self._ZERO
+        cell = self.bins.get(b)
+        if cell is None:
+            self.bins[b] = [1, value]
+        else:
+            cell[0] += 1
+            cell[1] += value
+        self.n += 1
+
+    def percentiles(self) -> list[float | None]:
+        cells = [self.bins[b] for b in sorted(self.bins)]
+
+        def nth(i: int) -> float:
+            seen = 0
+            for count, total in cells:
+                seen += count
+                if i < seen:
+                    return total / count
+            raise IndexError(i)
+
+        return [_percentile(nth, self.n, q) for q in _QUANTILES]
+
+
+class _Tally:
+    """What one row adds up as its calls come in."""
+
+    __slots__ = ("calls", "bytes", "timed", "time_s", "timed_bytes", "bus_bytes", "latency_min", "latency_max",
+                 "busbws", "predicted", "pred_s", "pred_bus")
+
+    def __init__(self, busbws: _Exact | _Binned) -> None:
+        self.calls = self.bytes = self.timed = self.timed_bytes = 0
+        self.time_s = self.bus_bytes = self.pred_s = self.pred_bus = 0.0
+        self.latency_min: float | None = None
+        self.latency_max: float | None = None
+        self.busbws = busbws
+        self.predicted = False
+
+    def add(self, e: CollectiveEvent, predicted_s: float | None) -> None:
+        self.calls += 1
+        self.bytes += e.size_bytes
+        if predicted_s is not None:
+            self.predicted = True
+            self.pred_s += predicted_s
+            self.pred_bus += e.size_bytes * e.busbw_factor
+        latency = e.latency_s
+        if latency is None:
+            return
+        self.timed += 1
+        self.time_s += latency
+        self.timed_bytes += e.size_bytes
+        self.bus_bytes += e.size_bytes * e.busbw_factor
+        if self.latency_min is None or latency < self.latency_min:
+            self.latency_min = latency
+        if self.latency_max is None or latency > self.latency_max:
+            self.latency_max = latency
+        busbw = e.busbw_gbps
+        if busbw is not None:
+            self.busbws.add(busbw)
+
+    def row(self, key: dict[str, Any]) -> SummaryRow:
+        row = SummaryRow(key, calls=self.calls, bytes=self.bytes, timed_calls=self.timed)
+        if self.timed:
+            t = self.time_s
+            row.time_s, row.avg_time_s = t, t / self.timed
+            row.latency_min_s, row.latency_max_s = self.latency_min, self.latency_max
+            if t > 0:
+                row.algbw_gbps = self.timed_bytes / t / 1e9
+                row.busbw_gbps = self.bus_bytes / t / 1e9
+            row.busbw_p50_gbps, row.busbw_p90_gbps, row.busbw_p99_gbps = self.busbws.percentiles()
+        if self.predicted:
+            row.predicted_s = self.pred_s
+            row.predicted_busbw_gbps = self.pred_bus / self.pred_s / 1e9 if self.pred_s > 0 else None
+        return row
+
+
+def rank_spread(values: Iterable[tuple[float, int]]) -> dict[str, Any] | None:
+    """min / median / max of (value, rank) pairs, with the ranks holding the min and the max (the
+    lowest rank on ties); None when there are none.
+
+    >>> rank_spread([(3.0, 0), (5.0, 1), (4.0, 2)])
+    {'min': 3.0, 'min_rank': 0, 'median': 4.0, 'max': 5.0, 'max_rank': 1}
+    """
+    pairs = list(values)
+    if not pairs:
+        return None
+    lo, hi = min(pairs), max(pairs, key=lambda v: (v[0], -v[1]))
+    return {"min": lo[0], "min_rank": lo[1], "median": statistics.median(v for v, _ in pairs), "max": hi[0], "max_rank": hi[1]}
+
+
+@dataclass
+class RankSpread:
+    """How one row of a job varies across its ranks: :func:`rank_spread` of the row's calls over
+    every rank (0 on a rank that made none) and of its time over the ranks that timed calls of it."""
+
+    calls: dict[str, Any]
+    time_s: dict[str, Any] | None = None
+
+    @property
+    def slowest_rank(self) -> int | None:
+        """The rank that spent the most time in the row (the lowest such rank on ties)."""
+        return None if self.time_s is None else self.time_s["max_rank"]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"calls": self.calls, "time_s": self.time_s, "slowest_rank": self.slowest_rank}
 
 
 @dataclass
 class SummaryRow:
-    """One row: the grouping values, then counts, bytes, and (when timed) times and bandwidths."""
+    """One row: the grouping values, then counts, bytes, and (when timed) times and bandwidths;
+    over a job's ranks, also how the row varies across them."""
 
     key: dict[str, Any]
     calls: int = 0
@@ -71,6 +222,8 @@ class SummaryRow:
     timed_calls: int = 0
     time_s: float | None = None
     avg_time_s: float | None = None
+    latency_min_s: float | None = None
+    latency_max_s: float | None = None
     algbw_gbps: float | None = None
     busbw_gbps: float | None = None
     busbw_p50_gbps: float | None = None
@@ -79,11 +232,16 @@ class SummaryRow:
     # predicted on a target cluster (commdebug.estimate), never mixed with the measured ones
     predicted_s: float | None = None
     predicted_busbw_gbps: float | None = None
+    per_rank: RankSpread | None = None
 
     def to_dict(self, predicted: bool = True) -> dict[str, Any]:
-        """Grouping keys then figures; the predicted keys only when ``predicted``."""
+        """Grouping keys then figures; the predicted keys only when ``predicted``, ``per_rank``
+        only over a job's ranks."""
         out = dict(self.key)
-        out.update({k: v for k, v in asdict(self).items() if k != "key" and (predicted or k not in _PREDICTED)})
+        out.update({f.name: getattr(self, f.name) for f in fields(self)
+                    if f.name not in ("key", "per_rank") and (predicted or f.name not in _PREDICTED)})
+        if self.per_rank is not None:
+            out["per_rank"] = self.per_rank.to_dict()
         return out
 
 
@@ -92,7 +250,8 @@ _PREDICTED = frozenset({"predicted_s", "predicted_busbw_gbps"})
 
 @dataclass
 class Summary:
-    """Rows plus the run's header: elapsed time, communication time and its share."""
+    """Rows plus the run's header: elapsed time, communication time and its share. Over a job's
+    ranks the header has ``ranks`` (the rank numbers) and ``hostnames``, and each row a ``per_rank``."""
 
     by: str
     rows: list[SummaryRow]
@@ -102,6 +261,17 @@ class Summary:
         """The ``--json`` form; keys are documented in docs/summary.md and kept stable."""
         predicted = "cluster" in self.header
         return {"by": self.by, "header": self.header, "rows": [r.to_dict(predicted) for r in self.rows]}
+
+
+def _keyed(trace: Trace, key_of: Callable[[CollectiveEvent], tuple], cluster: Any,
+           ranks_per_node: int | None) -> tuple[Any, Iterator[tuple[tuple, CollectiveEvent, float | None]]]:
+    """The prediction of ``trace`` on ``cluster`` (None without one), and each event with its row's
+    key and predicted seconds."""
+    from commdebug.estimate import predict_trace
+
+    prediction = predict_trace(trace, cluster, ranks_per_node=ranks_per_node)
+    seconds = prediction.seconds if prediction is not None else itertools.repeat(None)
+    return prediction, ((key_of(e), e, s) for e, s in zip(trace.events, seconds))
 
 
 def summarize(trace: Trace, by: str = "op", cluster: Any = None, ranks_per_node: int | None = None) -> Summary:
@@ -115,24 +285,97 @@ def summarize(trace: Trace, by: str = "op", cluster: Any = None, ranks_per_node:
     """
     by = parse_by(by)
     columns, key_of = BY[by]
-    from commdebug.estimate import predict_trace
-
-    prediction = predict_trace(trace, cluster, ranks_per_node=ranks_per_node)
-    predicted = prediction.seconds if prediction is not None else [None] * len(trace.events)
-    groups: dict[tuple, list[tuple[CollectiveEvent, float | None]]] = {}
-    for event, seconds in zip(trace.events, predicted):
-        groups.setdefault(key_of(event), []).append((event, seconds))
-    rows = [_row(dict(zip(columns, key)), events) for key, events in groups.items()]
-    rows.sort(key=_order(by))
-    if by == "op,bin":
-        for row in rows:
-            row.key["size_bin"] = bin_label(row.key["size_bin"])
+    prediction, calls = _keyed(trace, key_of, cluster, ranks_per_node)
+    tallies: dict[tuple, _Tally] = {}
+    for key, event, seconds in calls:
+        tally = tallies.get(key)
+        if tally is None:
+            tally = tallies[key] = _Tally(_Exact())
+        tally.add(event, seconds)
+    rows = sorted((t.row(dict(zip(columns, key))) for key, t in tallies.items()), key=_order(by))
     header = _header(trace)
     if prediction is not None:
-        header["cluster"] = prediction.cluster.name
-        header["predicted_s"] = prediction.total_s
-        header["prediction_notes"] = prediction.notes
+        header.update(cluster=prediction.cluster.name, predicted_s=prediction.total_s, prediction_notes=prediction.notes)
     return Summary(by, rows, header)
+
+
+def summarize_ranks(traces: Iterable[Trace], by: str = "op", cluster: Any = None,
+                    ranks_per_node: int | None = None) -> Summary:
+    """One summary over the traces of a job's ranks, taken one at a time (one trace in memory,
+    whatever the number of ranks). Rows add up every rank's calls; each row's ``per_rank`` says how
+    it varies across ranks. A trace's rank is its ``metadata.rank``, else its place in ``traces``.
+    Percentiles come from bins 0.27% wide (see :class:`_Binned`), not from every call.
+
+    >>> s = summarize_ranks(commdebug.load(f) for f in job_files("traces/"))   # doctest: +SKIP
+    >>> s.rows[0].per_rank.slowest_rank                                            # doctest: +SKIP
+    3
+    """
+    by = parse_by(by)
+    columns, key_of = BY[by]
+    tallies: dict[tuple, _Tally] = {}
+    per_rank: dict[tuple, dict[int, list]] = {}  # key -> rank -> [calls, time or None]
+    ranks: list[int] = []
+    headers: list[dict[str, Any]] = []
+    for index, trace in enumerate(traces):
+        rank = trace.metadata.get("rank")
+        rank = index if rank is None else int(rank)
+        prediction, calls = _keyed(trace, key_of, cluster, ranks_per_node)
+        for key, event, seconds in calls:
+            tally = tallies.get(key)
+            if tally is None:
+                tally = tallies[key] = _Tally(_Binned())
+            tally.add(event, seconds)
+            mine = per_rank.setdefault(key, {}).setdefault(rank, [0, None])
+            mine[0] += 1
+            if event.latency_s is not None:
+                mine[1] = (mine[1] or 0.0) + event.latency_s
+        header = _header(trace)
+        if prediction is not None:
+            header.update(cluster=prediction.cluster.name, predicted_s=prediction.total_s, prediction_notes=prediction.notes)
+        ranks.append(rank)
+        headers.append(header)
+    rows = []
+    for key, tally in tallies.items():
+        row = tally.row(dict(zip(columns, key)))
+        seen = per_rank[key]
+        row.per_rank = RankSpread(
+            rank_spread((seen[r][0] if r in seen else 0, r) for r in ranks),
+            rank_spread((t, r) for r, (_, t) in seen.items() if t is not None))
+        rows.append(row)
+    rows.sort(key=_order(by))
+    return Summary(by, rows, _job_header(headers, ranks))
+
+
+def summarize_path(path: str | os.PathLike, by: str = "op", cluster: Any = None,
+                   ranks_per_node: int | None = None) -> Summary:
+    """:func:`summarize` of one dump, or :func:`summarize_ranks` of a folder of rank dumps (one
+    run's: a folder mixing runs is refused), each read when its turn comes.
+
+    >>> print(render_summary(summarize_path("traces/", "op")))   # doctest: +SKIP
+    """
+    from commdebug.formats.readers import job_files, rank_from_name, read
+
+    def load(f: Path) -> Trace:
+        trace = read(f)
+        if not isinstance(trace, Trace):  # a RankView: no module tree, phases or steps to group by
+            raise DumpError(f"{f}: a PyTorch Flight Recorder dump; summary reads commdebug's dumps (`commdebug check` reads both)")
+        return trace
+
+    by = parse_by(by)  # a bad grouping fails before any file is read
+    p = Path(path)
+    if not p.exists():
+        raise DumpError(f"{p}: no such file or folder")
+    if not p.is_dir():
+        return summarize(load(p), by, cluster, ranks_per_node)
+
+    def traces() -> Iterator[Trace]:
+        for f in job_files(p):
+            trace = load(f)
+            if trace.metadata.get("rank") is None:  # torch's own dumps say no rank; the file name does
+                trace.metadata["rank"] = rank_from_name(f)
+            yield trace
+
+    return summarize_ranks(traces(), by, cluster, ranks_per_node)
 
 
 def _order(by: str) -> Callable[[SummaryRow], Any]:
@@ -141,44 +384,6 @@ def _order(by: str) -> Callable[[SummaryRow], Any]:
         return lambda r: tuple(r.key[c] for c in columns)
     # heaviest first: time when timed, else bytes, then calls
     return lambda r: (-(r.time_s or 0.0), -r.bytes, -r.calls, str(list(r.key.values())))
-
-
-def _row(key: dict[str, Any], events: Iterable[tuple[CollectiveEvent, float | None]]) -> SummaryRow:
-    row = SummaryRow(key)
-    timed_bytes = 0
-    bus_bytes = 0.0
-    busbws: list[float] = []
-    total_t = 0.0
-    pred_t = pred_bus = 0.0
-    predicted = False
-    for e, seconds in events:
-        if seconds is not None:
-            predicted = True
-            pred_t += seconds
-            pred_bus += e.size_bytes * e.busbw_factor
-        row.calls += 1
-        row.bytes += e.size_bytes
-        if e.latency_s is not None:
-            row.timed_calls += 1
-            total_t += e.latency_s
-            timed_bytes += e.size_bytes
-            bus_bytes += e.size_bytes * e.busbw_factor
-            if e.busbw_gbps is not None:
-                busbws.append(e.busbw_gbps)
-    if row.timed_calls:
-        row.time_s = total_t
-        row.avg_time_s = total_t / row.timed_calls
-        if total_t > 0:
-            row.algbw_gbps = timed_bytes / total_t / 1e9
-            row.busbw_gbps = bus_bytes / total_t / 1e9
-        busbws.sort()
-        row.busbw_p50_gbps = _percentile(busbws, 0.50)
-        row.busbw_p90_gbps = _percentile(busbws, 0.90)
-        row.busbw_p99_gbps = _percentile(busbws, 0.99)
-    if predicted:
-        row.predicted_s = pred_t
-        row.predicted_busbw_gbps = pred_bus / pred_t / 1e9 if pred_t > 0 else None
-    return row
 
 
 def _header(trace: Trace) -> dict[str, Any]:
@@ -203,3 +408,48 @@ def _header(trace: Trace) -> dict[str, Any]:
         "timing_notes": list(meta.get("timing_notes") or []),
     }
     return header
+
+
+def _job_header(headers: list[dict[str, Any]], ranks: list[int]) -> dict[str, Any]:
+    """The ranks' headers as one: counts and times summed, elapsed and steps the longest rank's,
+    the communication share that of all ranks' time together, each note once with its ranks."""
+    from commdebug.analysis.check import who
+
+    def known(name: str) -> list[Any]:
+        return [h[name] for h in headers if h.get(name) is not None]
+
+    def total(name: str) -> Any:
+        values = known(name)
+        return sum(values) if values else None
+
+    def longest(name: str) -> Any:
+        values = known(name)
+        return max(values) if values else None
+
+    def notes(name: str) -> list[str]:
+        holders: dict[str, list[int]] = {}
+        for rank, h in zip(ranks, headers):
+            for note in h.get(name) or []:
+                holders.setdefault(note, []).append(rank)
+        return [f"{who(rs)}: {note}" for note, rs in holders.items()]
+
+    shares = [(h["comm_time_s"], h["recorded_s"]) for h in headers if h["comm_time_s"] is not None and h["recorded_s"]]
+    job: dict[str, Any] = {
+        "ranks": ranks,
+        "world_size": longest("world_size"),
+        "hostnames": sorted(set(known("hostname"))),
+        "timing": ", ".join(sorted(set(known("timing")))),
+        "steps": longest("steps") or 0,
+        "collectives": total("collectives") or 0,
+        "bytes": total("bytes") or 0,
+        "timed_collectives": total("timed_collectives") or 0,
+        "elapsed_s": longest("elapsed_s"),
+        "recorded_s": longest("recorded_s"),
+        "comm_time_s": total("comm_time_s"),
+        "comm_share": sum(c for c, _ in shares) / sum(r for _, r in shares) if shares else None,
+        "events_dropped": total("events_dropped") or 0,
+        "timing_notes": notes("timing_notes"),
+    }
+    if known("cluster"):
+        job.update(cluster=known("cluster")[0], predicted_s=total("predicted_s"), prediction_notes=notes("prediction_notes"))
+    return job

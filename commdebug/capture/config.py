@@ -109,36 +109,13 @@ def _timing(key: str, value: Any) -> str:
 
 
 def _cluster(key: str, value: Any) -> str | None:
-    """A preset name or cluster file, checked now so a typo fails when the mode is made."""
+    """A preset name or cluster file (CommDebugMode loads it when the mode is made, so a typo
+    fails then)."""
     if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none", "off")):
         return None
     if not isinstance(value, (str, os.PathLike)):
         raise ConfigError(f"{key} must be a preset name or a cluster JSON file, got {value!r}")
-    from commdebug.estimate import load_cluster
-
-    try:
-        load_cluster(value)
-    except CommDebugError as e:
-        raise ConfigError(f"{key}: {e}") from None
     return os.fspath(value)
-
-
-# deepspeed.comm / torch.distributed function names -> our canonical op names
-_OP_ALIASES = {
-    "all_gather_into_tensor": "all_gather",
-    "all_gather_base": "all_gather",
-    "allgather_fn": "all_gather",
-    "all_gather_coalesced": "all_gather",
-    "reduce_scatter_tensor": "reduce_scatter",
-    "reduce_scatter_base": "reduce_scatter",
-    "reduce_scatter_fn": "reduce_scatter",
-    "all_to_all_single": "all_to_all",
-    "all_reduce_coalesced": "all_reduce",
-    "inference_all_reduce": "all_reduce",
-    "isend": "send",
-    "irecv": "recv",
-    "monitored_barrier": "barrier",
-}
 
 
 def canonical_ops(names: Any, key: str = "ops") -> frozenset[str]:
@@ -147,13 +124,12 @@ def canonical_ops(names: Any, key: str = "ops") -> frozenset[str]:
         names = [n for n in names.replace(";", ",").split(",") if n.strip()]
     if not isinstance(names, (list, tuple, set, frozenset)) or not all(isinstance(n, str) for n in names):
         raise ConfigError(f"{key} must be a list of collective names, got {names!r}")
-    known = _ops.canonical_names()
     out = set()
     for name in names:
-        op = name.strip()
-        op = _OP_ALIASES.get(op, op)
-        if op not in known:
-            raise ConfigError(f"{key}: unknown collective {name!r} (known: {', '.join(sorted(known | set(_OP_ALIASES)))})")
+        op = _ops.canonical_op(name.strip(), source="torch")
+        if op is None:
+            known = ", ".join(sorted(_ops.accepted_names("torch")))
+            raise ConfigError(f"{key}: unknown collective {name!r} (known: {known})")
         out.add(op)
     return frozenset(out)
 

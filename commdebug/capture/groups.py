@@ -11,7 +11,7 @@ import torch.distributed as dist
 
 from commdebug.model.trace import UNKNOWN_GROUP, GroupInfo
 
-__all__ = ["GroupResolver"]
+__all__ = ["GroupResolver", "peer_rank"]
 
 
 class GroupResolver:
@@ -23,6 +23,19 @@ class GroupResolver:
         # destroy_process_group() keeps gloo's worker threads running into interpreter teardown,
         # where torch 2.13 can abort the process (docs/ranks.md).
         self._pgs: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+        self._crosses: dict[str, bool] = {}
+
+    def crosses_nodes(self, group: GroupInfo, peer: int | None, rank: int, per_node: int) -> bool:
+        """Whether a collective leaves the node: its group (or, for send/recv, its peer) spans
+        more than one node of ``per_node`` consecutive ranks. Unknown ranks count as crossing:
+        better recorded than lost."""
+        if peer is not None:
+            return peer // per_node != rank // per_node
+        crosses = self._crosses.get(group.name)
+        if crosses is None:
+            ranks = group.ranks
+            crosses = self._crosses[group.name] = ranks is None or len({r // per_node for r in ranks}) > 1
+        return crosses
 
     def pg(self, name: str) -> Any:
         """The ProcessGroup object of a group resolved before, or None."""
@@ -86,3 +99,13 @@ def _describe(pg: Any, name: str) -> GroupInfo:
         ranks = None
     desc = getattr(pg, "group_desc", "") or ""
     return GroupInfo(name, str(desc), size, ranks)
+
+
+def peer_rank(spec: Any, args: tuple, group: GroupInfo) -> int | None:
+    """The other side of a send/recv (``spec``: its ops.py row) as a global rank: the ops carry
+    the rank within the group."""
+    if spec.peer is None or spec.peer >= len(args):
+        return None
+    rank = int(args[spec.peer])
+    ranks = group.ranks
+    return ranks[rank] if ranks is not None and 0 <= rank < len(ranks) else rank

@@ -30,7 +30,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-__all__ = ["InFlight", "work_of", "tensors"]
+__all__ = ["InFlight", "work_of", "tensors", "wait_until_finished", "work_patch"]
 
 # Work objects of collectives nobody waited for (fire-and-forget isend, a program that drops
 # its handles) are let go of beyond this many, oldest first: a Work holds buffers.
@@ -181,6 +181,22 @@ def tensors(value: Any) -> list[torch.Tensor]:
     if isinstance(value, (list, tuple)):
         return [t for v in value for t in tensors(v)]
     return []
+
+
+def wait_until_finished(out: Any, spec: Any, args: tuple, kwargs: dict) -> None:
+    """Block until the collective that produced ``out`` (described by its ops.py ``spec``) has
+    finished: its Work's ``wait()``, or ``wait_tensor`` on a functional collective's outputs."""
+    from commdebug import ops as _ops
+
+    waited = False
+    for item in out if isinstance(out, (tuple, list)) else (out,):
+        if hasattr(item, "wait") and not isinstance(item, torch.Tensor):
+            item.wait()  # c10d Work
+            waited = True
+    if not waited:
+        result = _ops.pick(spec.outputs, args, kwargs, out)
+        for t in tensors(result if result is not None else out):
+            torch.ops._c10d_functional.wait_tensor(t)
 
 
 def _wrap_wait(original: Any, patch: Any) -> Any:

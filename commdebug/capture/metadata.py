@@ -26,7 +26,7 @@ def now() -> str:
 def run_metadata() -> dict[str, Any]:
     """The metadata a recording starts with (``distributed_metadata`` fills in the rest once
     the program has set up torch.distributed)."""
-    from commdebug import __version__
+    from commdebug.version import __version__
 
     meta: dict[str, Any] = {
         "rank": 0,

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+import torch
+
 from commdebug.capture.patches import ClassPatch
 
-__all__ = ["PipelineTag", "PipelineTags"]
+__all__ = ["PipelineTag", "PipelineTags", "first_tensor"]
 
 _METHODS = {
     "get_fwd_recv_ops": "forward",
@@ -82,3 +84,10 @@ def _wrapper(phase: str) -> Any:
 
 _STAGE = ClassPatch("torch.distributed.pipelining.stage", "_PipelineStageBase",
                     {name: _wrapper(phase) for name, phase in _METHODS.items()})
+
+
+def first_tensor(value: Any) -> torch.Tensor | None:
+    """The first tensor of a send/recv's tensor or list of tensors (what the tags are keyed by)."""
+    while isinstance(value, (list, tuple)) and value:
+        value = value[0]
+    return value if isinstance(value, torch.Tensor) else None

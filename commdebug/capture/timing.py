@@ -24,9 +24,16 @@ from typing import Any, Callable, NamedTuple
 
 import torch
 
-__all__ = ["SyncTimer", "AsyncTimer", "WorkDone", "nvtx_label"]
+__all__ = ["SyncTimer", "AsyncTimer", "WorkDone", "nvtx_label", "on_cuda"]
 
 log = logging.getLogger("commdebug")
+
+
+def on_cuda(args: tuple) -> bool:
+    """Whether a collective's arguments hold a CUDA tensor (then CUDA events time it)."""
+    from commdebug.capture.inflight import tensors
+
+    return torch.cuda.is_available() and any(t.is_cuda for t in tensors(args))
 
 
 def nvtx_label(op: str, input_bytes: int, group: Any, module: str) -> str:

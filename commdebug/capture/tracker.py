@@ -49,11 +49,10 @@ from torch.nn.modules.module import register_module_forward_pre_hook
 from torch.utils._pytree import tree_leaves
 
 from commdebug.capture.patches import ClassPatch
-from commdebug.model.trace import GLOBAL
+from commdebug.model.trace import BACKWARD, CHECKPOINT, FORWARD, GLOBAL, OPTIMIZER
 
-__all__ = ["ModuleTracker", "FORWARD", "BACKWARD", "CHECKPOINT", "OPTIMIZER"]
+__all__ = ["ModuleTracker"]
 
-FORWARD, BACKWARD, CHECKPOINT, OPTIMIZER = "forward", "backward", "checkpoint", "optimizer"
 _graph_task_id = torch._C._current_graph_task_id
 _current_node = torch._C._current_autograd_node
 _Tensor = torch.Tensor

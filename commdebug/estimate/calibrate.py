@@ -17,20 +17,10 @@ from typing import Iterable
 
 from commdebug.errors import CommDebugError
 from commdebug.estimate.cluster import Cluster, Link
-from commdebug.ops import BUSBW_FACTORS
+from commdebug.ops import BUSBW_FACTORS, aliases, spec_for_op
 
 __all__ = ["NcclTestsRun", "parse_nccl_tests", "fit", "calibrate"]
 
-# nccl-tests binary name -> (our op, busbw factor name)
-_OPS = {
-    "all_reduce": ("all_reduce", "all_reduce"),
-    "all_gather": ("all_gather", "ring"),
-    "reduce_scatter": ("reduce_scatter", "ring"),
-    "alltoall": ("all_to_all", "ring"),
-    "broadcast": ("broadcast", "one"),
-    "reduce": ("reduce", "one"),
-    "sendrecv": ("send", "one"),
-}
 _STARTING = re.compile(r"Collective test starting:\s*(\w+?)_perf")
 _RANK = re.compile(r"^#\s*Rank\s+(\d+)\s+.*?\bon\s+(\S+)\s+device")
 _NGPUS = re.compile(r"nGpus\s+(\d+)")
@@ -49,13 +39,17 @@ class NcclTestsRun:
 
 
 def _op_of(text: str, path: Path) -> tuple[str, str]:
+    """(our op, busbw factor name) of the test a file names, in its output or its file name."""
     m = _STARTING.search(text)
     names = [m.group(1)] if m else []
     names.append(path.name)
+    tests = aliases("nccl_tests")
     for name in names:
-        for key in sorted(_OPS, key=len, reverse=True):  # reduce_scatter before reduce
+        for key in sorted(tests, key=len, reverse=True):  # reduce_scatter before reduce
             if key in name:
-                return _OPS[key]
+                spec = spec_for_op(tests[key])
+                if spec is not None:
+                    return spec.op, spec.factor
     raise CommDebugError(f"{path}: cannot tell which collective this is (no 'Collective test starting' line;"
                          f" name the file after the test, e.g. all_reduce_perf.txt)")
 

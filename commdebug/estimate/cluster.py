@@ -4,16 +4,14 @@ or a JSON file (schema in docs/estimate.md); every bad key or value is one error
 
 from __future__ import annotations
 
-import json
 import math
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 from commdebug.errors import CommDebugError
 
-__all__ = ["Link", "Cluster", "load_cluster", "ClusterError"]
+__all__ = ["Link", "Cluster", "ClusterError"]
 
 
 class ClusterError(CommDebugError, ValueError):
@@ -103,26 +101,3 @@ def _link(data: Any, key: str, where: str) -> Link:
             raise ClusterError(f"{where}: {key}.{k} must be a number {bound}, got {v!r}")
         values.append(float(v))
     return Link(*values)
-
-
-def load_cluster(spec: "str | os.PathLike | Cluster | Mapping[str, Any]") -> Cluster:
-    """A preset name (``"h100-ib400"``), a JSON file, a dict of the schema, or a Cluster."""
-    from commdebug.estimate.presets import PRESETS
-
-    if isinstance(spec, Cluster):
-        return spec
-    if isinstance(spec, Mapping):
-        return Cluster.from_dict(spec)
-    text = os.fspath(spec)
-    if text in PRESETS:
-        return PRESETS[text]
-    path = Path(text)
-    if not path.exists():
-        raise ClusterError(f"{text}: neither a preset ({', '.join(PRESETS)}) nor an existing cluster file")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
-        raise ClusterError(f"{path}: cannot read: {e}") from None
-    except json.JSONDecodeError as e:
-        raise ClusterError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
-    return Cluster.from_dict(data, str(path))

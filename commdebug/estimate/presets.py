@@ -1,15 +1,20 @@
-"""Built-in clusters, with the published figures each number was taken from (docs/estimate.md
+"""Built-in clusters, and :func:`load_cluster`, which names one of them or reads a cluster file.
+
+The clusters come with the published figures each number was taken from (docs/estimate.md
 gives the links). Latencies are not published nccl-tests rows: they come from NCCL's own tuning
 constants (base 6.6 us plus per-hop latencies, Ring/LL), as copied in torch's
 ``torch/_inductor/comm_analysis.py`` (``baseLat``, ``hwLat``)."""
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import json
+import os
+from pathlib import Path
+from typing import Any, Mapping, NamedTuple
 
-from commdebug.estimate.cluster import Cluster, Link
+from commdebug.estimate.cluster import Cluster, ClusterError, Link
 
-__all__ = ["PRESETS", "PUBLISHED", "Published"]
+__all__ = ["PRESETS", "PUBLISHED", "Published", "load_cluster"]
 
 # Ring/LL latency from NCCL's tuning constants: 6.6 us base + 0.6 us per NVLink hop (7 hops on 8
 # GPUs) = 10.8 us; across 2 nodes of 8: 6.6 + 14 intra hops x 1.0 us (the network overhead
@@ -58,3 +63,24 @@ PUBLISHED: dict[str, list[Published]] = {
         Published("all_reduce", 16, 2, 8 << 30, 192.0, "NVIDIA/nccl#812 (NVIDIA's DGX-A100 figure, 8x200 Gb/s IB)"),
     ],
 }
+
+
+def load_cluster(spec: "str | os.PathLike | Cluster | Mapping[str, Any]") -> Cluster:
+    """A preset name (``"h100-ib400"``), a JSON file, a dict of the schema, or a Cluster."""
+    if isinstance(spec, Cluster):
+        return spec
+    if isinstance(spec, Mapping):
+        return Cluster.from_dict(spec)
+    text = os.fspath(spec)
+    if text in PRESETS:
+        return PRESETS[text]
+    path = Path(text)
+    if not path.exists():
+        raise ClusterError(f"{text}: neither a preset ({', '.join(PRESETS)}) nor an existing cluster file")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise ClusterError(f"{path}: cannot read: {e}") from None
+    except json.JSONDecodeError as e:
+        raise ClusterError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    return Cluster.from_dict(data, str(path))

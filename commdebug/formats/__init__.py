@@ -1,1 +1,1 @@
-"""Formats in and out: PyTorch Flight Recorder dumps (in), Chrome Trace Event JSON (out)."""
+"""Readers: every file commdebug reads (its dumps, PyTorch Flight Recorder's) into the trace model."""

@@ -35,11 +35,11 @@ from typing import Any
 
 from commdebug import ops as _ops
 from commdebug.errors import DumpError
-from commdebug.model.ranks import RankView, _rank_from_name
+from commdebug.model.rank_view import RankView
 from commdebug.model.trace import CollectiveEvent, GroupInfo
 from commdebug.sourcefiles import is_user_file
 
-__all__ = ["from_flight_recorder"]
+__all__ = ["from_flight_recorder", "is_flight_recorder"]
 
 # Flight Recorder writes c10 scalar type names; ours are torch's (torch.float32 -> "float32")
 _DTYPES = {
@@ -48,25 +48,23 @@ _DTYPES = {
     "Bool": ("bool", 1), "ComplexFloat": ("complex64", 8), "ComplexDouble": ("complex128", 16),
     "Float8_e4m3fn": ("float8_e4m3fn", 1), "Float8_e5m2": ("float8_e5m2", 1),
 }
-_OP_NAMES = {
-    "allreduce": "all_reduce", "all_reduce": "all_reduce", "allreduce_coalesced": "all_reduce",
-    "allgather": "all_gather", "all_gather": "all_gather", "_allgather_base": "all_gather", "allgather_into_tensor_coalesced": "all_gather",
-    "reduce_scatter": "reduce_scatter", "_reduce_scatter_base": "reduce_scatter", "reduce_scatter_tensor_coalesced": "reduce_scatter",
-    "all_to_all": "all_to_all", "alltoall": "all_to_all", "alltoall_base": "all_to_all",
-    "broadcast": "broadcast", "reduce": "reduce", "gather": "gather", "scatter": "scatter",
-    "send": "send", "recv": "recv", "barrier": "barrier",
-}
 _P2P = re.compile(r"^(send|recv)\s+(\d+)\s*(?:->|<-)\s*(\d+)")
 
 
-def from_flight_recorder(data: Any, path: Path) -> RankView:
-    """One rank's Flight Recorder dump (the unpickled or parsed object) as a :class:`RankView`.
+def is_flight_recorder(data: Any) -> bool:
+    """Whether parsed JSON is Flight Recorder's JSON form (told by its keys; ours has a ``fqn``
+    root)."""
+    return isinstance(data, dict) and "entries" in data and "pg_config" in data
 
-    >>> view = from_flight_recorder(pickle.load(open("fr/fr_trace_0", "rb")), Path("fr/fr_trace_0"))  # doctest: +SKIP
+
+def from_flight_recorder(data: Any, path: Path, rank: int) -> RankView:
+    """One rank's Flight Recorder dump (the unpickled or parsed object) as a :class:`RankView`;
+    Flight Recorder does not write the rank, so the caller gives it (from the file's name).
+
+    >>> view = from_flight_recorder(fr_dict, Path("fr/fr_trace_0"), 0)  # doctest: +SKIP
     """
     if not isinstance(data, dict) or not isinstance(data.get("entries"), list):
         raise DumpError(f"{path}: not a Flight Recorder dump (no 'entries' list)")
-    rank = _rank_from_name(path)
     try:
         return _view(data, path, rank)
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
@@ -129,7 +127,7 @@ def _event(index: int, e: dict[str, Any], groups: dict[str, GroupInfo], done: di
         a, b = int(m.group(2)), int(m.group(3))
         peer = b if op == "send" else a  # "send 0->1": to 1; "recv 0<-1" / "recv 1->0": from the other
     else:
-        op = _OP_NAMES.get(kind, kind or "unknown")
+        op = _ops.canonical_op(kind, source="flight_recorder") or kind or "unknown"
     pg = e.get("process_group") or ("", "")
     if not isinstance(pg, (list, tuple)):
         raise TypeError(f"entry {index}: process_group is {pg!r}, not (name, desc)")

@@ -29,7 +29,7 @@ __all__ = ["record"]
 _session: Any = None  # this process's RecordingSession, once started
 
 
-def _skip() -> bool:
+def not_the_program() -> bool:
     """True for processes that are not the program: launchers, commdebug's own commands, and
     multiprocessing's helpers (they never join a process group, and the forkserver's children
     leave through os._exit, which writes nothing)."""
@@ -72,7 +72,7 @@ def _from_environment() -> None:
 
 # the hook imports this module only when COMMDEBUG is set; anyone else importing it for
 # record() must not start a recording from the variables
-if os.environ.get("COMMDEBUG", "0") not in ("", "0") and not _skip():
+if os.environ.get("COMMDEBUG", "0") not in ("", "0") and not not_the_program():
     try:
         _from_environment()
     except Exception as e:  # never stop the program from starting

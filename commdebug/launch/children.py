@@ -126,7 +126,7 @@ def start_child(settings_file: str) -> None:
     Never stops the process from starting: a problem is one line on stderr."""
     from commdebug.launch import autostart
 
-    if autostart._skip():  # a launcher the program started: its own children are the ranks
+    if autostart.not_the_program():  # a launcher the program started: its own children are the ranks
         return
     try:
         settings = json.loads(Path(settings_file).read_text(encoding="utf-8"))

@@ -10,7 +10,7 @@ import sysconfig
 from pathlib import Path
 
 from commdebug.errors import CommDebugError
-from commdebug.fileio import write_text_atomic
+from commdebug.fileio import write_output
 
 __all__ = ["HOOK_NAME", "hook_path", "install", "uninstall", "installed"]
 
@@ -27,7 +27,7 @@ def install(site_dir: str | os.PathLike | None = None) -> Path:
     path = hook_path(site_dir)
     if not path.parent.is_dir():
         raise CommDebugError(f"{path.parent}: no such site-packages folder")
-    return write_text_atomic(path, HOOK_LINE)
+    return write_output(path, HOOK_LINE)
 
 
 def uninstall(site_dir: str | os.PathLike | None = None) -> Path | None:

@@ -21,24 +21,14 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from commdebug.capture.mode import CommDebugMode
+from commdebug.debug_mode import CommDebugMode
 from commdebug.errors import CommDebugError
-from commdebug.fileio import output_folder
+from commdebug.fileio import output_folder, write_output
+from commdebug.model.dump import dump_text
 
 __all__ = ["RecordingSession", "rank_of"]
 
 log = logging.getLogger("commdebug")
-
-
-def _literal(path: Path) -> str:
-    """``path`` as a file name that means itself to ``generate_json_dump``, which expands
-    ``{rank}``-style placeholders: the folder was created under its literal name before the
-    program ran, so a brace in it must not lose the dump at the end (docs/ranks.md).
-
-    >>> _literal(Path("traces{x}/rank0.json"))
-    'traces{{x}}/rank0.json'
-    """
-    return str(path).replace("{", "{{").replace("}", "}}")
 
 
 def rank_of(meta: dict[str, Any]) -> int:
@@ -191,22 +181,22 @@ class RecordingSession:
         meta["ended_by"] = self.reason if final else "hang"
         rank = rank_of(meta)
         path = self.out / f"rank{rank}.json"
-        self.mode.generate_json_dump(_literal(path), noise_level=self.noise_level)
+        write_output(path, dump_text(self.mode.refresh(), self.noise_level))
         if final and self.html and rank == 0:
-            self._write_html(path)
+            self._write_html(path.with_suffix(".html"), path.name)
         self.written = path
         if stuck and final:
             log.warning("commdebug: rank %d ended with %d collective(s) unfinished; see %s", rank, len(stuck), path)
         return path
 
-    def _write_html(self, dump: Path) -> None:
+    def _write_html(self, page: Path, dump_name: str) -> None:
+        """The viewer page of the trace just dumped, from the trace itself (not the file)."""
         try:
             import visualizer
-            from commdebug.model.dump import read_dump_json
 
-            visualizer.write_html(dump.with_suffix(".html"), read_dump_json(dump), title=f"commdebug: {dump.name}")
+            write_output(page, visualizer.render_html(self.mode.trace, title=f"commdebug: {dump_name}", noise_level=self.noise_level))
         except Exception as e:  # the dump is what matters; say why the page is missing
-            log.warning("commdebug: could not write the viewer page next to %s: %s", dump, e)
+            log.warning("commdebug: could not write the viewer page %s: %s", page, e)
 
     # ---- hang watchdog ------------------------------------------------------------------------
 

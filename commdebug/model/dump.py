@@ -1,28 +1,29 @@
-"""The JSON dump: write a trace as the reference's node tree plus a versioned ``commdebug``
-section (docs/json-format.md), and load ours or the reference's back into a :class:`Trace`."""
+"""The JSON dump, the trace model's serialised form: a trace as the reference's node tree plus
+a versioned ``commdebug`` section (docs/json-format.md), and a parsed dump (ours or the
+reference's) back into a :class:`Trace` or a :class:`RankView`. Files are read by
+:mod:`commdebug.formats.readers` and written by :mod:`commdebug.fileio`."""
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from commdebug import ops as _ops
 from commdebug.errors import DumpError
-from commdebug.fileio import write_text_atomic
 from commdebug.model.events import decode_events, encode_events
-from commdebug.model.trace import GLOBAL, PHASES, TRIVIAL_OPS, CollectiveEvent, GroupInfo, Trace, check_noise_level, ops_at_noise
+from commdebug.model.rank_view import RankView
+from commdebug.model.trace import BACKWARD, CHECKPOINT, FORWARD, GLOBAL, OPTIMIZER, PHASES, TRIVIAL_OPS, CollectiveEvent, GroupInfo, Trace, check_noise_level, ops_at_noise
 
-__all__ = ["SCHEMA_VERSION", "to_dump_dict", "write_dump", "load", "read_dump_json", "from_dump_dict"]
+__all__ = ["SCHEMA_VERSION", "to_dump_dict", "dump_text", "from_dump_dict", "rank_view_from_dump_dict", "check_schema"]
 
 SCHEMA_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 _OP_LISTS = {
-    "forward": "operations_forward",
-    "backward": "operations_backward",
-    "checkpoint": "operations_checkpointing",
-    "optimizer": "operations_optimizer",  # ours; the reference has no optimizer phase
+    FORWARD: "operations_forward",
+    BACKWARD: "operations_backward",
+    CHECKPOINT: "operations_checkpointing",
+    OPTIMIZER: "operations_optimizer",  # ours; the reference has no optimizer phase
 }
 
 
@@ -74,7 +75,7 @@ def to_dump_dict(trace: Trace, noise_level: int = 3) -> dict[str, Any]:
         "trivial_ops": sorted(TRIVIAL_OPS),
         "metadata": {**trace.metadata, "steps": trace.steps},
         "groups": {name: g.to_dict() for name, g in trace.groups.items()},
-        "summary": trace.summary(),
+        "summary": trace.totals(),
         "events": encode_events(trace.events),
         "events_dropped": trace.events_dropped,
         "max_events": trace.max_events,
@@ -90,52 +91,20 @@ def _merged_counts(trace: Trace, fqn: str, phases: tuple[str, ...]) -> dict[str,
     return out
 
 
-def write_dump(trace: Trace, file_name: str | os.PathLike, noise_level: int = 3) -> Path:
-    """Write the dump atomically (temp file then rename), creating parent folders."""
-    return write_text_atomic(file_name, json.dumps(to_dump_dict(trace, noise_level), indent=1))
+def dump_text(trace: Trace, noise_level: int = 3) -> str:
+    """The dump of a trace as JSON text (what ``generate_json_dump`` and ``commdebug run`` write)."""
+    return json.dumps(to_dump_dict(trace, noise_level), indent=1)
 
 
-def load(path: str | os.PathLike) -> Trace:
-    """Load a dump written by commdebug or by torch's CommDebugMode into a :class:`Trace`.
-
-    >>> trace = commdebug.load("comm_mode_log.json")     # doctest: +SKIP
-    >>> print(commdebug.render.table.render_table(trace, 0))     # doctest: +SKIP
-
-    Raises :class:`DumpError` naming the file and the problem: missing, not JSON, not a dump,
-    or written by a newer commdebug (unknown schema version).
-    """
-    data = read_dump_json(path)
-    return from_dump_dict(data, str(path))
-
-
-def read_dump_json(path: str | os.PathLike) -> Any:
-    """The parsed JSON of a dump file, or a :class:`DumpError` saying why it cannot be read."""
-    return parse_dump_json(read_dump_bytes(path), path)
-
-
-def read_dump_bytes(path: str | os.PathLike) -> bytes:
-    """A dump file's bytes, or a :class:`DumpError` naming the file and the problem."""
-    p = Path(path)
-    try:
-        return p.read_bytes()
-    except FileNotFoundError:
-        raise DumpError(f"{p}: no such file") from None
-    except IsADirectoryError:
-        raise DumpError(f"{p}: is a directory, not a dump file") from None
-    except OSError as e:
-        raise DumpError(f"{p}: cannot read: {e.strerror or e}") from None
-
-
-def parse_dump_json(raw: bytes, path: str | os.PathLike) -> Any:
-    """Parse a dump's bytes as JSON, or a :class:`DumpError` naming the file and the problem."""
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise DumpError(f"{path}: not a JSON dump (not UTF-8 text)") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise DumpError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+def check_schema(section: Any, source: str) -> None:
+    """A :class:`DumpError` unless `section` (a dump's ``commdebug`` object) has a version this
+    commdebug reads: the one schema check every reader goes through."""
+    version = section.get("schema_version") if isinstance(section, dict) else None
+    if version not in READABLE_VERSIONS:
+        raise DumpError(
+            f"{source}: dump schema version {version!r} is not supported "
+            f"(this commdebug reads versions {', '.join(map(str, READABLE_VERSIONS))}; upgrade commdebug)"
+        )
 
 
 def from_dump_dict(data: Any, source: str = "<dump>") -> Trace:
@@ -144,12 +113,7 @@ def from_dump_dict(data: Any, source: str = "<dump>") -> Trace:
         raise DumpError(f"{source}: not a CommDebugMode dump (the root needs 'fqn' and 'children')")
     section = data.get("commdebug")
     if section is not None:
-        version = section.get("schema_version") if isinstance(section, dict) else None
-        if version not in READABLE_VERSIONS:
-            raise DumpError(
-                f"{source}: dump schema version {version!r} is not supported "
-                f"(this commdebug reads versions {', '.join(map(str, READABLE_VERSIONS))}; upgrade commdebug)"
-            )
+        check_schema(section, source)
     try:
         return _build(data, section, source)
     except (KeyError, TypeError, ValueError, AttributeError) as e:
@@ -182,7 +146,7 @@ def _build(root: dict[str, Any], section: dict[str, Any] | None, source: str) ->
         for phase, key in _OP_LISTS.items():
             for row in node.get(key) or []:
                 sig = (str(row["name"]), tuple(map(str, row.get("input_shape", []))), tuple(map(str, row.get("input_sharding", []))), str(row.get("device_mesh", "")))
-                bucket = trace.ops.setdefault((fqn, phase), {})
+                bucket = trace.op_counts.setdefault((fqn, phase), {})
                 bucket[sig] = bucket.get(sig, 0) + int(row.get("count", 1))
         stack.extend((child, fqn) for child in reversed(node["children"]))
     if section:
@@ -210,3 +174,32 @@ def _read_collectives(trace: Trace, fqn: str, node: dict[str, Any]) -> None:
     for phase, field in (("forward", "collectives_forward"), ("backward", "collectives_backward")):
         for key, count in node.get(field, []):
             trace.collectives.setdefault((fqn, phase), {})[(str(key), _ops.op_for_key(str(key)), "?")] = [int(count), 0]
+
+
+def rank_view_from_dump_dict(data: Any, path: Path, rank_from_name: Callable[[], int]) -> RankView:
+    """One rank of a parsed dump as a :class:`RankView` (events and groups, no module tree),
+    without building the tree; ``rank_from_name`` gives the rank when the metadata has none."""
+    section = data.get("commdebug") if isinstance(data, dict) else None
+    if not isinstance(section, dict):
+        if isinstance(data, dict) and "fqn" in data:
+            raise DumpError(f"{path}: a dump of torch's CommDebugMode has no events or ranks; record with commdebug")
+        raise DumpError(f"{path}: not a commdebug dump or a Flight Recorder dump")
+    check_schema(section, str(path))
+    try:
+        meta = dict(section.get("metadata") or {})
+        groups = {str(n): GroupInfo.from_dict(n, g) for n, g in (section.get("groups") or {}).items()}
+        raw = section.get("events") or []
+        if isinstance(raw, list):  # schema 1
+            events = [CollectiveEvent.from_dict(e, groups) for e in raw]
+            for e in events:
+                groups.setdefault(e.group.name, e.group)
+        else:
+            events = decode_events(raw, groups, str(path))
+        rank = meta.get("rank")
+        view = RankView(int(rank) if isinstance(rank, int) else rank_from_name(), path, meta, groups, events)
+        if section.get("events_dropped"):
+            view.notes.append(f"{section['events_dropped']} older events were dropped (max_events)")
+        return view
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+        # a dump that parses but holds the wrong types somewhere: one line, never a traceback
+        raise DumpError(f"{path}: malformed dump ({type(e).__name__}: {e})") from None

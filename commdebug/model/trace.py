@@ -14,6 +14,10 @@ from typing import Any, Iterable, Iterator, NamedTuple
 __all__ = [
     "GLOBAL",
     "PHASES",
+    "FORWARD",
+    "BACKWARD",
+    "CHECKPOINT",
+    "OPTIMIZER",
     "GroupInfo",
     "TRIVIAL_OPS",
     "ModuleInfo",
@@ -26,7 +30,10 @@ __all__ = [
 ]
 
 GLOBAL = "Global"
-PHASES = ("forward", "backward", "checkpoint", "optimizer")
+# Where a collective ran. Exclusive: a recompute under activation checkpointing is "checkpoint",
+# not "backward"; ``optimizer.step()`` is "optimizer" (the reference counts it as forward).
+FORWARD, BACKWARD, CHECKPOINT, OPTIMIZER = "forward", "backward", "checkpoint", "optimizer"
+PHASES = (FORWARD, BACKWARD, CHECKPOINT, OPTIMIZER)
 
 # Ops the reference hides below noise level 3.
 TRIVIAL_OPS = frozenset(
@@ -287,7 +294,7 @@ class Trace:
         return info
 
     @property
-    def ops(self) -> dict[tuple[str, str], dict[Any, int]]:
+    def op_counts(self) -> dict[tuple[str, str], dict[Any, int]]:
         """(fqn, phase) -> op signature -> count.
 
         A signature is the op name (a plain op) or ``(name, shapes, placements, mesh)`` (an op
@@ -394,7 +401,7 @@ class Trace:
     def operations(self, fqn: str, phase: str) -> list[OpRow]:
         """The module's own op rows in a phase, in first-seen order, identical rows merged."""
         merged: dict[tuple, int] = {}
-        for sig, count in self.ops.get((fqn, phase), {}).items():
+        for sig, count in self.op_counts.get((fqn, phase), {}).items():
             name, shapes, shardings, mesh = (sig, (), (), None) if isinstance(sig, str) else sig
             text = (
                 str(name),
@@ -415,7 +422,7 @@ class Trace:
                 out.setdefault((e.module, e.phase, e.key, e.group.name), Counter())[e.unit] += 1
         return out
 
-    def summary(self) -> dict[str, Any]:
+    def totals(self) -> dict[str, Any]:
         """Collective count and bytes of the whole run, in total and per canonical op."""
         by_op: dict[str, dict[str, int]] = {}
         for phase in PHASES:

@@ -7,7 +7,8 @@ from typing import Any, Iterable
 
 from commdebug.analysis.summary import Summary
 from commdebug.estimate.cluster import Cluster
-from commdebug.render.summary import _KEY_CELLS
+from commdebug.render.columns import align
+from commdebug.render.summary import key_cells, key_dict, key_titles
 from commdebug.units import format_bytes, format_gbps, format_ms
 
 __all__ = ["render_estimate", "estimate_dict", "render_presets"]
@@ -15,21 +16,14 @@ __all__ = ["render_estimate", "estimate_dict", "render_presets"]
 _ROW_KEYS = ("calls", "bytes", "predicted_s", "predicted_busbw_gbps")
 
 
-def _aligned(table: list[list[str]], n_keys: int) -> list[str]:
-    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    return ["  ".join(c.ljust(w) if i < n_keys else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
-            for row in table]
-
-
 def _table(summary: Summary) -> list[str]:
     if not summary.rows:
         return ["no collectives recorded"]
     keys = list(summary.rows[0].key)
-    table = [[_KEY_CELLS[k][0] for k in keys] + ["calls", "bytes", "predicted ms", "predicted busbw GB/s"]]
+    table = [key_titles(keys) + ["calls", "bytes", "predicted ms", "predicted busbw GB/s"]]
     for r in summary.rows:
-        table.append([_KEY_CELLS[k][1](r.key[k]) for k in keys]
-                     + [str(r.calls), format_bytes(r.bytes), format_ms(r.predicted_s), format_gbps(r.predicted_busbw_gbps)])
-    return _aligned(table, len(keys))
+        table.append(key_cells(r.key) + [str(r.calls), format_bytes(r.bytes), format_ms(r.predicted_s), format_gbps(r.predicted_busbw_gbps)])
+    return align(table, left=len(keys))
 
 
 def render_estimate(summary: Summary, steps: Summary) -> str:
@@ -53,7 +47,7 @@ def estimate_dict(summary: Summary, steps: Summary) -> dict[str, Any]:
     """The ``--json`` form: ``cluster``, ``by``, ``header``, ``rows`` (grouping keys plus
     calls, bytes, predicted_s, predicted_busbw_gbps), ``steps`` (step, predicted_s, ...)."""
     def rows(s: Summary) -> list[dict[str, Any]]:
-        return [{**r.key, **{k: getattr(r, k) for k in _ROW_KEYS}} for r in s.rows]
+        return [{**key_dict(r.key), **{k: getattr(r, k) for k in _ROW_KEYS}} for r in s.rows]
 
     return {"cluster": summary.header["cluster"], "by": summary.by, "header": summary.header,
             "rows": rows(summary), "steps": rows(steps)}

@@ -1,24 +1,34 @@
 """The summary as text: a header like mpitrace's (elapsed, communication time and share), then
-one aligned row per group. Sizes in KiB/MiB (base 1024), bandwidths in GB/s (1e9 bytes/s)."""
+one aligned row per group; over a job's ranks, then how each row varies across ranks. Sizes in
+KiB/MiB (base 1024), bandwidths in GB/s (1e9 bytes/s). Also the ``--json`` form, which adds the
+size bins' labels to the analysis' data."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
-from commdebug.analysis.summary import Summary
+from commdebug.analysis.check import who
+from commdebug.analysis.summary import Summary, SummaryRow
+from commdebug.render.columns import align
 from commdebug.units import format_bytes, format_gbps, format_ms, format_s
 
-__all__ = ["render_summary"]
+__all__ = ["render_summary", "summary_dict", "key_titles", "key_cells", "key_dict", "size_bin_label"]
 
 
-def _seconds(value: float | None) -> str:
-    return f"{format_s(value)} s" if value is not None else "-"
+def size_bin_label(bounds: tuple[int, int]) -> str:
+    """A size bin ``[lo, hi)`` as text.
+
+    >>> size_bin_label((65536, 131072))
+    '64.00 KiB - 128.00 KiB'
+    """
+    lo, hi = bounds
+    return "0 B" if hi == 0 else f"{format_bytes(lo)} - {format_bytes(hi)}"
 
 
 _KEY_CELLS: dict[str, tuple[str, Callable[[Any], str]]] = {
     "op": ("op", str),
     "size_bytes": ("size", format_bytes),
-    "size_bin": ("size bin", str),
+    "size_bin": ("size bin", size_bin_label),
     "module": ("module", str),
     "group": ("group", str),
     "step": ("step", str),
@@ -26,55 +36,139 @@ _KEY_CELLS: dict[str, tuple[str, Callable[[Any], str]]] = {
 }
 
 
-def render_summary(summary: Summary) -> str:
-    """The summary table as text, ending with a newline.
+def key_titles(keys: Iterable[str]) -> list[str]:
+    """The column titles of a row's grouping keys: ``key_titles(["op", "size_bytes"]) == ["op", "size"]``."""
+    return [_KEY_CELLS[k][0] for k in keys]
+
+
+def key_cells(key: dict[str, Any]) -> list[str]:
+    """A row's grouping values as cells: ``key_cells({"op": "all_reduce", "size_bytes": 1536}) == ["all_reduce", "1.50 KiB"]``."""
+    return [_KEY_CELLS[k][1](v) for k, v in key.items()]
+
+
+def key_dict(key: dict[str, Any]) -> dict[str, Any]:
+    """A row's grouping values for JSON: a size bin as ``[lo, hi]`` followed by its label.
+
+    >>> key_dict({"op": "all_reduce", "size_bin": (1024, 2048)})
+    {'op': 'all_reduce', 'size_bin': [1024, 2048], 'size_bin_label': '1.00 KiB - 2.00 KiB'}
+    """
+    out: dict[str, Any] = {}
+    for k, v in key.items():
+        if k == "size_bin":
+            out.update(size_bin=list(v), size_bin_label=size_bin_label(v))
+        else:
+            out[k] = v
+    return out
+
+
+def summary_dict(summary: Summary, header: bool = True) -> dict[str, Any]:
+    """The ``--json`` form (docs/summary.md): :meth:`Summary.to_dict` with each size bin's label
+    beside its bounds; without ``header``, no ``header`` key.
+
+    >>> summary_dict(summarize(trace, "op,bin"))["rows"][0]["size_bin_label"]   # doctest: +SKIP
+    '64.00 KiB - 128.00 KiB'
+    """
+    data = summary.to_dict()
+    data["rows"] = [{**key_dict(r.key), **{k: v for k, v in d.items() if k not in r.key}} for r, d in zip(summary.rows, data["rows"])]
+    if not header:
+        del data["header"]
+    return data
+
+
+def _seconds(value: float | None) -> str:
+    return f"{format_s(value)} s" if value is not None else "-"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _hosts(names: list[str]) -> str:
+    if not names:
+        return "?"
+    return ", ".join(names) if len(names) <= 3 else f"{len(names)} hosts"
+
+
+def _header_lines(summary: Summary) -> list[str]:
+    h = summary.header
+    job = "ranks" in h
+    where = (f"{who(h['ranks'])} of {h.get('world_size') or '?'} on {_hosts(h['hostnames'])}" if job
+             else f"rank {h.get('rank', '?')} of {h.get('world_size', '?')} on {h.get('hostname') or '?'}")
+    lines = [f"commdebug summary by {summary.by}: {where}, {_plural(h.get('steps', 0), 'step')},"
+             f" {h['collectives']} collectives, {format_bytes(h['bytes'])}"]
+    elapsed = f"elapsed {_seconds(h['elapsed_s'])}" + (" (the longest rank)" if job and h["elapsed_s"] is not None else "")
+    if h["timed_collectives"] > 0:
+        share = "" if h["comm_share"] is None else f" ({h['comm_share'] * 100:.1f}% of {'their ' if job else ''}recorded time)"
+        summed = " summed over ranks" if job else ""
+        lines.append(f"{elapsed}, recorded {_seconds(h['recorded_s'])}, communication {_seconds(h['comm_time_s'])}{summed}{share},"
+                     f" timing {h['timing']}"
+                     + ("" if h["timed_collectives"] == h["collectives"] else f" ({h['timed_collectives']} of {h['collectives']} calls timed)"))
+    else:
+        lines.append(f"{elapsed}; no timing was recorded (timing {h['timing']}): counts and bytes only")
+    if h.get("cluster") is not None:
+        lines.append(f"predicted on cluster {h['cluster']}: {format_ms(h['predicted_s'])} ms of communication"
+                     " (a model, not a measurement: docs/estimate.md); 'pred' columns are predicted")
+        lines += [f"note: {note}" for note in h.get("prediction_notes") or []]
+    lines += [f"note: {note}" for note in h.get("timing_notes") or []]
+    if h.get("events_dropped"):
+        lines.append(f"note: {h['events_dropped']} older calls were dropped (max_events); rows cover the calls kept")
+    return lines
+
+
+def _row_cells(r: SummaryRow, predicted: bool, timed: bool) -> list[str]:
+    cells = key_cells(r.key) + [str(r.calls), format_bytes(r.bytes)]
+    if predicted:
+        cells += [format_ms(r.predicted_s), format_gbps(r.predicted_busbw_gbps)]
+    if timed:
+        cells += [format_ms(r.time_s), format_ms(r.avg_time_s), format_ms(r.latency_min_s), format_ms(r.latency_max_s),
+                  format_gbps(r.algbw_gbps), format_gbps(r.busbw_gbps),
+                  format_gbps(r.busbw_p50_gbps), format_gbps(r.busbw_p90_gbps), format_gbps(r.busbw_p99_gbps)]
+    return cells
+
+
+def _spread_cells(spread: dict[str, Any] | None, fmt: Callable[[Any], str], holders: bool) -> list[str]:
+    """min, median, max; with ``holders``, min and max name their rank when the ranks differ."""
+    if spread is None:
+        return ["-", "-", "-"]
+    named = holders and spread["min"] != spread["max"]
+    return [fmt(spread["min"]) + (f" (r{spread['min_rank']})" if named else ""), fmt(spread["median"]),
+            fmt(spread["max"]) + (f" (r{spread['max_rank']})" if named else "")]
+
+
+def _per_rank_lines(summary: Summary, timed: bool) -> list[str]:
+    keys = list(summary.rows[0].key)
+    table = [key_titles(keys) + ["calls min", "median", "max"] + (["time ms min", "median", "max", "slowest"] if timed else [])]
+    for r in summary.rows:
+        spread = r.per_rank
+        cells = key_cells(r.key) + _spread_cells(spread.calls, lambda v: f"{v:g}", holders=True)
+        if timed:  # the max's holder is the slowest column
+            slowest = spread.slowest_rank
+            cells += _spread_cells(spread.time_s, format_ms, holders=False) + ["-" if slowest is None else f"r{slowest}"]
+        table.append(cells)
+    title = f"per rank, over {_plural(len(summary.header['ranks']), 'rank')}: min / median / max"
+    if timed:
+        title += "; slowest: the rank with the most time in the row"
+    return [title] + align(table, left=len(keys))
+
+
+def render_summary(summary: Summary, header: bool = True) -> str:
+    """The summary as text, ending with a newline; without ``header``, only the tables (no
+    hostname, elapsed time or notes: output that is the same from run to run).
 
     >>> print(render_summary(summarize(trace, "op")))   # doctest: +SKIP
     """
     h = summary.header
-    lines = [f"commdebug summary by {summary.by}: rank {h.get('rank', '?')} of {h.get('world_size', '?')}"
-             f" on {h.get('hostname') or '?'}, {h.get('steps', 0)} step{'s' if h.get('steps') != 1 else ''},"
-             f" {h['collectives']} collectives, {format_bytes(h['bytes'])}"]
-    timed = h["timed_collectives"] > 0
-    if timed:
-        share = "" if h["comm_share"] is None else f" ({h['comm_share'] * 100:.1f}% of recorded time)"
-        lines.append(f"elapsed {_seconds(h['elapsed_s'])}, recorded {_seconds(h['recorded_s'])},"
-                     f" communication {_seconds(h['comm_time_s'])}{share}, timing {h['timing']}"
-                     + ("" if h["timed_collectives"] == h["collectives"] else f" ({h['timed_collectives']} of {h['collectives']} calls timed)"))
-    else:
-        lines.append(f"elapsed {_seconds(h['elapsed_s'])}; no timing was recorded (timing {h['timing']}): counts and bytes only")
-    predicted = h.get("cluster") is not None
-    if predicted:
-        lines.append(f"predicted on cluster {h['cluster']}: {format_ms(h['predicted_s'])} ms of communication"
-                     " (a model, not a measurement: docs/estimate.md); 'pred' columns are predicted")
-        for note in h.get("prediction_notes") or []:
-            lines.append(f"note: {note}")
-    for note in h.get("timing_notes") or []:
-        lines.append(f"note: {note}")
-    if h.get("events_dropped"):
-        lines.append(f"note: {h['events_dropped']} older calls were dropped (max_events); rows cover the calls kept")
-    lines.append("")
-
-    key_cols = list(summary.rows[0].key) if summary.rows else []
-    headers = [_KEY_CELLS[k][0] for k in key_cols] + ["calls", "bytes"]
-    if predicted:
-        headers += ["pred ms", "pred busbw GB/s"]
-    if timed:
-        headers += ["time ms", "avg ms", "algbw GB/s", "busbw GB/s", "busbw p50", "p90", "p99"]
-    table = [headers]
-    for r in summary.rows:
-        cells = [_KEY_CELLS[k][1](r.key[k]) for k in key_cols] + [str(r.calls), format_bytes(r.bytes)]
-        if predicted:
-            cells += [format_ms(r.predicted_s), format_gbps(r.predicted_busbw_gbps)]
-        if timed:
-            cells += [format_ms(r.time_s), format_ms(r.avg_time_s), format_gbps(r.algbw_gbps), format_gbps(r.busbw_gbps),
-                      format_gbps(r.busbw_p50_gbps), format_gbps(r.busbw_p90_gbps), format_gbps(r.busbw_p99_gbps)]
-        table.append(cells)
+    lines = _header_lines(summary) + [""] if header else []
     if not summary.rows:
-        lines.append("no collectives recorded")
-        return "\n".join(lines) + "\n"
-    widths = [max(len(row[i]) for row in table) for i in range(len(headers))]
-    n_keys = len(key_cols)
-    for row in table:
-        lines.append("  ".join(c.ljust(w) if i < n_keys else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip())
+        return "\n".join(lines + ["no collectives recorded"]) + "\n"
+    predicted, timed = h.get("cluster") is not None, h["timed_collectives"] > 0
+    keys = list(summary.rows[0].key)
+    titles = key_titles(keys) + ["calls", "bytes"]
+    if predicted:
+        titles += ["pred ms", "pred busbw GB/s"]
+    if timed:
+        titles += ["time ms", "avg ms", "min ms", "max ms", "algbw GB/s", "busbw GB/s", "busbw p50", "p90", "p99"]
+    lines += align([titles] + [_row_cells(r, predicted, timed) for r in summary.rows], left=len(keys))
+    if "ranks" in h:
+        lines += [""] + _per_rank_lines(summary, timed)
     return "\n".join(lines) + "\n"

@@ -6,21 +6,15 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from commdebug.fileio import write_text_atomic
-from commdebug.model.trace import CollectiveStat, Trace, check_noise_level, ops_at_noise
+from commdebug.model.trace import PHASES, CollectiveStat, Trace, check_noise_level, ops_at_noise
 from commdebug.units import format_bytes, format_ms
 
 if TYPE_CHECKING:
     from commdebug.analysis.predicted import TracePredictions
 
-__all__ = ["render_table", "write_table"]
+__all__ = ["render_table"]
 
-_SECTIONS = (
-    ("forward", "FORWARD PASS"),
-    ("backward", "BACKWARD PASS"),
-    ("checkpoint", "ACTIVATION CHECKPOINTING"),
-    ("optimizer", "OPTIMIZER STEP"),
-)
+_SECTIONS = tuple(zip(PHASES, ("FORWARD PASS", "BACKWARD PASS", "ACTIVATION CHECKPOINTING", "OPTIMIZER STEP")))
 _YELLOW, _RED, _RESET = "\033[1;33m", "\033[1;31m", "\033[0m"
 
 
@@ -99,9 +93,3 @@ def _predicted(predicted: "TracePredictions", fqn: str, phase: str, stat: Collec
         return ""
     part = f" ({line.calls} of {stat.count} calls)" if line.calls < stat.count else ""
     return f", predicted {format_ms(line.seconds)} ms on {predicted.cluster.name}{part}"
-
-
-def write_table(trace: Trace, file_name: str | os.PathLike, noise_level: int = 3, *,
-                predicted: "TracePredictions | None" = None) -> None:
-    """Write the table without colours, atomically (``predicted`` as in :func:`render_table`)."""
-    write_text_atomic(file_name, render_table(trace, noise_level, color=False, predicted=predicted))

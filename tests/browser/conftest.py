@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from visualizer import write_html, write_ranks_html
-from visualizer.synthetic import to_reference, transformer_dump
+from synthetic import to_reference, transformer_dump
 
 CHROMIUM = os.environ.get("COMMDEBUG_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",

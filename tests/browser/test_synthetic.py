@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import json
 import re
-from importlib import resources
 
 import pytest
 
-import visualizer
-from visualizer.synthetic import REFERENCE_TRIVIAL_OPS, event_dicts, to_reference, transformer_dump
+from visualizer import assets
+from synthetic import REFERENCE_TRIVIAL_OPS, event_dicts, to_reference, transformer_dump
 
 
 def test_trivial_ops_are_torchs():
     from torch.distributed.tensor.debug._comm_mode import trivial_ops
 
-    js = (resources.files(visualizer) / "static" / "viewer.js").read_text()
+    js = assets.js()
     in_js = re.search(r"REFERENCE_TRIVIAL_OPS = \[(.*?)\]", js, re.S).group(1)
     assert set(re.findall(r'"([^"]+)"', in_js)) == set(REFERENCE_TRIVIAL_OPS) == trivial_ops
 

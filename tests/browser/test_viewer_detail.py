@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from visualizer.synthetic import REFERENCE_TRIVIAL_OPS, transformer_dump
+from synthetic import REFERENCE_TRIVIAL_OPS, transformer_dump
 
 WQ = "Transformer.layers.1.attention.wq"  # checkpointed layer: ops in all three phases
 PHASE_LISTS = {"forward": "operations_forward", "backward": "operations_backward",

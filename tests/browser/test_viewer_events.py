@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from playwright.sync_api import expect
 
-from visualizer.synthetic import event_dicts, transformer_dump
+from synthetic import event_dicts, transformer_dump
 
 # header key -> the event field it sorts by
 SORT_KEYS = {

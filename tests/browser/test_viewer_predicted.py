@@ -11,7 +11,7 @@ from playwright.sync_api import expect
 from commdebug.estimate import PRESETS, predict
 from commdebug.model.dump import from_dump_dict
 from visualizer import predictions_data
-from visualizer.synthetic import transformer_dump
+from synthetic import transformer_dump
 
 from .conftest import SMALL
 

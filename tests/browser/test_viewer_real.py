@@ -6,7 +6,7 @@ from collections import Counter
 
 from playwright.sync_api import expect
 
-from visualizer.synthetic import event_dicts
+from synthetic import event_dicts
 
 
 def test_commdebug_dump(viewer, real_dumps, walk):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import html
 import json
 import os
@@ -14,7 +16,7 @@ import pytest
 from commdebug import CommDebugError
 
 import visualizer
-from visualizer import render_html, write_html
+from visualizer import assets, render_html, write_html
 
 DUMP_SCRIPT = re.compile(r'<script type="application/json" id="dump">(.*?)</script>', re.S)
 
@@ -43,9 +45,23 @@ def test_embedded_json_cannot_close_its_script_tag():
 
 
 def test_static_assets_cannot_close_their_tags():
+    assert not re.search(r"</script|<!--", assets.js(), re.I)
+    assert not re.search(r"</style", assets.css(), re.I)
+
+
+def test_script_is_every_static_js_file_once_and_the_policy_allows_it_by_hash():
     static = resources.files(visualizer) / "static"
-    assert not re.search(r"</script|<!--", (static / "viewer.js").read_text(), re.I)
-    assert not re.search(r"</style", (static / "viewer.css").read_text(), re.I)
+    files = sorted(f.name for f in static.iterdir() if f.name.endswith(".js"))
+    assert sorted(assets.SCRIPTS) == files  # a new file is listed, or the page would miss it
+    script = assets.js()
+    for name in assets.SCRIPTS:
+        assert script.count((static / name).read_text(encoding="utf-8")) == 1
+    page = render_html(None)
+    (inline,) = re.findall(r"<script>(.*?)</script>", page, re.S)
+    assert inline == script
+    policy = html.unescape(re.search(r'http-equiv="Content-Security-Policy" content="([^"]*)"', page).group(1))
+    digest = base64.b64encode(hashlib.sha256(inline.encode("utf-8")).digest()).decode("ascii")
+    assert f"script-src 'sha256-{digest}';" in policy
 
 
 def test_title_is_escaped():

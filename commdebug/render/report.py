@@ -5,14 +5,10 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from commdebug.analysis.report import Report
+from commdebug.render.columns import align
 from commdebug.units import format_bytes, format_gbps, format_s, format_share
 
 __all__ = ["render_report"]
-
-
-def _align(rows: list[list[str]], left: int = 1) -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return ["  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip() for r in rows]
 
 
 _RANK_COLUMNS: list[tuple[str, str, Callable[[Any], str]]] = [
@@ -43,13 +39,13 @@ def render_report(rep: Report) -> str:
                 holder = f" (r{s[which + '_rank']})" if which != "median" else ""
                 row.append(fmt(s[which]) + holder)
         rows.append(row)
-    lines += _align(rows, left=2)
+    lines += align(rows, left=2)
     lines.append("")
     rows = [["op", "calls", "bytes", "timed", "time s", "algbw GB/s", "busbw GB/s", "straggler s"]]
     for o in rep.ops:
         rows.append([o.op, str(o.calls), format_bytes(o.bytes), str(o.timed), format_s(o.time_s if o.timed else None),
                      format_gbps(o.algbw_gbps), format_gbps(o.busbw_gbps), format_s(o.straggler_s if o.timed else None)])
-    lines += _align(rows)
+    lines += align(rows)
     if rep.timed:
         lines += ["", "straggler s: time spent in calls beyond the fastest rank's time for the same call (group, sequence number);",
                   "a rank with little of it arrived last and made the others wait."]

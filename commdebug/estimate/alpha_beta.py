@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from commdebug.estimate.cluster import Cluster, ClusterError, Link, load_cluster
+from commdebug.estimate.cluster import Cluster, ClusterError, Link
+from commdebug.estimate.presets import load_cluster
 from commdebug.model.trace import CollectiveEvent, Trace
 
 __all__ = ["Prediction", "predict", "predict_events", "predict_trace", "resolve_cluster", "link_for"]

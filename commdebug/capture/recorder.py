@@ -1,4 +1,11 @@
-"""CommDebugMode: the capture side. Decides what happened; formats nothing."""
+"""The recorder: a TorchDispatchMode plus module hooks that decides what each collective was
+(op, bytes, group, module, phase, step, source line, whether it finished) and appends it to a
+:class:`~commdebug.model.trace.Trace`. It formats nothing and reads no file; the public
+:class:`commdebug.CommDebugMode` adds the drop-in query and report methods on top.
+
+The hot path is ``__torch_dispatch__``: it runs for every op of the program, so what it touches
+is cached per op (``_FUNC_INFO``) and per code object (:mod:`commdebug.capture.source`).
+"""
 
 from __future__ import annotations
 
@@ -15,24 +22,20 @@ from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatc
 
 from commdebug import ops as _ops
 from commdebug.capture.config import Options, read_config
-from commdebug.capture.groups import GroupResolver
-from commdebug.capture.pipelining import PipelineTags
-from commdebug.capture.inflight import InFlight, tensors, work_patch
+from commdebug.capture.groups import GroupResolver, peer_rank
+from commdebug.capture.inflight import InFlight, wait_until_finished, work_patch
 from commdebug.capture.metadata import distributed_metadata, now, run_metadata
-from commdebug.capture.timing import AsyncTimer, SyncTimer, nvtx_label
-from commdebug.capture.tracker import BACKWARD, CHECKPOINT, FORWARD, ModuleTracker
-from commdebug.model.trace import GLOBAL, PHASES, CollectiveEvent, Trace
+from commdebug.capture.pipelining import PipelineTags, first_tensor
+from commdebug.capture.source import caller
+from commdebug.capture.timing import AsyncTimer, SyncTimer, nvtx_label, on_cuda
+from commdebug.capture.tracker import ModuleTracker
+from commdebug.model.trace import FORWARD, GLOBAL, CollectiveEvent, Trace
 
-__all__ = ["CommDebugMode"]
+__all__ = ["Recorder", "CONTEXT_EXIT"]
 
 _graph_task_id = torch._C._current_graph_task_id
 _HOP = torch._ops.HigherOrderOperator
-_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-# DTensor lowers an op to collectives inside this file; a collective with it on the stack came
-# from the DTensor op seen last.
-_DTENSOR_DISPATCH = os.path.join(_TORCH_DIR, "distributed", "tensor", "_dispatch.py")
-# Frames that are never the user's code (commdebug/sourcefiles.py)
-from commdebug.sourcefiles import NOT_USER_DIRS as _NOT_USER_DIRS, NOT_USER_MODULES as _NOT_USER_MODULES  # noqa: E402
+
 
 def _describe(func: Any) -> tuple:
     """(collective spec or None, op name (interned: its hash is computed once), func).
@@ -48,22 +51,8 @@ def _describe(func: Any) -> tuple:
 # A functional collective finishes when its output is waited for: tracked for hang detection.
 _WAIT = "wait"
 _WAIT_OPS = frozenset({"_c10d_functional.wait_tensor", "c10d_functional.wait_tensor"})
-
-
 # Static facts about each op the mode has seen, shared by all instances and contexts.
 _FUNC_INFO: dict[int, tuple] = {}
-# code object -> what its frames are: the user's code, DTensor's dispatch, or other (library)
-_USER, _DTENSOR, _LIBRARY = "user", "dtensor", "library"
-_FRAME_KIND: dict[Any, str] = {}
-
-
-def _frame_kind(frame: Any) -> str:
-    filename = frame.f_code.co_filename
-    if filename == _DTENSOR_DISPATCH:
-        return _DTENSOR
-    if filename.startswith(_NOT_USER_DIRS) or filename.startswith("<frozen") or frame.f_globals.get("__name__") in _NOT_USER_MODULES:
-        return _LIBRARY
-    return _USER
 
 
 class _Unset:
@@ -78,7 +67,8 @@ log = logging.getLogger("commdebug")
 _SAID: set[str] = set()
 
 
-def _say_once(key: str, message: str) -> None:
+def say_once(key: str, message: str) -> None:
+    """Log a warning once per process (a fact about the environment, not about one call)."""
     if key not in _SAID:
         _SAID.add(key)
         log.warning("commdebug: %s", message)
@@ -94,53 +84,12 @@ def _busbw_factor(spec: _ops.CollectiveSpec, group_size: int) -> float:
     return factor
 
 
-class CommDebugMode(TorchDispatchMode):
-    """Record every collective a PyTorch program issues, by module, phase and step.
+class Recorder(TorchDispatchMode):
+    """Records every collective issued while it is active into ``self.trace``.
 
-    A drop-in for ``torch.distributed.tensor.debug.CommDebugMode``: same methods, defaults and
-    count keys, and it also works across many training steps, sees eager c10d ops
-    (send/recv/barrier too), and records bytes, groups, sources and optional latency.
-
-    Example::
-
-        from commdebug import CommDebugMode
-
-        comm = CommDebugMode()
-        with comm:
-            for step in range(3):
-                model(inp).sum().backward()
-                optimizer.step()          # marks a step boundary
-        print(comm.generate_comm_debug_tracing_table(noise_level=0))
-        comm.generate_json_dump("comm.json", noise_level=2)
-        comm.get_comm_counts()[torch.ops.c10d_functional.all_reduce]
-
-    Options (keyword-only; also from ``COMMDEBUG_*`` environment variables and config files,
-    see :meth:`from_config` and docs/configuration.md):
-        max_events: keep at most this many collective events (the oldest are dropped and
-            counted); ``None`` keeps all. Aggregated counts and bytes are never dropped.
-        record_source: record the user's ``file:line`` of each collective (turn off to keep
-            file paths out of dumps you share).
-        timing: ``False``/``"off"``; ``True``/``"sync"``: wait for each collective and record its
-            latency (CUDA events on CUDA), which serialises communication with compute, so it
-            measures collectives, not whole steps; ``"async"``: NCCL's own kernel timings,
-            without waiting (other backends record none and say so once).
-        auto_step: let ``optimizer.step()`` mark step boundaries; ``step()`` marks them by
-            hand (both together count one boundary).
-        ops: record only these collectives (``["all_reduce", "all_gather"]``; torch's and
-            deepspeed.comm's names such as ``all_gather_into_tensor`` are understood).
-        crossnode_only: record only collectives whose group spans more than one node, with
-            ``ranks_per_node`` ranks per node (default: the launcher's ``LOCAL_WORLD_SIZE``).
-        start_step, end_step: record only steps ``start_step <= step < end_step``; outside
-            that window the mode is popped and the program runs at close to bare speed.
-        verbose: log one line per collective to the ``commdebug`` logger (INFO).
-        nvtx: on CUDA, wrap each collective in an NVTX range named with op, size, group and
-            module, for Nsight.
-        enabled: ``False`` makes the context do nothing (DeepSpeed's ``comms_logger.enabled``).
-        cluster: a preset (``"h100-ib400"``) or cluster JSON file: summaries add each row's
-            predicted time on it, the table each collective line's (noise levels 1-3), and the
-            dump keeps it (``metadata.cluster``) so the reports of the file (summary, table,
-            Chrome trace, viewer) predict too; computed when a report is made, never while
-            recording (docs/estimate.md).
+    Use :class:`commdebug.CommDebugMode` (this plus the drop-in API); its docstring lists the
+    options. ``in_flight()`` and ``mark_in_flight()`` say which collectives have not finished;
+    ``step()`` marks a step boundary.
     """
 
     def __init__(
@@ -166,10 +115,14 @@ class CommDebugMode(TorchDispatchMode):
         self.options = Options.resolve(given, read_config(config) if config is not None else None)
         self.supports_higher_order_operators = True
         self._listeners: list[Callable[[CollectiveEvent], None]] = []
+        self._check_options()
         self._reset()
 
+    def _check_options(self) -> None:
+        """Checks of options that need more than capture knows (the facade checks the cluster)."""
+
     @classmethod
-    def from_config(cls, config: Mapping[str, Any] | str | os.PathLike, **overrides: Any) -> "CommDebugMode":
+    def from_config(cls, config: Mapping[str, Any] | str | os.PathLike, **overrides: Any) -> "Recorder":
         """A mode configured by a dict or a JSON file: our option names, or a DeepSpeed config
         with a ``comms_logger`` block, read as is. ``overrides`` win over the file.
 
@@ -204,7 +157,6 @@ class CommDebugMode(TorchDispatchMode):
         self._paused = False
         self._active = False
         self._async = AsyncTimer(self._note) if self.options.timing == "async" else None
-        self._crosses: dict[str, bool] = {}
         self._flight = InFlight(self._failed)
         self._unfinished_at_exit: list[tuple[int, float]] = []
         self._meta_fresh = False
@@ -215,20 +167,12 @@ class CommDebugMode(TorchDispatchMode):
 
     # ---- context ----------------------------------------------------------------------------
 
-    def __enter__(self) -> "CommDebugMode":
+    def __enter__(self) -> "Recorder":
         self._reset()
         self.trace.metadata = run_metadata()
         self.trace.metadata["timing"] = self.options.timing
-        if self.options.cluster is not None:
-            from commdebug.estimate import load_cluster
-
-            self.trace.metadata["cluster"] = load_cluster(self.options.cluster).to_dict()
         if not self.options.enabled:
             return self
-        if self.options.verbose:
-            from commdebug.render.verbose import VerboseLog
-
-            self._listeners = [VerboseLog(int(self.trace.metadata["rank"]))]
         super().__enter__()
         try:
             work_patch().add(self._flight)
@@ -245,7 +189,7 @@ class CommDebugMode(TorchDispatchMode):
         self._active = True
         self._resumed_at = time.perf_counter()
         if self.options.nvtx and not torch.cuda.is_available():
-            _say_once("nvtx", "nvtx=True has no effect without CUDA: there is no Nsight timeline to annotate")
+            say_once("nvtx", "nvtx=True has no effect without CUDA: there is no Nsight timeline to annotate")
         if self.options.start_step > 0:
             self._pause()  # until the window opens
         return self
@@ -331,7 +275,7 @@ class CommDebugMode(TorchDispatchMode):
         elif _get_current_dispatch_mode() is self or self._paused:
             self._pause()
         else:  # another mode was pushed after ours: we cannot pop from under it
-            _say_once("window", "a dispatch mode entered after CommDebugMode is active: the step window cannot pause recording")
+            say_once("window", "a dispatch mode entered after CommDebugMode is active: the step window cannot pause recording")
 
     def _on_optimizer_step(self) -> None:
         if self.auto_step:
@@ -414,8 +358,8 @@ class CommDebugMode(TorchDispatchMode):
         if options.ops is not None and spec.op not in options.ops:
             return func(*args, **kwargs)  # not asked for: run it, record nothing
         group = self._groups.resolve(spec.group, args)
-        peer = self._peer(spec, args, group) if spec.is_p2p else None
-        if options.crossnode_only and not self._crosses_nodes(group, peer):
+        peer = peer_rank(spec, args, group) if spec.is_p2p else None
+        if options.crossnode_only and not self._groups.crosses_nodes(group, peer, int(self.trace.metadata.get("rank") or 0), options.ranks_per_node or 1):
             return func(*args, **kwargs)
         fqn, phase = self._where  # synced by __torch_dispatch__ just before
         timer = None
@@ -425,8 +369,8 @@ class CommDebugMode(TorchDispatchMode):
                 # and pipeline schedules, and gloo's sends have no future to time them by.
                 self._note("p2p", "timing='sync' does not time send/recv: waiting on each would change the program's order and can deadlock it")
             else:
-                timer = SyncTimer(_on_cuda(args))
-        nvtx = options.nvtx and _on_cuda(args)
+                timer = SyncTimer(on_cuda(args))
+        nvtx = options.nvtx and on_cuda(args)
         if nvtx:
             torch.cuda.nvtx.range_push(nvtx_label(spec.op, _ops.tensor_bytes(_ops.pick(spec.inputs, args, kwargs, None))[0], group, fqn))
         try:
@@ -445,7 +389,7 @@ class CommDebugMode(TorchDispatchMode):
             event = self._record_collective(func, name, spec, args, kwargs, out, group, peer, fqn, phase, start_s)
             if timer is not None:
                 try:
-                    timer.wait(lambda: _wait(out, spec, args, kwargs))
+                    timer.wait(lambda: wait_until_finished(out, spec, args, kwargs))
                 except Exception as e:
                     self._flight.failed(event.index, e)
                     raise
@@ -475,7 +419,7 @@ class CommDebugMode(TorchDispatchMode):
             key = (group.name, peer, spec.op)
             p2p_seq = self._p2p_seq[key]
             self._p2p_seq[key] = p2p_seq + 1
-            tag = self._pipeline.pop(_first_tensor(inputs if inputs is not None else outputs))
+            tag = self._pipeline.pop(first_tensor(inputs if inputs is not None else outputs))
             if tag is not None:
                 # a pipelining schedule's send/recv: its phase and stage, not "outside any module"
                 phase, microbatch = tag.phase, tag.microbatch
@@ -489,7 +433,7 @@ class CommDebugMode(TorchDispatchMode):
             path = self._tracker.path(phase)
         self.trace.add_collective(path, phase, (spec.compat_key, spec.op, group.name), size)
 
-        source, from_dtensor = self._caller()
+        source, from_dtensor = caller(2)
         dt = self._last_dtensor if from_dtensor else None
         trace = self.trace
         index = trace.events_total
@@ -573,19 +517,6 @@ class CommDebugMode(TorchDispatchMode):
                 marked.append(e)
         return marked
 
-    def _crosses_nodes(self, group: Any, peer: int | None) -> bool:
-        """Whether a collective leaves the node: its group (or, for send/recv, its peer) spans
-        more than one node of ``ranks_per_node`` consecutive ranks. Unknown ranks count as
-        crossing: better recorded than lost."""
-        per_node = self.options.ranks_per_node or 1
-        if peer is not None:
-            return peer // per_node != int(self.trace.metadata.get("rank") or 0) // per_node
-        crosses = self._crosses.get(group.name)
-        if crosses is None:
-            ranks = group.ranks
-            crosses = self._crosses[group.name] = ranks is None or len({r // per_node for r in ranks}) > 1
-        return crosses
-
     def _note(self, key: str, message: str) -> None:
         """A fact about this run's timing, said once: logged and kept in the dump."""
         notes = self.trace.metadata.setdefault("timing_notes", [])
@@ -622,192 +553,18 @@ class CommDebugMode(TorchDispatchMode):
                     self._emit(self.trace.events[pos])
         self._async.pending.clear()
 
-    @staticmethod
-    def _peer(spec: _ops.CollectiveSpec, args: tuple, group: Any) -> int | None:
-        """The other side of a send/recv as a global rank (ops carry the rank in the group)."""
-        if spec.peer is None or spec.peer >= len(args):
-            return None
-        rank = int(args[spec.peer])
-        ranks = group.ranks
-        return ranks[rank] if ranks is not None and 0 <= rank < len(ranks) else rank
-
-    @staticmethod
-    def _caller() -> tuple[str | None, bool]:
-        """The first frame of the user's code, and whether DTensor dispatch is on the way."""
-        frame = sys._getframe(2)
-        from_dtensor = False
-        kind_of = _FRAME_KIND.get
-        while frame is not None:
-            code = frame.f_code
-            kind = kind_of(code)
-            if kind is None:
-                kind = _FRAME_KIND[code] = _frame_kind(frame)
-            if kind is _USER:
-                return f"{code.co_filename}:{frame.f_lineno}", from_dtensor
-            if kind is _DTENSOR:
-                from_dtensor = True
-            frame = frame.f_back
-        return None, from_dtensor
-
-    # ---- the reference's query API ----------------------------------------------------------
-
-    def get_total_counts(self) -> int:
-        """Number of collectives recorded."""
-        return self.trace.summary()["collectives"]
-
-    def get_comm_counts(self) -> dict[Any, int]:
-        """Collective counts keyed like the reference: ``{torch.ops.c10d_functional.all_reduce: 2}``."""
-        counts: dict[Any, int] = defaultdict(int)
-        for phase in PHASES:
-            for key, n in self.trace.collective_counts(GLOBAL, phase).items():
-                counts[_ops.compat_key_packet(key)] += n
-        return counts
-
-    @property
-    def comm_counts(self) -> dict[Any, int]:
-        return self.get_comm_counts()
-
-    @property
-    def comm_module_counts(self) -> dict[str, dict[str, dict[Any, int]]]:
-        """``{fqn: {"forward": {op: n}, "backward": {op: n}}}``, as the reference keeps it.
-
-        As in the reference, ``backward`` includes activation-checkpoint recompute, and
-        ``forward`` whatever ran outside backward, ``optimizer.step()`` included.
-        """
-        out: dict[str, dict[str, dict[Any, int]]] = {GLOBAL: {"forward": defaultdict(int), "backward": defaultdict(int)}}
-        for (fqn, phase), bucket in self.trace.collectives.items():
-            entry = out.setdefault(fqn, {"forward": defaultdict(int), "backward": defaultdict(int)})
-            side = entry["backward" if phase in (BACKWARD, CHECKPOINT) else "forward"]
-            for key, (count, _) in bucket.items():
-                side[_ops.compat_key_packet(key[0])] += count
-        return out
-
-    @property
-    def comm_module_operation_counts(self) -> dict[str, dict[str, list[dict[str, Any]]]]:
-        """``{fqn: {"operations_list": [op dict, ...]}}``; identical ops appear once with ``count``."""
-        out: dict[str, dict[str, list[dict[str, Any]]]] = {}
-        for fqn, _ in self.trace.walk():
-            rows = []
-            for phase in PHASES:
-                for r in self.trace.operations(fqn, phase):
-                    rows.append(
-                        {
-                            "name": r.name,
-                            "input_shape": list(r.input_shape),
-                            "input_sharding": list(r.input_sharding),
-                            "device_mesh": r.device_mesh,
-                            "is_bw": phase in (BACKWARD, CHECKPOINT),
-                            "is_activation_checkpointing": phase == CHECKPOINT,
-                            "count": r.count,
-                        }
-                    )
-            if rows:
-                out[fqn] = {"operations_list": rows}
-        return out
-
-    def get_parameter_info(self) -> dict[str, dict[str, Any]]:
-        """``{module fqn: {parameter name: parameter data}}`` for every module that ran."""
-        return {fqn: {name: p.data for name, p in params.items()} for fqn, params in self._params.items()}
-
-    def get_sharding_info(self) -> dict[str, Any]:
-        """``{"Module.sub.weight": placements}`` for every DTensor parameter."""
-        return self._sharding
-
-    @property
-    def advanced_module_tracker(self) -> "_ReferenceTrackerView":
-        """The reference's tracker dictionaries, for tests written against it."""
-        return _ReferenceTrackerView(self)
-
-    # ---- renderers (formatting lives in commdebug.render.table and commdebug.model.dump) ------------------
-
-    def generate_comm_debug_tracing_table(self, noise_level: int = 3, *, color: bool | None = None) -> str:
-        """The module tree with collectives per phase; ops by noise level 0-3 (see README). With a
-        cluster (``cluster=``), levels 1-3 add each collective line's predicted time on it."""
-        from commdebug.render.table import render_table
-
-        return render_table(self.trace, noise_level, color=color, predicted=self._table_predictions(noise_level))
-
-    def _table_predictions(self, noise_level: int) -> Any:
-        """The table's predictions on this mode's cluster, computed now (when the table is asked
-        for), never while recording; None at level 0 or without a cluster."""
-        if noise_level < 1 or self.trace.metadata.get("cluster") is None:
-            return None
-        from commdebug.analysis.predicted import trace_predictions
-
-        return trace_predictions(self.trace)
-
-    def generate_summary_table(self, by: str = "op") -> str:
-        """Per-op (or per ``"op,size"``, ``"op,bin"``, ``"module"``, ``"group"``, ``"step"``,
-        ``"phase"``) counts, bytes and, when timed, times and bandwidths, with a header giving
-        elapsed and communication time (docs/summary.md). Same text as ``commdebug summary``.
-
-        >>> print(comm.generate_summary_table(by="op,size"))   # doctest: +SKIP
-        """
-        from commdebug.analysis.summary import summarize
-        from commdebug.render.summary import render_summary
-
-        self._join_timing()
-        if self._active:  # inside the context: how long so far
-            self.trace.metadata["elapsed_s"] = time.perf_counter() - self._t0
-            self.trace.metadata["recorded_s"] = self._recorded_s + (0.0 if self._paused else time.perf_counter() - self._resumed_at)
-        return render_summary(summarize(self.trace, by))
-
-    def log_comm_debug_tracing_table_to_file(self, file_name: str = "comm_mode_log.txt", noise_level: int = 3) -> None:
-        """Write the table, without colours, to ``file_name`` (atomically, folders created).
-
-        ``{rank}`` and ``{world_size}`` in the name are replaced, so each rank writes its own:
-        ``comm.log_comm_debug_tracing_table_to_file("logs/comm_rank{rank}.txt")``."""
-        from commdebug.render.table import write_table
-
-        write_table(self.trace, self._file_name(file_name), noise_level, predicted=self._table_predictions(noise_level))
-
-    def generate_json_dump(self, file_name: str = "comm_mode_log.json", noise_level: int = 3) -> None:
-        """Write the JSON dump (docs/json-format.md): the reference's format plus our section.
-
-        ``{rank}`` and ``{world_size}`` in the name are replaced:
-        ``comm.generate_json_dump("traces/rank{rank}.json")``."""
-        from commdebug.model.dump import write_dump
-
+    def refresh(self) -> Trace:
+        """Bring ``self.trace`` up to date before it is read or dumped mid-run: rank metadata,
+        NCCL timings reported since, and the step count. Returns the trace."""
         self.refresh_metadata()
         self._join_timing()
         self.trace.metadata["steps"] = self.trace.steps
-        write_dump(self.trace, self._file_name(file_name), noise_level)
-
-    def _file_name(self, name: str) -> str:
-        from commdebug.fileio import expand_placeholders
-
-        self.refresh_metadata()
-        meta = self.trace.metadata
-        return expand_placeholders(name, int(meta.get("rank") or 0), int(meta.get("world_size") or 1))
+        return self.trace
 
     def refresh_metadata(self) -> None:
         """Rank, world size and backend from torch.distributed, if it was initialised after the
         context was entered (a recording started before the program set up its process group)."""
         self.trace.metadata.update(distributed_metadata(self.trace.metadata))
-
-    def __repr__(self) -> str:
-        return f"CommDebugMode(get_total_counts()={self.get_total_counts()})"
-
-
-class _ReferenceTrackerView:
-    """Read-only dictionaries shaped like the reference's ``advanced_module_tracker``."""
-
-    def __init__(self, mode: CommDebugMode) -> None:
-        trace = mode.trace
-        self.module_helper_dict: dict[str, dict[str, Any]] = {}
-        self.parent_dict: dict[str, list[str]] = {}
-        for fqn, depth in trace.walk():
-            info = trace.modules[fqn]
-            entry: dict[str, Any] = {"depth": depth}
-            if fqn != GLOBAL:
-                entry["module_type"] = info.module_type
-            if info.parameters:
-                entry["parameters"] = dict(info.parameters)
-            self.module_helper_dict[fqn] = entry
-            if info.children:
-                self.parent_dict[fqn] = list(info.children)
-        self.module_parameters_dict = mode.get_parameter_info()
-        self.sharding_dict = mode.get_sharding_info()
 
 
 _TEXT: dict[Any, str] = {}
@@ -824,27 +581,3 @@ def _text(value: Any, as_type: type | None = None) -> str:
             text = text.replace("<", "").replace(">", "")  # "class 'torch.nn.Linear'"
         _TEXT[key] = text
     return text
-
-
-def _on_cuda(args: tuple) -> bool:
-    return torch.cuda.is_available() and any(t.is_cuda for t in tensors(args))
-
-
-def _wait(out: Any, spec: _ops.CollectiveSpec, args: tuple, kwargs: dict) -> None:
-    """Block until the collective that produced ``out`` has finished."""
-    waited = False
-    for item in out if isinstance(out, (tuple, list)) else (out,):
-        if hasattr(item, "wait") and not isinstance(item, torch.Tensor):
-            item.wait()  # c10d Work
-            waited = True
-    if not waited:
-        result = _ops.pick(spec.outputs, args, kwargs, out)
-        for t in tensors(result if result is not None else out):
-            torch.ops._c10d_functional.wait_tensor(t)
-
-
-def _first_tensor(value: Any) -> torch.Tensor | None:
-    while isinstance(value, (list, tuple)) and value:
-        value = value[0]
-    return value if isinstance(value, torch.Tensor) else None
-

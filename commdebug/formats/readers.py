@@ -1,14 +1,18 @@
-"""A job's ranks as the offline tools see them: one :class:`RankView` (metadata, groups,
-collective events) per dump, read one at a time from a folder, so a thousand ranks never sit in
-memory together.
+"""Every file commdebug reads comes in here: one rank's dump, a folder of them, ours or PyTorch
+Flight Recorder's, each told by its content.
 
-A folder may hold our dumps (``rank<R>.json``) or PyTorch Flight Recorder dumps (pickles named
-``<prefix><rank>``, or their JSON form); each file is recognised by its content.
+- :func:`load` gives a :class:`~commdebug.model.trace.Trace` (our dump, or torch's
+  CommDebugMode's) with the module tree: what ``table``, ``summary`` and the viewer show.
+- :func:`load_rank` gives a :class:`~commdebug.model.rank_view.RankView` (events and groups,
+  no tree) of our dump or a Flight Recorder one: what ``check``, ``report`` and ``trace`` read.
+- :func:`read` gives whichever of the two the file holds: a Trace for our dumps, a RankView
+  for Flight Recorder's.
+- :func:`iter_ranks` walks a folder (or one file) a rank at a time; :func:`job_files` lists a
+  folder's dumps in rank order and refuses a folder whose dumps carry different
+  ``metadata.run_id`` (a rank copied in from another launch would otherwise be compared as if it
+  were this one's; a dump without a run id, such as Flight Recorder's, is never a conflict).
 
-A folder is one job: :func:`job_files`, which every folder verb reads through, refuses a folder
-whose dumps carry different ``metadata.run_id`` (a rank copied in from another launch would
-otherwise be compared as if it were this one's). A dump without a run id (older dumps, Flight
-Recorder's) is of unknown run, never a conflict.
+Every problem is a :class:`~commdebug.errors.DumpError` naming the file, never a traceback.
 
     >>> for view in iter_ranks("traces/"):      # doctest: +SKIP
     ...     print(view.rank, len(view.events))
@@ -21,52 +25,92 @@ import json
 import os
 import pickle
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
 from commdebug.errors import DumpError
-from commdebug.model.dump import READABLE_VERSIONS, parse_dump_json, read_dump_bytes
-from commdebug.model.events import decode_events
-from commdebug.model.trace import CollectiveEvent, GroupInfo
+from commdebug.formats.flight_recorder import from_flight_recorder, is_flight_recorder
+from commdebug.model.dump import from_dump_dict, rank_view_from_dump_dict
+from commdebug.model.rank_view import RankView
+from commdebug.model.trace import Trace
 
-__all__ = ["RankView", "load_rank", "rank_files", "job_files", "run_id_of", "iter_ranks"]
+__all__ = ["load", "load_rank", "read", "read_json", "rank_from_name", "rank_files", "job_files", "run_id_of",
+           "iter_ranks"]
+
+_PICKLE = b"\x80"  # the first byte of a pickle (protocol 2+): Flight Recorder's binary dump
 
 
-@dataclass
-class RankView:
-    """One rank's collectives: enough for reports, checks and traces, without the module tree."""
+def read_bytes(path: str | os.PathLike) -> bytes:
+    """A dump file's bytes, or a :class:`DumpError` naming the file and the problem."""
+    p = Path(path)
+    try:
+        return p.read_bytes()
+    except FileNotFoundError:
+        raise DumpError(f"{p}: no such file") from None
+    except IsADirectoryError:
+        raise DumpError(f"{p}: is a directory, not a dump file") from None
+    except OSError as e:
+        raise DumpError(f"{p}: cannot read: {e.strerror or e}") from None
 
-    rank: int
-    path: Path
-    metadata: dict[str, Any]
-    groups: dict[str, GroupInfo]
-    events: list[CollectiveEvent]
-    source_format: str = "commdebug"  # or "flight-recorder"
-    notes: list[str] = field(default_factory=list)
-    # group name -> the last sequence number this rank saw completed, where the dump says
-    # (Flight Recorder's pg_status); absent: unknown
-    completed: dict[str, int] = field(default_factory=dict)
+
+def parse_json(raw: bytes, path: str | os.PathLike) -> Any:
+    """Parse a dump's bytes as JSON, or a :class:`DumpError` naming the file and the problem."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise DumpError(f"{path}: not a JSON dump (not UTF-8 text)") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DumpError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    """The parsed JSON of a dump file, or a :class:`DumpError` saying why it cannot be read."""
+    return parse_json(read_bytes(path), path)
+
+
+def _parsed(path: Path) -> tuple[str, Any]:
+    """("flight-recorder" | "json", the file's data): the one place a file's kind is told."""
+    raw = read_bytes(path)
+    if raw[:1] == _PICKLE:
+        return "flight-recorder", _plain_unpickle(raw, path)
+    data = parse_json(raw, path)
+    return ("flight-recorder" if is_flight_recorder(data) else "json"), data
+
+
+def load(path: str | os.PathLike) -> Trace:
+    """Load a dump written by commdebug or by torch's CommDebugMode into a :class:`Trace`.
+
+    >>> trace = commdebug.load("comm_mode_log.json")     # doctest: +SKIP
+    >>> print(commdebug.render.table.render_table(trace, 0))     # doctest: +SKIP
+
+    Raises :class:`DumpError` naming the file and the problem: missing, not JSON, not a dump,
+    or written by a newer commdebug (unknown schema version).
+    """
+    return from_dump_dict(read_json(path), str(path))
+
+
+def read(path: str | os.PathLike) -> Trace | RankView:
+    """What one file holds: a :class:`Trace` for a commdebug (or torch CommDebugMode) dump, a
+    :class:`RankView` for a Flight Recorder dump, which has no module tree.
+
+    >>> data = read("traces/rank0.json")      # doctest: +SKIP
+    """
+    p = Path(path)
+    kind, data = _parsed(p)
+    if kind == "flight-recorder":
+        return from_flight_recorder(data, p, rank_from_name(p))
+    return from_dump_dict(data, str(p))
 
 
 def load_rank(path: str | os.PathLike) -> RankView:
     """One dump file, ours or Flight Recorder's, as a :class:`RankView`."""
     p = Path(path)
-    raw = read_dump_bytes(p)
-    if raw[:1] == b"\x80":  # a pickle: Flight Recorder's binary dump
-        from commdebug.formats.flight_recorder import from_flight_recorder
-
-        return from_flight_recorder(_plain_unpickle(raw, p), p)
-    data = parse_dump_json(raw, p)
-    if isinstance(data, dict) and "entries" in data and "pg_config" in data:
-        from commdebug.formats.flight_recorder import from_flight_recorder
-
-        return from_flight_recorder(data, p)
-    try:
-        return _from_ours(data, p)
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
-        # a dump that parses but holds the wrong types somewhere: one line, never a traceback
-        raise DumpError(f"{p}: malformed dump ({type(e).__name__}: {e})") from None
+    kind, data = _parsed(p)
+    if kind == "flight-recorder":
+        return from_flight_recorder(data, p, rank_from_name(p))
+    return rank_view_from_dump_dict(data, p, lambda: rank_from_name(p))
 
 
 class _PlainUnpickler(pickle.Unpickler):
@@ -86,40 +130,11 @@ def _plain_unpickle(raw: bytes, p: Path) -> Any:
         raise DumpError(f"{p}: not a readable Flight Recorder pickle ({type(e).__name__}: {e})") from None
 
 
-def _from_ours(data: Any, p: Path) -> RankView:
-    section = data.get("commdebug") if isinstance(data, dict) else None
-    if not isinstance(section, dict):
-        if isinstance(data, dict) and "fqn" in data:
-            raise DumpError(f"{p}: a dump of torch's CommDebugMode has no events or ranks; record with commdebug")
-        raise DumpError(f"{p}: not a commdebug dump or a Flight Recorder dump")
-    version = section.get("schema_version")
-    if version not in READABLE_VERSIONS:
-        raise DumpError(f"{p}: dump schema version {version!r} is not supported (this commdebug reads versions {', '.join(map(str, READABLE_VERSIONS))})")
-    meta = dict(section.get("metadata") or {})
-    groups = {str(n): GroupInfo.from_dict(n, g) for n, g in (section.get("groups") or {}).items()}
-    raw = section.get("events") or []
-    try:
-        if isinstance(raw, list):  # schema 1
-            events = [CollectiveEvent.from_dict(e, groups) for e in raw]
-            for e in events:
-                groups.setdefault(e.group.name, e.group)
-        else:
-            events = decode_events(raw, groups, str(p))
-    except (KeyError, TypeError, ValueError) as e:
-        raise DumpError(f"{p}: malformed events ({type(e).__name__}: {e})") from None
-    rank = meta.get("rank")
-    if not isinstance(rank, int):
-        rank = _rank_from_name(p)
-    view = RankView(int(rank), p, meta, groups, events)
-    if section.get("events_dropped"):
-        view.notes.append(f"{section['events_dropped']} older events were dropped (max_events)")
-    return view
-
-
 _TRAILING_NUMBER = re.compile(r"(\d+)(?:\.\w+)?$")
 
 
-def _rank_from_name(p: Path) -> int:
+def rank_from_name(p: Path) -> int:
+    """The rank a dump file's name ends in (``rank3.json``, ``fr_trace_3``), or a :class:`DumpError`."""
     m = _TRAILING_NUMBER.search(p.name)
     if not m:
         raise DumpError(f"{p}: the rank is neither in the dump nor at the end of its name")
@@ -180,7 +195,7 @@ def run_id_of(path: str | os.PathLike) -> str | None:
         raw = Path(path).read_bytes()
     except OSError:
         return None  # reading it for real says what is wrong
-    if raw[:1] == b"\x80":
+    if raw[:1] == _PICKLE:
         return None  # a Flight Recorder pickle: no run id
     found = {m.group(1) for m in _RUN_ID.finditer(raw)}
     if len(found) > 1:  # the key elsewhere too (unusual metadata): ask the parsed dump

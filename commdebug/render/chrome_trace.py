@@ -22,21 +22,24 @@ Timestamps count from each rank's own start (entering CommDebugMode): clocks of 
 are not aligned, and ranks do not start at the same instant, so compare durations across ranks,
 not positions.
 
-Events are written one at a time to the output, so a thousand ranks need not fit in memory.
+:class:`ChromeTrace` renders the ranks as text chunks, one event each, for
+:func:`commdebug.fileio.write_output`: a thousand ranks need not fit in memory.
+
+    >>> chrome = ChromeTrace(cluster="h100-ib400")
+    >>> write_output("trace.json", chrome.render(iter_ranks("traces/")))   # doctest: +SKIP
+    >>> chrome.counts["complete"]                                           # doctest: +SKIP
 """
 
 from __future__ import annotations
 
 import json
-import os
-from typing import IO, Any, Iterable
+from typing import Any, Iterable, Iterator
 
-from commdebug.fileio import open_atomic
 from commdebug.estimate import Cluster, predict_events, resolve_cluster
-from commdebug.model.ranks import RankView, iter_ranks
+from commdebug.model.rank_view import RankView
 from commdebug.model.trace import CollectiveEvent
 
-__all__ = ["write_chrome_trace", "rank_trace_events"]
+__all__ = ["ChromeTrace", "rank_trace_events"]
 
 _US = 1e6
 
@@ -122,34 +125,34 @@ def _args(e: CollectiveEvent, with_busbw: bool = True) -> dict[str, Any]:
     return args
 
 
-def write_chrome_trace(path_in: str | os.PathLike, path_out: str | os.PathLike, cluster: Any = None) -> dict[str, int]:
-    """Write the trace of a dump or a folder of rank dumps; returns counts of what was written.
+class ChromeTrace:
+    """The Chrome Trace renderer: ``render(views)`` yields the JSON text of the ranks' events;
+    ``counts`` then says what it held (ranks, complete, instant, predicted events, and calls
+    without a recorded time, skipped).
 
     ``cluster`` (a preset name, cluster file, dict or :class:`~commdebug.estimate.Cluster`)
     adds every rank's predicted track on it; without it, ranks whose dump stored a cluster get
-    theirs."""
-    override = None if cluster is None else resolve_cluster(cluster, {})
-    counts = {"ranks": 0, "complete": 0, "instant": 0, "skipped": 0, "predicted": 0}
-    with open_atomic(path_out) as f:
-        f.write('{"displayTimeUnit":"ms","traceEvents":[\n')
-        first = True
-        for view in iter_ranks(path_in):
+    theirs.
+    """
+
+    def __init__(self, cluster: Any = None) -> None:
+        self.cluster = None if cluster is None else resolve_cluster(cluster, {})
+        self.counts = {"ranks": 0, "complete": 0, "instant": 0, "skipped": 0, "predicted": 0}
+
+    def render(self, views: Iterable[RankView]) -> Iterator[str]:
+        counts = self.counts
+        yield '{"displayTimeUnit":"ms","traceEvents":[\n'
+        separator = ""
+        for view in views:
             counts["ranks"] += 1
             counts["skipped"] += sum(1 for e in view.events if e.start_s is None)
-            for event in rank_trace_events(view, override):
+            for event in rank_trace_events(view, self.cluster):
                 if event["ph"] == "X" and event.get("cat") == "collective":
                     counts["complete"] += 1
                 elif event["ph"] == "X" and event.get("cat") == "predicted":
                     counts["predicted"] += 1
                 elif event["ph"] == "i":
                     counts["instant"] += 1
-                _write(f, event, first)
-                first = False
-        f.write("\n]}\n")
-    return counts
-
-
-def _write(f: IO[str], event: dict[str, Any], first: bool) -> None:
-    if not first:
-        f.write(",\n")
-    f.write(json.dumps(event, separators=(",", ":")))
+                yield separator + json.dumps(event, separators=(",", ":"))
+                separator = ",\n"
+        yield "\n]}\n"

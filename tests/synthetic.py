@@ -23,11 +23,11 @@ import json
 import math
 import os
 import pathlib
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from commdebug.model.events import encode_events
 from commdebug.model.trace import TRIVIAL_OPS, CollectiveEvent, GroupInfo
-from commdebug.ops import BUSBW_FACTORS
+from commdebug.ops import BUSBW_FACTORS, packet_for_op, shape_rule, spec_for_op
 
 __all__ = ["REFERENCE_TRIVIAL_OPS", "event_dicts", "rank_dumps", "to_reference", "transformer_dump",
            "write_rank_dumps"]
@@ -35,16 +35,17 @@ __all__ = ["REFERENCE_TRIVIAL_OPS", "event_dicts", "rank_dumps", "to_reference",
 # torch.distributed.tensor.debug._comm_mode.trivial_ops, in a stable order.
 REFERENCE_TRIVIAL_OPS = sorted(TRIVIAL_OPS)
 
-# canonical op -> (reference key, dispatched overload, busbw factor as a function of group size)
-_COLLECTIVES = {
-    "all_reduce": ("c10d_functional.all_reduce", "_c10d_functional.all_reduce.default",
-                   BUSBW_FACTORS["all_reduce"]),
-    "all_gather": ("c10d_functional.all_gather_into_tensor",
-                   "_c10d_functional.all_gather_into_tensor.default", BUSBW_FACTORS["ring"]),
-    "reduce_scatter": ("c10d_functional.reduce_scatter_tensor",
-                       "_c10d_functional.reduce_scatter_tensor.default", BUSBW_FACTORS["ring"]),
-    "barrier": ("c10d.barrier", "c10d.barrier.default", BUSBW_FACTORS["zero"]),
-}
+
+def _collective(op: str) -> tuple[str, str, Callable[[int], float]]:
+    """(reference key, dispatched overload, busbw factor as a function of group size) of the
+    registry's first row for `op`: what a real capture of that op records."""
+    spec = spec_for_op(op)
+    assert spec is not None, op
+    return spec.compat_key, f"{packet_for_op(op)}.default", BUSBW_FACTORS[spec.factor]
+
+
+# The ops the synthetic model issues; the order gives each its source line in train.py.
+_COLLECTIVES = {op: _collective(op) for op in ("all_reduce", "all_gather", "reduce_scatter", "barrier")}
 _BF16 = 2  # bytes per element
 
 
@@ -366,10 +367,9 @@ def _event(index: int, step: int, phase: str, module: str, call: _Call, group: G
            start_s: float, latency_scale: float) -> CollectiveEvent:
     key, aten_op, busbw = _COLLECTIVES[call.op]
     in_shape, out_shape = list(call.shape), list(call.shape)
-    if call.op == "all_gather":
-        in_shape[-1] //= group.size
-    if call.op == "reduce_scatter":
-        out_shape[-1] //= group.size
+    rule = shape_rule(call.op)
+    if rule is not None and rule.whole is not None:  # S is the whole side; the other is 1/n of it
+        (in_shape if rule.part == "input" else out_shape)[-1] //= group.size
     size = _nbytes(call.shape)
     return CollectiveEvent(
         index=index, op=call.op, key=key, aten_op=aten_op, step=step, phase=phase, module=module,

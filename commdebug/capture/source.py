@@ -1,0 +1,52 @@
+"""Where a collective came from: the first frame of the user's code on the stack, and whether
+DTensor's dispatch lowered it (then it belongs to the DTensor op seen last).
+
+Frames are classified once per code object: the walk runs for every collective.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import torch
+
+from commdebug.sourcefiles import NOT_USER_DIRS, NOT_USER_MODULES
+
+__all__ = ["caller"]
+
+# DTensor lowers an op to collectives inside this file; a collective with it on the stack came
+# from the DTensor op seen last.
+_DTENSOR_DISPATCH = os.path.join(os.path.dirname(torch.__file__), "distributed", "tensor", "_dispatch.py")
+# code object -> what its frames are: the user's code, DTensor's dispatch, or other (library)
+_USER, _DTENSOR, _LIBRARY = "user", "dtensor", "library"
+_FRAME_KIND: dict[Any, str] = {}
+
+
+def _frame_kind(frame: Any) -> str:
+    filename = frame.f_code.co_filename
+    if filename == _DTENSOR_DISPATCH:
+        return _DTENSOR
+    if filename.startswith(NOT_USER_DIRS) or filename.startswith("<frozen") or frame.f_globals.get("__name__") in NOT_USER_MODULES:
+        return _LIBRARY
+    return _USER
+
+
+def caller(depth: int = 1) -> tuple[str | None, bool]:
+    """(``file:line`` of the first frame of the user's code above the frame `depth` levels up
+    from the caller, whether DTensor dispatch is on the way there)."""
+    frame = sys._getframe(depth + 1)
+    from_dtensor = False
+    kind_of = _FRAME_KIND.get
+    while frame is not None:
+        code = frame.f_code
+        kind = kind_of(code)
+        if kind is None:
+            kind = _FRAME_KIND[code] = _frame_kind(frame)
+        if kind is _USER:
+            return f"{code.co_filename}:{frame.f_lineno}", from_dtensor
+        if kind is _DTENSOR:
+            from_dtensor = True
+        frame = frame.f_back
+    return None, from_dtensor

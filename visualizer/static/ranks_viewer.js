@@ -1,0 +1,229 @@
+/* The page for a folder of per-rank dumps (visualizer.write_ranks_html): the ranks' module tree
+ * once, one rank's numbers on it at a time, every rank's numbers for the selected module, and
+ * the findings of commdebug check.
+ */
+
+/** The folder page's index of modules, ranks and findings (visualizer.ranks_data), checked. */
+function parseRanks(text) {
+  let index;
+  try { index = JSON.parse(text); } catch (e) { throw new DumpError("The folder page's data is not valid JSON.", e.message); }
+  if (!isObj(index) || index.format !== "commdebug-ranks") {
+    throw new DumpError("This page's data is not a folder of ranks.", "Write it again with commdebug view FOLDER.");
+  }
+  return index;
+}
+
+/**
+ * The folder page's model: the union of the ranks' module trees (visualizer.ranks_data), with
+ * the numbers of one rank at a time on the nodes so the tree view draws it like one dump.
+ * Each rank's numbers are a separate JSON block, parsed when first needed.
+ */
+function buildRanksModel(index) {
+  const mods = isObj(index.modules) ? index.modules : {};
+  const fqns = arr(mods.fqn), parents = arr(mods.parent), typeIds = arr(mods.type), types = arr(mods.types);
+  if (fqns.length === 0) throw new DumpError("This folder page has no modules.", "Write it again with commdebug.");
+  const nodes = [];
+  for (let i = 0; i < fqns.length; i++) {
+    const fqn = str(fqns[i]), p = parents[i];
+    // Parents come before their children; anything else hangs under the root.
+    const parent = i === 0 ? null : Number.isInteger(p) && p >= 0 && p < i ? nodes[p] : nodes[0];
+    nodes.push(treeNode(i, fqn, parent, {
+      raw: {fqn, module_type: str(types[typeIds[i]])},
+      counts: {}, bytes: null, totalCount: 0, totalBytes: null, opTotals: new Map(),
+    }));
+  }
+  const model = {
+    cd: null, nodes, root: nodes[0], reference: false, events: null,
+    byFqn: indexByFqn(nodes),
+    shareOf: (n) => n.totalBytes ?? n.totalCount, shareTotal: 0, shareUnit: "bytes",
+    flags: new Map(), flagged: new Set(),
+  };
+  // Findings on the modules they name; their ancestors are marked too, to find them collapsed.
+  const check = isObj(index.check) ? index.check : {};
+  for (const f of arr(check.findings).filter(isObj)) {
+    const named = new Set(arr(f.sides).filter(isObj).map((side) => model.byFqn.get(side.module)).filter(Boolean));
+    for (const node of named) {
+      if (!model.flags.has(node)) model.flags.set(node, []);
+      model.flags.get(node).push(f);
+      for (let n = node.parent; n; n = n.parent) model.flagged.add(n);
+    }
+  }
+  return model;
+}
+
+/** Lower median, min and max of the known values: the cells to mark. */
+function spread(values) {
+  const known = values.filter((v) => v != null).sort((a, b) => a - b);
+  if (known.length === 0) return null;
+  return {min: known[0], median: known[Math.floor((known.length - 1) / 2)], max: known.at(-1)};
+}
+
+class RanksViewer extends BaseViewer {
+  constructor(index) {
+    super();
+    this.index = index;
+    this.ranks = arr(index.ranks).filter(isObj);
+    this.withTree = this.ranks.filter((r) => r.tree && isObj(r.blocks));
+    if (this.withTree.length === 0) throw new DumpError("No rank in this folder has a module tree.", "");
+    this.cache = new Map();
+    this.check = isObj(index.check) ? index.check : {findings: []};
+    this.model = buildRanksModel(index);
+    showMode(true);
+    showPredicted(null);
+    const select = $("rank-select");
+    select.replaceChildren(...this.withTree.map((r, i) => h("option", {value: i}, `${str(r.rank)}`)));
+    select.onchange = () => this.setRank(this.withTree[Number(select.value)]);
+    this.useRank(this.withTree[0]);
+    this.renderSummary();
+    this.renderFindings();
+    this.showTree("share of this rank's bytes (Global = 100%)");
+  }
+
+  /** A block of numbers (one rank's counts, bytes or times), parsed once. */
+  block(id) {
+    if (id == null) return null;
+    if (!this.cache.has(id)) {
+      const el = $(`block-${Number(id)}`);
+      let values = null;
+      try { values = el ? JSON.parse(el.textContent) : null; } catch (e) { values = null; }
+      this.cache.set(id, Array.isArray(values) ? values : null);
+    }
+    return this.cache.get(id);
+  }
+
+  /** The rank's numbers for node `i`: {calls, counts per phase, bytes, seconds}. */
+  numbers(rank, i) {
+    const counts = this.block(rank.blocks.counts), bytes = this.block(rank.blocks.bytes);
+    const secs = this.block(rank.blocks.time);
+    const per = counts && counts[4 * i] != null
+      ? Object.fromEntries(PHASES.map((p, k) => [p, optNum(counts[4 * i + k])])) : null;
+    return {
+      counts: per, calls: per ? sum(Object.values(per)) : null,
+      bytes: bytes ? optNum(bytes[i]) : null, seconds: secs ? optNum(secs[i]) : null,
+    };
+  }
+
+  /** Put `rank`'s numbers on the tree's nodes. */
+  useRank(rank) {
+    this.rank = rank;
+    for (const node of this.model.nodes) {
+      const n = this.numbers(rank, node.idx);
+      node.counts = n.counts || Object.fromEntries(PHASES.map((p) => [p, null]));
+      node.totalCount = n.calls ?? 0;
+      node.totalBytes = n.bytes;
+    }
+    const root = this.model.root;
+    this.model.shareOf = root.totalBytes ? (n) => n.totalBytes ?? 0 : (n) => n.totalCount;
+    this.model.shareTotal = root.totalBytes ? root.totalBytes : root.totalCount;
+    this.model.shareUnit = root.totalBytes ? "bytes" : "calls";
+    $("rank-select").value = String(this.withTree.indexOf(rank));
+  }
+
+  setRank(rank) {
+    this.useRank(rank);
+    this.renderSummary();
+    this.tree.render();
+    if (this.tree.selected) this.renderDetail(this.tree.selected);
+  }
+
+  renderSummary() {
+    const {index, check, rank} = this;
+    const perRank = (c) => {
+      const span = isObj(c.collectives_per_rank) ? c.collectives_per_rank : {};
+      const lo = optNum(span.min), hi = optNum(span.max);
+      return lo == null || hi == null ? "—" : lo === hi ? fmtCount(lo) : `${fmtCount(lo)}–${fmtCount(hi)}`;
+    };
+    const meta = isObj(rank.meta) ? rank.meta : {};
+    const findings = arr(check.findings);
+    const facts = [
+      fact("ranks-count", "ranks", fmtCount(this.ranks.length)),
+      fact("meta-world-size", "world size", str(meta.world_size ?? "—")),
+      fact("check-groups", "groups", fmtCount(optNum(check.groups))),
+      // per rank, not summed over ranks: "24", or "24–25" when ranks differ
+      fact("check-collectives", "collectives per rank", perRank(check)),
+      fact("check-status", "check", findings.length ? counted(findings.length, "finding") : "consistent"),
+      fact("meta-rank", "showing rank", str(rank.rank)),
+      fact("meta-host", "host", str(meta.hostname ?? "—")),
+      fact("meta-ended", "ended by", meta.ended_by == null ? "not recorded" : str(meta.ended_by)),
+      fact("total-collectives", "collectives", fmtCount(optNum(rank.collectives))),
+      fact("total-bytes", "bytes", rank.bytes == null ? "not recorded" : fmtBytes(rank.bytes)),
+      fact("total-time", "time", rank.seconds == null ? "not timed" : fmtSeconds(rank.seconds)),
+    ];
+    const notes = [
+      ...arr(rank.notes).map(str),
+      ...this.ranks.filter((r) => !r.tree).map((r) => `rank ${str(r.rank)} (${str(r.file)}): ${str(r.format)} dump, no module tree`),
+      ...arr(index.errors).map((e) => `not read: ${str(e)}`),
+    ];
+    $("source").textContent = `— ${str(index.folder)}`;
+    showSummary(facts, notes);
+    $("summary").classList.toggle("inconsistent", findings.length > 0);
+  }
+
+  renderFindings() {
+    const findings = arr(this.check.findings).filter(isObj);
+    const sideText = (side) => {
+      const what = side.op == null ? "nothing" : `${str(side.op)} ${fmtBytes(optNum(side.size_bytes) ?? 0)}` +
+        (side.dtype ? ` ${str(side.dtype)}` : "") + (side.in_flight ? " (unfinished)" : "");
+      const node = side.module ? this.model.byFqn.get(side.module) : null;
+      return h("li", {class: "side"}, `ranks ${arr(side.ranks).map(str).join(",")}: ${what}`,
+        side.module ? " in " : null,
+        node ? h("a", {href: "#", class: "module-link", onclick: (ev) => { ev.preventDefault(); this.showModule(node); }},
+          str(side.module)) : side.module ? h("code", null, str(side.module)) : null,
+        side.source ? " at " : null, side.source ? h("code", null, str(side.source)) : null);
+    };
+    const head = h("h2", null, "Check ", h("span", {class: "muted"},
+      findings.length ? counted(findings.length, "finding") : "all ranks issued the same collectives"));
+    const list = h("ol", {id: "findings-list"}, ...findings.map((f) =>
+      h("li", {class: "finding", "data-kind": str(f.kind), "data-group": str(f.group), "data-seq": f.seq ?? ""},
+        h("span", {class: "badge kind"}, str(f.kind)), " ", h("span", {class: "message"}, str(f.message)),
+        h("ul", {class: "sides"}, ...arr(f.sides).filter(isObj).map(sideText)))));
+    const notes = arr(this.check.notes).map((n) => h("p", {class: "note"}, str(n)));
+    $("findings").replaceChildren(head, findings.length ? list : h("p", {class: "muted empty"}, "No findings."), ...notes);
+  }
+
+  renderDetail(node) {
+    this.node = node;
+    const rows = this.withTree.map((r) => ({rank: r, ...this.numbers(r, node.idx)}));
+    const stats = {calls: spread(rows.map((r) => r.calls)), bytes: spread(rows.map((r) => r.bytes)),
+      seconds: spread(rows.map((r) => r.seconds))};
+    const timed = rows.some((r) => r.seconds != null);
+    const mark = (key) => (row) => {
+      const st = stats[key], v = row[key];
+      if (!st || v == null || st.min === st.max) return null;
+      return [v === st.min && "min", v === st.median && "median", v === st.max && "max"].filter(Boolean).join(" ") || null;
+    };
+    const columns = [
+      {key: "rank", label: "rank", value: (r) => optNum(r.rank.rank), cls: "num"},
+      ...PHASES.map((p) => ({key: p, label: PHASE_SHORT[p], cls: `num ${PHASE_SHORT[p]}`,
+        value: (r) => (r.counts ? r.counts[p] : null), cell: (r) => fmtCount(r.counts ? r.counts[p] : null)})),
+      {key: "calls", label: "calls", value: (r) => r.calls, cell: (r) => fmtCount(r.calls), cls: "num", cellCls: mark("calls")},
+      {key: "bytes", label: "bytes", value: (r) => r.bytes, cell: (r) => fmtBytes(r.bytes), cls: "num", cellCls: mark("bytes")},
+    ];
+    if (timed) {
+      columns.push({key: "time", label: "time", value: (r) => r.seconds, cell: (r) => fmtSeconds(r.seconds),
+        cls: "num", cellCls: mark("seconds")});
+    }
+    const fmt = {calls: fmtCount, bytes: fmtBytes, seconds: fmtSeconds};
+    const ranksAt = (key, v) => rows.filter((r) => r[key] === v).map((r) => str(r.rank.rank)).join(",");
+    const statRows = Object.entries(stats).filter(([key, st]) => st && (key !== "seconds" || timed)).map(([key, st]) =>
+      h("tr", {"data-stat": key}, h("th", {scope: "row"}, key === "seconds" ? "time" : key),
+        ...["min", "median", "max"].map((m) => h("td", {class: `num ${st.min === st.max ? "" : m}`,
+          title: `rank ${ranksAt(key, st[m])}`}, fmt[key](st[m]))),
+        h("td", {class: "muted"}, st.min === st.max ? "same on every rank" : `max rank ${ranksAt(key, st.max)}`)));
+    const flags = this.model.flags.get(node) || [];
+    $("detail-body").replaceChildren(
+      ...detailHead(node),
+      // replaceChildren, unlike h(), writes a null child as the text "null": spread nothing instead
+      ...(flags.length ? [h("ul", {id: "detail-findings", class: "flags"}, ...flags.map((f) =>
+        h("li", {"data-kind": str(f.kind)}, h("span", {class: "badge kind"}, str(f.kind)), " ", str(f.message))))] : []),
+      h("h3", null, "Across ranks ", h("span", {class: "muted"}, "descendants included; min, median and max marked")),
+      h("div", {class: "table-wrap"}, h("table", {id: "rank-stats", class: "grid compact"},
+        h("thead", null, h("tr", null, ...["", "min", "median", "max", ""].map((t) => h("th", {class: t && "num"}, t)))),
+        h("tbody", null, ...statRows))),
+      h("h3", null, "Per rank ", h("span", {class: "muted"}, "click a rank to show its numbers in the tree")),
+      pagedTable(columns, rows, {id: "rank-table", sortable: true, empty: "No ranks.", rowProps: (r) => ({
+        class: r.rank === this.rank ? "current" : null, "data-rank": str(r.rank.rank),
+        onclick: () => { if (r.rank !== this.rank) this.setRank(r.rank); },
+      })}));
+  }
+}

@@ -1,0 +1,72 @@
+/* commdebug viewer: renders one commdebug or CommDebugMode JSON dump (docs/json-format.md), or
+ * a folder of per-rank dumps.
+ *
+ * visualizer/assets.py joins these files, in the order it lists, into the page's one inline
+ * script: a single scope, so each file uses the names the earlier ones declare.
+ *
+ * Everything in a dump is untrusted: module names and placements come from user code. DOM is
+ * built with createElement/textContent only, never innerHTML, and names never go into selectors.
+ * Dumps reach thousands of modules and tens of thousands of op rows, so the tree builds a node's
+ * children on first expand and tables render a page of rows at a time.
+ */
+
+const PHASES = ["forward", "backward", "checkpoint", "optimizer"];
+const PHASE_SHORT = {forward: "fwd", backward: "bwd", checkpoint: "ckpt", optimizer: "opt"};
+
+const $ = (id) => document.getElementById(id);
+const isObj = (v) => v !== null && typeof v === "object" && !Array.isArray(v);
+const arr = (v) => (Array.isArray(v) ? v : []);
+const num = (v) => (typeof v === "number" && Number.isFinite(v) ? v : 0);
+const optNum = (v) => (typeof v === "number" && Number.isFinite(v) ? v : null);
+const str = (v) => (v == null ? "" : typeof v === "string" ? v : JSON.stringify(v));
+const sum = (values) => values.reduce((a, b) => a + (b || 0), 0);
+
+/** Element with props (class, on<event>, else attributes) and children (nodes, or strings as text). */
+function h(tag, props, ...children) {
+  const el = document.createElement(tag);
+  for (const [key, value] of Object.entries(props || {})) {
+    if (value == null || value === false) continue;
+    if (key === "class") el.className = value;
+    else if (key.startsWith("on")) el.addEventListener(key.slice(2), value);
+    else el.setAttribute(key, value === true ? "" : String(value));
+  }
+  for (const child of children) if (child != null) el.append(child);
+  return el;
+}
+
+/** A file or page the viewer cannot show: `message` says so, `detail` says why. */
+class DumpError extends Error {
+  constructor(title, detail) { super(title); this.detail = detail; }
+}
+
+// ---------------------------------------------------------------- formatting
+
+// Not toLocaleString: its first call loads locale data, a visible cost on the first draw.
+const fmtCount = (n) => (n == null ? "—" : String(n).replace(/\B(?=(\d{3})+(?!\d))/g, ","));
+
+/** "3 findings", "1 match": a count and its noun, which takes `plural` unless it is 1. */
+const counted = (n, noun, plural = "s") => `${fmtCount(n)} ${noun}${n === 1 ? "" : plural}`;
+
+function fmtBytes(n) {
+  if (n == null) return "—";
+  if (n < 1024) return `${n} B`;
+  const units = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+  let v = n / 1024, i = 0;
+  while (v >= 1024 && i < units.length - 1) { v /= 1024; i++; }
+  return `${v.toFixed(v < 100 ? 1 : 0)} ${units[i]}`;
+}
+
+const fmtSeconds = (s) => (optNum(s) == null ? "—" : s < 1 ? `${(s * 1e3).toFixed(3)} ms` : `${s.toFixed(3)} s`);
+
+/** A shapes field as text: "[16384, 4096]" per tensor, or "—". */
+function fmtShapes(v) {
+  let shapes = v;
+  if (typeof v === "string") {
+    try { shapes = JSON.parse(v); } catch (e) { return v; }
+  }
+  const list = arr(shapes).map((s) => `[${arr(s).map(str).join(", ")}]`);
+  return list.length ? list.join(" ") : "—";
+}
+
+// "class 'torch.nn.modules.linear.Linear'" -> "Linear"
+const shortType = (t) => str(t).replace(/^class '(.*)'$/, "$1").split(".").pop();
