@@ -10,7 +10,12 @@ reference has to be used; commdebug with timing="sync" (waits for every collecti
 commdebug outside its step window (start_step not reached yet: the mode is popped). Prints
 medians and ratios.
 
-    python bench/overhead.py [--rounds 15] [--layers 12]
+Then the whole-run case, as ``commdebug run`` records: one context around ``--run-steps``
+training steps with an optimizer, entered afresh each round, for bare, light capture
+(``light=True``: no dispatch mode, only collectives pay), light with ``detail_every=10`` and
+the full capture. ``--dim 1024`` gives the case where compute dominates.
+
+    python bench/overhead.py [--rounds 15] [--layers 12] [--dim 64] [--run-steps 10]
 """
 
 from __future__ import annotations
@@ -42,12 +47,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--layers", type=int, default=12)
     parser.add_argument("--world-size", type=int, default=8)
+    parser.add_argument("--dim", type=int, default=64, help="model width (1024: compute dominates)")
+    parser.add_argument("--run-steps", type=int, default=10, help="steps per whole-run context")
     args = parser.parse_args()
 
     init_fake_world(args.world_size)
     from torch.distributed.tensor.debug import CommDebugMode as ReferenceMode
 
-    model = tensor_parallel_transformer(ModelConfig(n_layers=args.layers, dim=64), args.world_size)
+    model = tensor_parallel_transformer(ModelConfig(n_layers=args.layers, dim=args.dim), args.world_size)
     tokens = torch.randint(0, 256, (4, 16))
 
     def step() -> None:
@@ -151,6 +158,55 @@ def main() -> None:
     # no dispatch mode can cost less than the minimal one: this is the lowest ours/reference
     # could be on this machine today
     print(f"floor: minimal/reference = {ratio('minimal', 'reference'):.2f}")
+    whole_run(model, tokens, args.rounds, args.run_steps)
+
+
+def whole_run(model: torch.nn.Module, tokens: torch.Tensor, rounds: int, steps: int) -> None:
+    """One context around `steps` steps with an optimizer, per variant, rotated each round."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
+
+    def train() -> None:
+        model(tokens).sum().backward()
+        optimizer.step()  # marks the step boundary
+        optimizer.zero_grad(set_to_none=True)
+
+    def run(make) -> float:
+        mode = make()
+        gc.collect()
+        if mode is None:
+            t = time.perf_counter()
+            for _ in range(steps):
+                train()
+            return (time.perf_counter() - t) / steps
+        with mode:
+            t = time.perf_counter()
+            for _ in range(steps):
+                train()
+            return (time.perf_counter() - t) / steps
+
+    variants = [
+        ("run-bare", lambda: None),
+        ("run-light", lambda: CommDebugMode(light=True)),
+        ("run-light-detail10", lambda: CommDebugMode(detail_every=10)),
+        ("run-full", lambda: CommDebugMode()),
+    ]
+    for _, make in variants:  # warm up
+        run(make)
+    times: dict[str, list[float]] = {name: [] for name, _ in variants}
+    for r in range(rounds):
+        k = r % len(variants)
+        for name, make in variants[k:] + variants[:k]:
+            times[name].append(run(make))
+    for name, v in times.items():
+        print(f"{name:>18}: {statistics.median(v) * 1e3:8.2f} ms/step (one context around {steps} steps, median of {rounds})")
+
+    def ratio(a: str) -> float:
+        return statistics.median(x / y for x, y in zip(times[a], times["run-bare"]))
+
+    print("whole run, one context (median over rounds of the per-round ratio):")
+    print(f"light/bare     = {ratio('run-light'):.3f}   (target <= 1.05, goal 1.02)")
+    print(f"light-detail10/bare = {ratio('run-light-detail10'):.3f}   (target <= 1.12)")
+    print(f"full/bare      = {ratio('run-full'):.3f}")
 
 
 if __name__ == "__main__":

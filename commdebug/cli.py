@@ -169,6 +169,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--end-step", type=step_number, default=None, help="step to stop recording at, exclusive (default: to the end)")
     run.add_argument("--hang-timeout", type=seconds, default=None, help="write the dump when a collective is stuck this many seconds, > 0 (default off)")
     run.add_argument("--ops", default=None, help="comma-separated collectives to record only, e.g. all_reduce,all_gather (default all)")
+    run.add_argument("--light", action="store_true",
+                     help="light capture: record every collective without a dispatch mode, so only collectives cost; no DTensor ops or per-module op rows (default off: full capture; docs/capture.md)")
+    run.add_argument("--detail-every", type=positive_int, default=None, metavar="N",
+                     help="with light capture, record steps 0, N, 2N, ... in full detail; implies --light (default: no detail steps)")
     run.add_argument("-m", dest="module", action="store_true", help="the program is a module name (as python -m), not a script")
     run.add_argument("program", nargs=argparse.REMAINDER, metavar="PROGRAM", help="-- script.py ARGS... (or -m module ARGS...)")
 
@@ -379,6 +383,10 @@ def _run(args: argparse.Namespace) -> int:
         options["end_step"] = args.end_step
     if args.ops:
         options["ops"] = [op.strip() for op in args.ops.split(",") if op.strip()]
+    if args.light or args.detail_every is not None:
+        options["light"] = True
+    if args.detail_every is not None:
+        options["detail_every"] = args.detail_every
     return run_program(program, args.module, args.out, hang_timeout=args.hang_timeout, noise_level=args.noise_level, **options)
 
 

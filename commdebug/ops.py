@@ -22,6 +22,7 @@ import torch
 
 __all__ = [
     "CollectiveSpec",
+    "table_names",
     "OpInfo",
     "ShapeRule",
     "AliasSource",
@@ -166,6 +167,11 @@ _NOT_COLLECTIVE_C10D = {"c10d.check_for_nan"}
 
 
 _by_packet: dict[Any, CollectiveSpec | None] = {}
+
+
+def table_names() -> tuple[str, ...]:
+    """Every dispatcher op of the registry, as ``"namespace.name"`` (``"c10d.allreduce_"``)."""
+    return tuple(_TABLE)
 
 
 def lookup(packet: Any) -> CollectiveSpec | None:

@@ -64,30 +64,65 @@ def _teardown() -> None:
 MICROBATCHES, BATCH, WIDTH = 4, 8, 16
 
 
-def pipeline(rank: int, world_size: int, port: int, out_dir: str) -> None:
-    """One stage per rank of a pipelining schedule (GPipe), two training steps."""
+def _gpipe_step(rank: int, world_size: int):
+    """One stage per rank of a pipelining schedule (GPipe) with its optimizer: a function that
+    runs one training step."""
     from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
 
+    torch.manual_seed(rank)
+    stage_module = torch.nn.Sequential(torch.nn.Linear(WIDTH, WIDTH), torch.nn.ReLU())
+    stage = PipelineStage(stage_module, rank, world_size, torch.device("cpu"))
+    schedule = ScheduleGPipe(stage, n_microbatches=MICROBATCHES, loss_fn=lambda out, target: ((out - target) ** 2).mean())
+    opt = torch.optim.SGD(stage_module.parameters(), lr=0.1)
+    x, y = torch.randn(BATCH, WIDTH), torch.randn(BATCH, WIDTH)
+
+    def step() -> None:
+        if rank == 0:
+            schedule.step(x)
+        elif rank == world_size - 1:
+            schedule.step(target=y)
+        else:
+            schedule.step()
+        opt.step()
+        opt.zero_grad()
+
+    return step
+
+
+def pipeline(rank: int, world_size: int, port: int, out_dir: str) -> None:
+    """One stage per rank of a pipelining schedule (GPipe), two training steps."""
     _init(rank, world_size, port)
     try:
-        torch.manual_seed(rank)
-        stage_module = torch.nn.Sequential(torch.nn.Linear(WIDTH, WIDTH), torch.nn.ReLU())
-        stage = PipelineStage(stage_module, rank, world_size, torch.device("cpu"))
-        schedule = ScheduleGPipe(stage, n_microbatches=MICROBATCHES, loss_fn=lambda out, target: ((out - target) ** 2).mean())
-        opt = torch.optim.SGD(stage_module.parameters(), lr=0.1)
-        x, y = torch.randn(BATCH, WIDTH), torch.randn(BATCH, WIDTH)
+        step = _gpipe_step(rank, world_size)
         comm = CommDebugMode()
         with comm:
             for _ in range(2):
-                if rank == 0:
-                    schedule.step(x)
-                elif rank == world_size - 1:
-                    schedule.step(target=y)
-                else:
-                    schedule.step()
-                opt.step()
-                opt.zero_grad()
+                step()
         comm.generate_json_dump(os.path.join(out_dir, f"rank{rank}.json"))
+    finally:
+        _teardown()
+
+
+def pipeline_full_and_light(rank: int, world_size: int, port: int, out_dir: str) -> None:
+    """The GPipe schedule: a warm-up step (shape inference), then two steps recorded fully and
+    two lightly, each written to its own dump (``full<R>.json``, ``light<R>.json``); a forward
+    hook checks that no dispatch mode is active in the light steps."""
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    _init(rank, world_size, port)
+    try:
+        step = _gpipe_step(rank, world_size)
+        step()
+        for capture in ("full", "light"):
+            comm = CommDebugMode(light=capture == "light")
+            modes: list = []
+            hook = torch.nn.modules.module.register_module_forward_hook(lambda *_: modes.append(_get_current_dispatch_mode()))
+            with comm:
+                for _ in range(2):
+                    step()
+            hook.remove()
+            assert modes and all(m is (None if capture == "light" else comm) for m in modes), (capture, modes)
+            comm.generate_json_dump(os.path.join(out_dir, f"{capture}{rank}.json"))
     finally:
         _teardown()
 

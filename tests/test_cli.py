@@ -203,6 +203,72 @@ def test_run_keeps_the_programs_exit_status_and_argv(tmp_path):
     assert missing.returncode == 2 and missing.stderr == f"commdebug: error: {tmp_path / 'nope.py'}: no such script (use -m NAME to run a module)\n"
 
 
+@pytest.mark.parametrize("flags, expected", [
+    ([], {}),
+    (["--light"], {"light": True}),
+    (["--detail-every", "10"], {"light": True, "detail_every": 10}),  # implies --light
+    (["--light", "--detail-every", "3", "--timing"], {"light": True, "detail_every": 3, "timing": "sync"}),
+])
+def test_run_light_flags_reach_the_options(monkeypatch, flags, expected):
+    from commdebug import cli as cli_module
+    from commdebug.capture.config import Options
+    from commdebug.launch import run
+
+    seen = {}
+    monkeypatch.setattr(run, "run_program", lambda target, module, out, **kw: seen.update(target=target, **kw) or 0)
+    assert cli_module.main(["run", *flags, "--", "train.py", "--lr", "1"]) == 0
+    assert seen.pop("target") == ["train.py", "--lr", "1"]
+    options = {k: v for k, v in seen.items() if k not in ("hang_timeout", "noise_level")}
+    assert options == expected
+    resolved = Options.resolve(options, env={})  # what the recorder of each rank is made with
+    assert (resolved.light, resolved.detail_every) == (bool(expected), expected.get("detail_every"))
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "ten", ""])
+def test_run_bad_detail_every_is_a_usage_error(value):
+    proc = cli("run", "--detail-every", value, "--", "x.py")
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines()[-1] == f"commdebug run: error: argument --detail-every: must be a whole number >= 1, not {value!r}"
+
+
+def test_table_and_summary_say_where_a_light_capture_has_detail(tmp_path, capsys):
+    from commdebug import cli as cli_module
+    from synthetic import transformer_dump, write_rank_dumps
+
+    small = {"layers": 1, "steps": 3, "dim": 64, "ffn": 256, "vocab": 256, "tokens": 32}
+    full, light = tmp_path / "full.json", tmp_path / "light.json"
+    full.write_text(json.dumps(transformer_dump(**small)))
+    dump = transformer_dump(**small)
+    dump["commdebug"]["metadata"].update(capture="light", detail_every=2, detail_steps=[0, 2])
+    light.write_text(json.dumps(dump))
+    note = "light capture: operation rows and DTensor ops only on detail steps 0, 2 (detail_every=2)"
+
+    def out(*argv: str) -> str:
+        assert cli_module.main(list(argv)) == 0
+        return capsys.readouterr().out
+
+    for level in "0123":
+        assert out("table", str(full), "--noise-level", level).startswith("Global\n")  # full: as before
+        lines = out("table", str(light), "--noise-level", level).splitlines()
+        assert lines[:2] == (["Global", "  FORWARD PASS"] if level == "0" else [note, "Global"])
+    assert note in out("summary", str(light)).splitlines()[:4]
+    assert "light capture" not in out("summary", str(full))
+    header = json.loads(out("summary", str(light), "--json"))["header"]
+    assert (header["capture"], header["detail_every"], header["detail_steps"]) == ("light", 2, [0, 2])
+    assert "capture" not in json.loads(out("summary", str(full), "--json"))["header"]
+
+    folder = tmp_path / "job"
+    for path in write_rank_dumps(folder, ranks=2, **small):
+        data = json.loads(path.read_text())
+        steps = [0, 2] if path.name == "rank0.json" else [0]  # rank 1 stopped early
+        data["commdebug"]["metadata"].update(capture="light", detail_every=2, detail_steps=steps)
+        path.write_text(json.dumps(data))
+    assert note in out("summary", str(folder)).splitlines()[:4]
+    # a hand-edited dump: odd values are left out, never a traceback
+    dump["commdebug"]["metadata"].update(detail_every=[2], detail_steps="0,2")
+    light.write_text(json.dumps(dump))
+    assert "light capture: no operation rows or DTensor ops (no detail steps)" in out("summary", str(light))
+
 # ---------------------------------------------------------------- exit status 2 on every bad input
 
 @pytest.fixture

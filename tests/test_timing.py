@@ -299,9 +299,9 @@ def test_config_files(tmp_path):
 
 
 def test_nvtx_without_cuda_is_a_one_time_notice(world, caplog):
-    from commdebug.capture import recorder as recorder_module
+    from commdebug.capture import stepping
 
-    recorder_module._SAID.discard("nvtx")
+    stepping._SAID.discard("nvtx")
     with caplog.at_level(logging.WARNING, logger="commdebug"):
         for _ in range(2):
             comm = CommDebugMode(nvtx=True)

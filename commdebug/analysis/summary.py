@@ -407,6 +407,10 @@ def _header(trace: Trace) -> dict[str, Any]:
         "events_dropped": trace.events_dropped,
         "timing_notes": list(meta.get("timing_notes") or []),
     }
+    if meta.get("capture") == "light":  # a full capture's header stays as it was
+        every, steps = meta.get("detail_every"), meta.get("detail_steps")
+        header.update(capture="light", detail_every=every if isinstance(every, int) else None,
+                      detail_steps=sorted(s for s in steps if isinstance(s, int)) if isinstance(steps, list) else [])
     return header
 
 
@@ -450,6 +454,13 @@ def _job_header(headers: list[dict[str, Any]], ranks: list[int]) -> dict[str, An
         "events_dropped": total("events_dropped") or 0,
         "timing_notes": notes("timing_notes"),
     }
+    light = [h for h in headers if h.get("capture") == "light"]
+    if light:
+        # ranks of one launch share detail_every; their detail steps differ only where a rank
+        # stopped early, so the union says which steps have detail on some rank
+        everies = {h["detail_every"] for h in light}
+        job.update(capture="light", detail_every=everies.pop() if len(everies) == 1 else None,
+                   detail_steps=sorted({s for h in light for s in h["detail_steps"]}))
     if known("cluster"):
         job.update(cluster=known("cluster")[0], predicted_s=total("predicted_s"), prediction_notes=notes("prediction_notes"))
     return job

@@ -43,6 +43,8 @@ class Options:
     verbose: bool = False
     nvtx: bool = False
     cluster: str | None = None
+    light: bool = False
+    detail_every: int | None = None
 
     @classmethod
     def resolve(cls, kwargs: Mapping[str, Any], config: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None) -> "Options":
@@ -58,6 +60,9 @@ class Options:
             options = replace(options, **{key: _check(key, value)})
         if options.end_step is not None and options.end_step <= options.start_step:
             raise ConfigError(f"end_step ({options.end_step}) must be greater than start_step ({options.start_step})")
+        if options.detail_every is not None and not options.light:
+            # detail on every Nth step means light on the others
+            options = replace(options, light=True)
         if options.crossnode_only and options.ranks_per_node is None:
             raise ConfigError("crossnode_only needs ranks_per_node (or LOCAL_WORLD_SIZE set by the launcher)")
         return options
@@ -148,6 +153,8 @@ _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "verbose": _bool,
     "nvtx": _bool,
     "cluster": _cluster,
+    "light": _bool,
+    "detail_every": lambda k, v: _int(k, v, 1, allow_none=True),
 }
 assert set(_CHECKS) == {f.name for f in fields(Options)}
 

@@ -144,6 +144,12 @@ class InFlight:
 def _storage_key(t: torch.Tensor) -> int:
     """What a wait on ``t`` or on any view of it finds: its storage (as c10d's work registry
     does); the tensor itself where there is no real storage (meta and fake tensors)."""
+    if type(t) is not torch.Tensor:
+        # an AsyncCollectiveTensor holds the collective's output; asking a wrapper subclass
+        # for its storage raises, which costs more than the rest of the bookkeeping
+        inner = getattr(t, "elem", None)
+        if isinstance(inner, torch.Tensor):
+            t = inner
     try:
         ptr = t.untyped_storage().data_ptr()
     except Exception:

@@ -18,15 +18,17 @@ from typing import Any, Callable, Iterable, Mapping
 
 import torch
 from torch.distributed.tensor import DTensor
-from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from commdebug import ops as _ops
+from commdebug.capture import light as light_capture
 from commdebug.capture.config import Options, read_config
 from commdebug.capture.groups import GroupResolver, peer_rank
 from commdebug.capture.inflight import InFlight, wait_until_finished, work_patch
 from commdebug.capture.metadata import distributed_metadata, now, run_metadata
 from commdebug.capture.pipelining import PipelineTags, first_tensor
 from commdebug.capture.source import caller
+from commdebug.capture.stepping import Stepping, say_once
 from commdebug.capture.timing import AsyncTimer, SyncTimer, nvtx_label, on_cuda
 from commdebug.capture.tracker import ModuleTracker
 from commdebug.model.trace import FORWARD, GLOBAL, CollectiveEvent, Trace
@@ -64,16 +66,6 @@ _UNSET: Any = _Unset()  # an option not given: the environment or the default de
 # metadata.ended_by of a recording whose ``with`` block ended without an exception
 CONTEXT_EXIT = "context exit"
 log = logging.getLogger("commdebug")
-_SAID: set[str] = set()
-
-
-def say_once(key: str, message: str) -> None:
-    """Log a warning once per process (a fact about the environment, not about one call)."""
-    if key not in _SAID:
-        _SAID.add(key)
-        log.warning("commdebug: %s", message)
-
-
 _BUSBW: dict[tuple[str, int], float] = {}
 
 
@@ -84,7 +76,7 @@ def _busbw_factor(spec: _ops.CollectiveSpec, group_size: int) -> float:
     return factor
 
 
-class Recorder(TorchDispatchMode):
+class Recorder(Stepping, TorchDispatchMode):
     """Records every collective issued while it is active into ``self.trace``.
 
     Use :class:`commdebug.CommDebugMode` (this plus the drop-in API); its docstring lists the
@@ -108,6 +100,8 @@ class Recorder(TorchDispatchMode):
         nvtx: bool | _Unset = _UNSET,
         enabled: bool | _Unset = _UNSET,
         cluster: str | os.PathLike | None | _Unset = _UNSET,
+        light: bool | _Unset = _UNSET,
+        detail_every: int | None | _Unset = _UNSET,
         config: Mapping[str, Any] | str | os.PathLike | None = None,
     ) -> None:
         super().__init__()
@@ -156,6 +150,8 @@ class Recorder(TorchDispatchMode):
         self._last_boundary_automatic = False
         self._paused = False
         self._active = False
+        self._mode_on = False  # the dispatch mode is on the stack
+        self._light_on = False  # light capture's kernels record (commdebug.capture.light)
         self._async = AsyncTimer(self._note) if self.options.timing == "async" else None
         self._flight = InFlight(self._failed)
         self._unfinished_at_exit: list[tuple[int, float]] = []
@@ -171,23 +167,33 @@ class Recorder(TorchDispatchMode):
         self._reset()
         self.trace.metadata = run_metadata()
         self.trace.metadata["timing"] = self.options.timing
+        light = self.options.light
+        self.trace.metadata["capture"] = "light" if light else "full"
+        if light:
+            self.trace.metadata["detail_every"] = self.options.detail_every
+            self.trace.metadata["detail_steps"] = []
         if not self.options.enabled:
             return self
-        super().__enter__()
+        if not light:
+            self._push_mode()
         try:
             work_patch().add(self._flight)
             self._tracker.__enter__()
             self._pipeline.__enter__()
             if self._async is not None:
                 self._async.__enter__()
+            if light:
+                light_capture.attach(self)
         except BaseException:
             self._pipeline.__exit__()
             self._tracker.__exit__()
             work_patch().remove(self._flight)
-            super().__exit__(None, None, None)
+            self._pop_mode()
             raise
         self._active = True
         self._resumed_at = time.perf_counter()
+        if light:
+            self._apply_detail()
         if self.options.nvtx and not torch.cuda.is_available():
             say_once("nvtx", "nvtx=True has no effect without CUDA: there is no Nsight timeline to annotate")
         if self.options.start_step > 0:
@@ -218,68 +224,11 @@ class Recorder(TorchDispatchMode):
             meta["recorded_s"] = self._recorded_s
             meta["steps"] = self.trace.steps
         finally:
-            self._active = False
-            super().__exit__(*exc)
-
-    def _pause(self) -> None:
-        """Stop recording without leaving the context: the dispatch mode is popped and the
-        global hooks removed, so the program runs at close to bare speed; state is kept."""
-        if self._paused or not self._active:
-            return
-        self._recorded_s += time.perf_counter() - self._resumed_at
-        self._tracker.pause()
-        self._pipeline.__exit__()
-        super().__exit__(None, None, None)
-        self._paused = True
-
-    def _resume(self) -> None:
-        """Record again after :meth:`_pause`."""
-        if not self._paused:
-            return
-        super().__enter__()
-        self._pipeline.__enter__()
-        self._tracker.resume()
-        self._paused = False
-        self._resumed_at = time.perf_counter()
-
-    def step(self) -> int:
-        """Mark a step boundary; returns the current step index.
-
-        Every call counts, except right after ``optimizer.step()`` marked one (when
-        ``auto_step``) with no forward pass and no collective in between: calling both counts
-        one step. With ``start_step``/``end_step``, recording starts and stops here (also
-        while paused, when nothing is recorded between two calls).
-        """
-        return self._boundary(automatic=False)
-
-    def _boundary(self, automatic: bool) -> int:
-        tracker = self._tracker
-        work = self.trace.events_total > self._events_at_boundary or tracker.forwards > self._forwards_at_boundary
-        # an automatic boundary needs work since the last one; an explicit one only needs not
-        # to repeat the automatic boundary just marked
-        if work or not (automatic or self._last_boundary_automatic):
-            self._events_at_boundary = self.trace.events_total
-            self._forwards_at_boundary = tracker.forwards
-            self._last_boundary_automatic = automatic
-            self.trace.step += 1
-            self._join_timing()
-            if self.options.windowed:
-                self._enter_window(self.trace.step)
-        return self.trace.step
-
-    def _enter_window(self, step: int) -> None:
-        end = self.options.end_step
-        inside = step >= self.options.start_step and (end is None or step < end)
-        if inside:
-            self._resume()
-        elif _get_current_dispatch_mode() is self or self._paused:
-            self._pause()
-        else:  # another mode was pushed after ours: we cannot pop from under it
-            say_once("window", "a dispatch mode entered after CommDebugMode is active: the step window cannot pause recording")
-
-    def _on_optimizer_step(self) -> None:
-        if self.auto_step:
-            self._boundary(automatic=True)
+            self._active = self._light_on = False
+            light_capture.detach(self)
+            if self._mode_on:
+                self._mode_on = False
+                super().__exit__(*exc)
 
     def _on_first_call(self, mod: torch.nn.Module, fqn: str, parent: str) -> None:
         # Parameters are kept as they are: reading ``.data`` of a DTensor dispatches a detach
@@ -332,6 +281,15 @@ class Recorder(TorchDispatchMode):
         if spec is _WAIT:
             return self._wait(func, args, kwargs or {})
         return self._collective(func, name, spec, args, kwargs or {})
+
+    def _light_call(self, call: Callable[..., Any], name: str, spec: Any, args: tuple, kwargs: dict) -> Any:
+        """A collective (or a wait) seen by light capture's kernel; ``call`` runs it below the
+        kernel. The same bookkeeping as under the dispatch mode, minus the op rows."""
+        if _graph_task_id() != self._task:
+            self._sync()
+        if spec is _WAIT or spec == "wait":
+            return self._wait(call, args, kwargs)
+        return self._collective(call, name, spec, args, kwargs)
 
     def _moved(self) -> None:
         # tracker callback, several per module call: only note it; the next op syncs

@@ -10,6 +10,7 @@ from typing import Any, Callable, Iterable
 from commdebug.analysis.check import who
 from commdebug.analysis.summary import Summary, SummaryRow
 from commdebug.render.columns import align
+from commdebug.render.table import light_note
 from commdebug.units import format_bytes, format_gbps, format_ms, format_s
 
 __all__ = ["render_summary", "summary_dict", "key_titles", "key_cells", "key_dict", "size_bin_label"]
@@ -105,6 +106,9 @@ def _header_lines(summary: Summary) -> list[str]:
                      + ("" if h["timed_collectives"] == h["collectives"] else f" ({h['timed_collectives']} of {h['collectives']} calls timed)"))
     else:
         lines.append(f"{elapsed}; no timing was recorded (timing {h['timing']}): counts and bytes only")
+    note = light_note(h)
+    if note:
+        lines.append(note)
     if h.get("cluster") is not None:
         lines.append(f"predicted on cluster {h['cluster']}: {format_ms(h['predicted_s'])} ms of communication"
                      " (a model, not a measurement: docs/estimate.md); 'pred' columns are predicted")

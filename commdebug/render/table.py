@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Mapping
 
 from commdebug.model.trace import PHASES, CollectiveStat, Trace, check_noise_level, ops_at_noise
 from commdebug.units import format_bytes, format_ms
@@ -12,7 +12,7 @@ from commdebug.units import format_bytes, format_ms
 if TYPE_CHECKING:
     from commdebug.analysis.predicted import TracePredictions
 
-__all__ = ["render_table"]
+__all__ = ["render_table", "light_note"]
 
 _SECTIONS = tuple(zip(PHASES, ("FORWARD PASS", "BACKWARD PASS", "ACTIVATION CHECKPOINTING", "OPTIMIZER STEP")))
 _YELLOW, _RED, _RESET = "\033[1;33m", "\033[1;31m", "\033[0m"
@@ -34,7 +34,8 @@ def render_table(trace: Trace, noise_level: int = 3, *, color: bool | None = Non
 
     ``predicted`` (:func:`commdebug.analysis.predicted.trace_predictions`) adds, at noise level
     1 and above, each collective line's predicted time on that cluster. Level 0 stays exactly the
-    reference's layout, whatever is passed.
+    reference's layout, whatever is passed. A light capture (docs/capture.md) starts levels 1-3
+    with a line saying on which steps op rows and DTensor ops were recorded (:func:`light_note`).
 
     >>> print(render_table(comm.trace, noise_level=0))   # doctest: +SKIP
     Global
@@ -48,6 +49,11 @@ def render_table(trace: Trace, noise_level: int = 3, *, color: bool | None = Non
     if noise_level < 1:
         predicted = None
     lines: list[str] = []
+    # level 0 shows no op rows, so it has nothing a light capture lacks (level 1 shows the
+    # DTensor ops, which light steps lack); a full capture stays byte-identical to the reference's
+    note = light_note(trace.metadata) if noise_level >= 1 else None
+    if note:
+        lines.append(note)
     units = trace.units() if noise_level >= 1 else {}
     for fqn, depth in trace.walk():
         info = trace.modules[fqn]
@@ -93,3 +99,30 @@ def _predicted(predicted: "TracePredictions", fqn: str, phase: str, stat: Collec
         return ""
     part = f" ({line.calls} of {stat.count} calls)" if line.calls < stat.count else ""
     return f", predicted {format_ms(line.seconds)} ms on {predicted.cluster.name}{part}"
+
+
+def light_note(facts: Mapping[str, Any]) -> str | None:
+    """What a light capture lacks and where it has it, from a dump's metadata or a summary's
+    header (the same keys: ``capture``, ``detail_every``, ``detail_steps``); None for a full one.
+
+    >>> light_note({"capture": "light", "detail_every": 10, "detail_steps": [0, 10, 20]})
+    'light capture: operation rows and DTensor ops only on detail steps 0, 10, 20 (detail_every=10)'
+    >>> light_note({"capture": "light", "detail_every": None, "detail_steps": []})
+    'light capture: no operation rows or DTensor ops (no detail steps)'
+    """
+    if facts.get("capture") != "light":
+        return None
+    every = facts.get("detail_every")
+    every_text = f"detail_every={every}" if isinstance(every, int) else ""
+    listed = facts.get("detail_steps")
+    steps = sorted(s for s in listed if isinstance(s, int)) if isinstance(listed, list) else []
+    if not steps:
+        return f"light capture: no operation rows or DTensor ops (no detail steps{'; ' + every_text if every_text else ''})"
+    return f"light capture: operation rows and DTensor ops only on detail steps {_steps(steps)}{f' ({every_text})' if every_text else ''}"
+
+
+def _steps(steps: list[int]) -> str:
+    """``0, 10, 20`` or, for a long run, ``0, 100, 200, ..., 9900 (100 steps)``: one line."""
+    if len(steps) <= 6:
+        return ", ".join(map(str, steps))
+    return f"{', '.join(map(str, steps[:3]))}, ..., {steps[-1]} ({len(steps)} steps)"

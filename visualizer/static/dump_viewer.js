@@ -1,5 +1,29 @@
 /* The page for one dump: its summary, tree, a module's detail and op rows, and its events. */
 
+/** Steps as one short line: "0, 10, 20", or "0, 100, 200, …, 9900 (100 steps)". */
+function stepList(steps) {
+  return steps.length <= 6 ? steps.join(", ")
+    : `${steps.slice(0, 3).join(", ")}, …, ${steps[steps.length - 1]} (${steps.length} steps)`;
+}
+
+/**
+ * A light capture (docs/capture.md) as a fact and a note, from a dump's metadata; null for a
+ * full capture, whose page stays as it was. Light steps have no DTensor ops or op rows, so the
+ * reader must know which steps do before trusting an empty op table.
+ */
+function lightCapture(meta) {
+  if (!isObj(meta) || meta.capture !== "light") return null;
+  const steps = arr(meta.detail_steps).filter((s) => Number.isInteger(s)).sort((a, b) => a - b);
+  const every = Number.isInteger(meta.detail_every) ? ` (detail_every=${meta.detail_every})` : "";
+  const value = steps.length ? `light capture; detail on steps ${stepList(steps)}` : "light capture; no detail steps";
+  return {
+    fact: fact("meta-capture", "capture", value),
+    note: steps.length
+      ? `Light capture: DTensor ops and operation rows were recorded only on steps ${stepList(steps)}${every}; every collective on every step.`
+      : `Light capture: every collective, but no DTensor ops or operation rows${every}.`,
+  };
+}
+
 /** The page for one loaded dump. */
 class Viewer extends BaseViewer {
   constructor(dump, predicted) {
@@ -32,6 +56,8 @@ class Viewer extends BaseViewer {
         fact("meta-steps", "steps", show(meta.steps)),
         fact("meta-noise", "noise level", show(cd.noise_level)),
       ];
+    const light = model.reference ? null : lightCapture(meta);
+    if (light) facts.push(light.fact);
     facts.push(
       fact("total-collectives", "collectives", fmtCount(totals.count)),
       fact("total-bytes", "bytes", totals.bytes == null ? "not recorded" : fmtBytes(totals.bytes)));
@@ -49,6 +75,7 @@ class Viewer extends BaseViewer {
       notes.push("Written by PyTorch's CommDebugMode: no bytes, groups or events; " +
         "backward counts include activation-checkpoint recompute.");
     }
+    if (light) notes.push(light.note);
     if (cd && num(cd.events_dropped) > 0) {
       notes.push(`${fmtCount(num(cd.events_dropped))} events were dropped ` +
         `(max_events ${fmtCount(optNum(cd.max_events))}); counts and bytes still cover them.`);

@@ -1,0 +1,355 @@
+"""Light capture (``CommDebugMode(light=True)``, ``detail_every=N``, ``commdebug run --light``):
+every collective recorded without a TorchDispatchMode on the stack. What a user sees must not
+change: the same collectives, attributed to the same module, phase, group, size and step, with
+the same sequence numbers, as under the full capture; and no dispatch mode in the program while
+a light step runs. ``detail_every`` gives the DTensor op behind a collective on every Nth step.
+
+Every workload runs in the fake 8-rank world, except a pipelining schedule (2 spawned gloo
+ranks) and one real `commdebug run --light` job under torchrun."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.distributed.tensor import Shard, distribute_tensor
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+import commdebug
+import gloo_worker
+from commdebug import CommDebugMode
+from commdebug.demo import ModelConfig, fsdp_transformer, tensor_parallel_transformer
+
+ROOT = Path(__file__).resolve().parents[1]
+LIGHT_JOB = ROOT / "tests" / "programs" / "light_job.py"
+DEADLINE_S = 60
+
+
+def _key(e) -> tuple:
+    """What a user reads off an event, independent of how it was captured."""
+    return (e.op, e.module, e.phase, e.group.name, e.size_bytes, e.step)
+
+
+def _order(e) -> tuple:
+    """An event's place in its group's order: collectives by seq, send/recv by peer and p2p_seq."""
+    return (e.group.name, e.op, e.seq, e.peer, e.p2p_seq, e.size_bytes)
+
+
+def _tokens() -> torch.Tensor:
+    return torch.randint(0, 256, (4, 16), generator=torch.Generator().manual_seed(0))
+
+
+def _record(make, body, **options) -> tuple[CommDebugMode, list]:
+    """Build a fresh workload, run ``body(model, comm)`` under ``CommDebugMode(**options)``;
+    returns the mode and the dispatch mode seen at every module forward while recording."""
+    model = make()
+    modes: list = []
+    hook = torch.nn.modules.module.register_module_forward_hook(lambda *_: modes.append(_get_current_dispatch_mode()))
+    try:
+        comm = CommDebugMode(**options)
+        with comm:
+            body(model, comm)
+    finally:
+        hook.remove()
+    return comm, modes
+
+
+def _full_and_light(make, body) -> tuple[list, list]:
+    full, full_modes = _record(make, body)
+    light, light_modes = _record(make, body, light=True)
+    assert full.trace.metadata["capture"] == "full" and light.trace.metadata["capture"] == "light"
+    # the light run really ran without the dispatch mode, the full one with it
+    assert full_modes and all(m is full for m in full_modes)
+    assert light_modes and all(m is None for m in light_modes), f"a dispatch mode was active during a light step: {set(map(type, light_modes))}"
+    assert full.trace.events_dropped == light.trace.events_dropped == 0
+    return list(full.trace.events), list(light.trace.events)
+
+
+def _assert_same_collectives(full: list, light: list) -> None:
+    assert full, "the workload issued no collective: the comparison would prove nothing"
+    a, b = Counter(map(_key, full)), Counter(map(_key, light))
+    assert a == b, (
+        "light capture records different collectives from full capture "
+        "(op, module, phase, group, size_bytes, step): "
+        f"only under full: {dict(a - b)}; only under light: {dict(b - a)}"
+    )
+    assert [_order(e) for e in full] == [_order(e) for e in light], "same collectives, different order or sequence numbers"
+
+
+# ---- the workloads (fake 8-rank world) ---------------------------------------------------------
+
+
+def _tp_mlp(mesh):
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 16))
+    return parallelize_module(mlp, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+
+
+def _train(steps: int, inputs):
+    """``steps`` forward + backward + optimizer steps (the optimizer marks the steps)."""
+
+    def body(model, comm):
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(steps):
+            model(inputs()).sum().backward()
+            opt.step()
+            opt.zero_grad()
+
+    return body
+
+
+class _Eager(torch.nn.Module):
+    """Plain c10d calls from inside a forward (metrics, buffers kept in sync), and an all_reduce
+    of its output gradient from a backward hook."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+        self.register_full_backward_hook(lambda mod, grad_in, grad_out: dist.all_reduce(grad_out[0].detach().clone()))
+
+    def forward(self, x):
+        y = self.fc(x)
+        t = y.detach().clone()
+        dist.all_reduce(t)
+        dist.broadcast(t, src=0)
+        dist.barrier()
+        dist.all_gather_into_tensor(torch.empty(dist.get_world_size() * t.numel()), t.flatten())
+        return y
+
+
+class _EagerModel(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = _Eager()
+        self.head = torch.nn.Linear(8, 1)
+
+    def forward(self, x):
+        return self.head(self.inner(x))
+
+
+def _eager_body(model, comm):
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(3):
+        model(torch.ones(2, 8, requires_grad=True)).sum().backward()
+        dist.all_reduce(torch.ones(3))  # outside any module
+        opt.step()
+        opt.zero_grad()
+
+
+def _fsdp_body(model, comm):
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    for _ in range(3):
+        model(_tokens()).sum().backward()
+        opt.step()
+        opt.zero_grad()
+
+
+WORKLOADS = {
+    # workload -> (make(mesh), body, ops a correct capture records)
+    "tp_mlp": (lambda mesh: _tp_mlp(mesh), _train(3, lambda: torch.ones(4, 16, requires_grad=True)), {"all_reduce"}),
+    # with SGD: the all_reduce of each Partial norm gradient runs inside DTensor's aten.add_
+    # (the optimizer update), as in test_light_records_the_redistribution_inside_a_dtensor_op
+    "tp_sequence_parallel_transformer": (
+        lambda mesh: tensor_parallel_transformer(ModelConfig(n_layers=2), mesh.size(), sequence_parallel=True, mesh=mesh),
+        _train(2, _tokens), {"all_gather", "reduce_scatter"}),
+    "fsdp2_adamw": (
+        lambda mesh: fsdp_transformer(ModelConfig(n_layers=2), mesh=mesh),
+        _fsdp_body, {"all_gather", "reduce_scatter"}),
+    "eager_c10d_in_modules": (lambda mesh: _EagerModel(), _eager_body, {"all_reduce", "broadcast", "barrier", "all_gather"}),
+}
+
+
+@pytest.mark.parametrize("workload", sorted(WORKLOADS))
+def test_light_records_the_same_collectives_as_full(workload, mesh):
+    make, body, ops = WORKLOADS[workload]
+    full, light = _full_and_light(lambda: make(mesh), body)
+    _assert_same_collectives(full, light)
+    assert {e.op for e in light} >= ops
+    assert {e.step for e in light} >= {0, 1}  # several steps, each recorded
+
+
+def test_light_records_collectives_issued_under_inference_mode(world):
+    """An evaluation loop under ``torch.inference_mode()`` that averages a metric over the ranks:
+    eager c10d and functional collectives both. (Inference tensors skip the autograd and
+    ADInplaceOrView keys: a kernel there would not see them.)"""
+    import torch.distributed._functional_collectives as funcol
+
+    def body(model, comm):
+        with torch.inference_mode():
+            loss = model(torch.ones(2, 8)).mean().reshape(1)
+            dist.all_reduce(loss)
+            funcol.all_reduce(loss, "sum", dist.group.WORLD).wait()
+
+    full, light = _full_and_light(lambda: torch.nn.Linear(8, 1), body)
+    _assert_same_collectives(full, light)
+
+
+def _dtensors(mesh):
+    a = distribute_tensor(torch.ones(16, 16), mesh, [Shard(0)])
+    b = distribute_tensor(torch.ones(16, 16), mesh, [Shard(0)])
+    return a, b
+
+
+def test_light_records_the_redistribution_inside_a_dtensor_op(mesh):
+    """``a @ b`` with both operands Shard(0): DTensor all-gathers ``b`` inside the mm itself
+    (not in a module hook, not through an explicit redistribute). That collective is issued
+    from below the mm's autograd kernel, where the autograd and ADInplaceOrView keys are
+    excluded for everything called: a kernel there would not see it."""
+    a, b = _dtensors(mesh)
+
+    def body(model, comm):
+        for i in range(2):
+            if i:
+                comm.step()
+            _ = model(a) @ b
+
+    full, light = _full_and_light(lambda: torch.nn.Identity(), body)
+    assert [e.op for e in full] == ["all_gather", "all_gather"]
+    _assert_same_collectives(full, light)
+
+
+# ---- no dispatch mode in a light step -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("options, expected", [
+    ({}, ["mode"] * 4),
+    ({"light": True}, [None] * 4),
+    ({"detail_every": 2}, ["mode", None, "mode", None]),
+])
+def test_no_dispatch_mode_is_active_in_a_light_step(world, options, expected):
+    seen = []
+    model = torch.nn.Linear(4, 4)
+    model.register_forward_hook(lambda *_: seen.append(_get_current_dispatch_mode()))
+    comm = CommDebugMode(**options)
+    with comm:
+        for i in range(4):
+            if i:
+                comm.step()
+            model(torch.ones(1, 4))
+            dist.all_reduce(torch.ones(1))
+    assert ["mode" if m is comm else m for m in seen] == expected
+    assert _get_current_dispatch_mode() is None  # nothing left on the stack after the context
+    assert [e.step for e in comm.trace.events] == [0, 1, 2, 3]
+
+
+# ---- detail_every ------------------------------------------------------------------------------
+
+
+def test_detail_every_gives_dtensor_ops_on_every_nth_step_and_light_events_between(mesh):
+    a, b = _dtensors(mesh)
+
+    def body(model, comm):
+        for i in range(6):
+            if i:
+                comm.step()
+            _ = a @ b
+
+    full, _ = _record(lambda: None, body)
+    detail, _ = _record(lambda: None, body, detail_every=2)
+    meta = detail.trace.metadata
+    assert meta["capture"] == "light" and meta["detail_every"] == 2
+    assert meta["detail_steps"] == [0, 2, 4]
+    events = list(detail.trace.events)
+    # detail steps: the DTensor op behind the all_gather, as under full capture
+    assert {e.step for e in events if e.dtensor_op is not None} == {0, 2, 4}
+    for e in events:
+        if e.step % 2 == 0:
+            assert (e.dtensor_op, e.placements) == ("aten.mm.default", "[(Shard(dim=0),), (Shard(dim=0),)]")
+        else:
+            assert e.dtensor_op is None and e.placements is None
+    # light steps: the same collective all the same, without the op
+    by_step = {s: [(e.op, e.size_bytes, e.group.name) for e in events if e.step == s] for s in range(6)}
+    expected = {s: [(e.op, e.size_bytes, e.group.name) for e in full.trace.events if e.step == s] for s in range(6)}
+    assert expected[0] == [("all_gather", 16 * 16 * 4, "0")]
+    assert by_step == expected, (
+        "detail_every=2 records different collectives from full capture, per step (op, size_bytes, group): "
+        f"{ {s: by_step[s] for s in range(6) if by_step[s] != expected[s]} } instead of "
+        f"{ {s: expected[s] for s in range(6) if by_step[s] != expected[s]} }"
+    )
+    assert [e.seq for e in events] == list(range(6))
+
+
+@pytest.mark.parametrize("workload", ["tp_mlp", "eager_c10d_in_modules"])
+def test_detail_every_records_the_same_collectives_as_full(workload, mesh):
+    """Switching between detail and light steps loses and repeats nothing; steps 0 and 2 run
+    under the dispatch mode, 1 under light capture."""
+    make, body, _ = WORKLOADS[workload]
+    full, _ = _record(lambda: make(mesh), body)
+    detail, modes = _record(lambda: make(mesh), body, detail_every=2)
+    assert detail.trace.metadata["detail_steps"] == [0, 2]
+    assert {m is detail for m in modes} == {True, False} and set(modes) <= {detail, None}
+    _assert_same_collectives(list(full.trace.events), list(detail.trace.events))
+    assert {e.step for e in detail.trace.events} == {0, 1, 2}
+
+
+# ---- pipelining on 2 gloo ranks ----------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _scheduled(events) -> Counter:
+    """The schedule's send/recv (tagged with a microbatch), with microbatch and peer."""
+    return Counter((_key(e), e.microbatch, e.peer) for e in events if e.microbatch is not None)
+
+
+@pytest.mark.timeout(DEADLINE_S + 30)
+def test_light_records_a_pipelining_schedule_like_full(tmp_path):
+    ctx = mp.start_processes(gloo_worker.pipeline_full_and_light, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=False, start_method="spawn")
+    deadline = time.monotonic() + DEADLINE_S
+    while not ctx.join(timeout=1):
+        if time.monotonic() > deadline:
+            for p in ctx.processes:
+                p.kill()
+            pytest.fail(f"the pipelining ranks did not finish within {DEADLINE_S}s")
+    for rank in range(2):
+        full = list(commdebug.load(tmp_path / f"full{rank}.json").events)
+        trace = commdebug.load(tmp_path / f"light{rank}.json")
+        assert trace.metadata["capture"] == "light"
+        light = list(trace.events)
+        _assert_same_collectives(full, light)
+        assert _scheduled(full) == _scheduled(light), rank
+        # per step: each microbatch's activation forward and its gradient back
+        assert sum(_scheduled(light).values()) == 2 * 2 * gloo_worker.MICROBATCHES, rank
+        assert {e.module for e in light if e.microbatch is not None} == {"Sequential"}
+
+
+# ---- `commdebug run --light` under torchrun ----------------------------------------------------
+
+
+@pytest.mark.timeout(DEADLINE_S + 30)
+def test_commdebug_run_light_counts_every_all_reduce_on_each_rank(tmp_path):
+    steps, params = 3, 4  # light_job.py: a metric all_reduce and one per gradient, every step
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "LIGHT_STEPS": str(steps)}
+    env.pop("COMMDEBUG_LIGHT", None)  # the flag alone asks for light capture
+    env.pop("COMMDEBUG_DETAIL_EVERY", None)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+           "-m", "commdebug", "run", "--out", "traces", "--light", "--", str(LIGHT_JOB)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=DEADLINE_S)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"the torchrun job did not finish within {DEADLINE_S}s: {(e.stderr or b'')[-3000:]!r}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for rank in range(2):
+        trace = commdebug.load(tmp_path / "traces" / f"rank{rank}.json")
+        meta = trace.metadata
+        assert (meta["rank"], meta["world_size"], meta["capture"]) == (rank, 2, "light")
+        events = list(trace.events)
+        all_reduces = [e for e in events if e.op == "all_reduce"]
+        assert len(all_reduces) == steps * (1 + params), rank
+        assert Counter(e.step for e in all_reduces) == {s: 1 + params for s in range(steps)}
+        assert Counter(e.module for e in all_reduces) == {"Model.metric": steps, "Global": steps * params}
+        assert [e.seq for e in events] == list(range(len(events)))  # one group, nothing skipped
+        assert trace.totals()["collectives"] == steps * (1 + params) + 1  # and the final barrier
