@@ -135,7 +135,8 @@ def predictions_data(dump: commdebug.Trace | Mapping[str, Any], cluster: Any = N
 
 RANKS_FORMAT = "commdebug-ranks"
 # what the page shows of each rank's metadata
-_META = ("rank", "world_size", "hostname", "backend", "torch_version", "steps", "pid", "ended_by", "run_id")
+_META = ("rank", "world_size", "hostname", "backend", "torch_version", "steps", "pid", "ended_by", "run_id",
+         "capture", "detail_every", "detail_steps")
 
 
 class _Blocks:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 from playwright.sync_api import expect
 
-from synthetic import transformer_dump
+from synthetic import transformer_dump, write_rank_dumps
 
 SMALL = {"dim": 64, "ffn": 256, "vocab": 256, "tokens": 32}
 
@@ -43,3 +45,13 @@ def test_full_and_odd_metadata_add_nothing_or_stay_readable(viewer):
     page = viewer.open(light(transformer_dump(layers=1, steps=1, **SMALL), "ten", [2, "x", None, 0]), name="odd.html")
     expect(page.locator("#meta-capture")).to_have_text("light capture; detail on steps 0, 2")
 
+
+def test_folder_page_names_each_ranks_capture(viewer, tmp_path):
+    paths = write_rank_dumps(tmp_path / "job", ranks=2, layers=1, steps=1, **SMALL)
+    dump = json.loads(paths[1].read_text())
+    paths[1].write_text(json.dumps(light(dump, 5, [0, 5])))
+    page = viewer.open_ranks(tmp_path / "job")
+    assert page.locator("#meta-capture").count() == 0  # rank 0 was recorded fully
+    page.select_option("#rank-select", label="1")
+    expect(page.locator("#meta-capture")).to_have_text("light capture; detail on steps 0, 5")
+    expect(page.locator("#summary .note").filter(has_text="Light capture")).to_have_count(1)

@@ -149,7 +149,12 @@ class RanksViewer extends BaseViewer {
       fact("total-bytes", "bytes", rank.bytes == null ? "not recorded" : fmtBytes(rank.bytes)),
       fact("total-time", "time", rank.seconds == null ? "not timed" : fmtSeconds(rank.seconds)),
     ];
+    // each rank says how it was recorded: ranks of one job normally agree, but a rank's own
+    // detail steps are what its numbers rest on
+    const light = lightCapture(meta);
+    if (light) facts.push(light.fact);
     const notes = [
+      ...(light ? [light.note] : []),
       ...arr(rank.notes).map(str),
       ...this.ranks.filter((r) => !r.tree).map((r) => `rank ${str(r.rank)} (${str(r.file)}): ${str(r.format)} dump, no module tree`),
       ...arr(index.errors).map((e) => `not read: ${str(e)}`),
