@@ -353,3 +353,17 @@ def test_commdebug_run_light_counts_every_all_reduce_on_each_rank(tmp_path):
         assert Counter(e.module for e in all_reduces) == {"Model.metric": steps, "Global": steps * params}
         assert [e.seq for e in events] == list(range(len(events)))  # one group, nothing skipped
         assert trace.totals()["collectives"] == steps * (1 + params) + 1  # and the final barrier
+
+
+def test_light_records_a_collective_whose_tensors_come_by_keyword(world):
+    """A direct op call with its output by keyword (``..._out(..., out=)``): recorded like the
+    full capture records it, with the gathered output's bytes."""
+
+    def body(model, comm):
+        out = torch.zeros(4 * world)
+        torch.ops._c10d_functional.all_gather_into_tensor_out(model(torch.ones(4)), world, "0", out=out)
+        torch.ops._c10d_functional.wait_tensor(out)
+
+    full, light = _full_and_light(lambda: torch.nn.Identity(), body)
+    _assert_same_collectives(full, light)
+    assert [(e.op, e.size_bytes) for e in light] == [("all_gather", 16 * world)]

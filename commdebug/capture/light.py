@@ -42,6 +42,7 @@ KEY = "BackendSelect"
 # the keys the kernels redispatch to: the backend's and whatever else lies below ours
 _BELOW = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.BackendSelect)
 _dispatch_keys = torch._C._dispatch_keys
+_OURS = torch._C.DispatchKeySet(torch._C.DispatchKey.BackendSelect)
 _WAIT_OPS = ("_c10d_functional.wait_tensor", "c10d_functional.wait_tensor")
 
 # the light recordings active now, innermost last; the kernels report to the innermost
@@ -89,15 +90,18 @@ def _kernel(op: Any, spec: Any) -> Callable[..., Any]:
     redispatch = op.redispatch
 
     def below(*args: Any, **kwargs: Any) -> Any:
-        t = _first_tensor(args)
+        t = _first_tensor(args, kwargs)
+        if t is None:  # nothing to take the backend from: let the dispatcher skip our key
+            with torch._C._ExcludeDispatchKeyGuard(_OURS):
+                return op(*args, **kwargs)
         return redispatch(_dispatch_keys(t) & _BELOW, *args, **kwargs)
 
     def kernel(*args: Any, **kwargs: Any) -> Any:
         recorder = _ACTIVE[-1] if _ACTIVE else None
         if recorder is None or not recorder._light_on or getattr(_STATE, "inside", False):
             return below(*args, **kwargs)
-        t = _first_tensor(args)
-        if t.is_meta:
+        t = _first_tensor(args, kwargs)
+        if t is None or t.is_meta:
             return below(*args, **kwargs)
         _STATE.inside = True
         try:
@@ -108,12 +112,12 @@ def _kernel(op: Any, spec: Any) -> Callable[..., Any]:
     return kernel
 
 
-def _first_tensor(args: tuple) -> torch.Tensor:
-    """The tensor that decides where a collective runs (every collective op takes one: a
-    tensor, or a list of them, first among its arguments)."""
-    for a in args:
+def _first_tensor(args: tuple, kwargs: dict) -> torch.Tensor | None:
+    """The tensor that decides where a collective runs: the first tensor (or first of a list of
+    them) among its arguments; None for a call without one (an empty list)."""
+    for a in (*args, *kwargs.values()) if kwargs else args:
         if isinstance(a, torch.Tensor):
             return a
         if isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.Tensor):
             return a[0]
-    raise TypeError("a collective op without a tensor argument")
+    return None
