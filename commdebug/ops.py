@@ -23,6 +23,9 @@ import torch
 __all__ = [
     "CollectiveSpec",
     "table_names",
+    "capture_spec",
+    "WAIT",
+    "WAIT_OPS",
     "OpInfo",
     "ShapeRule",
     "AliasSource",
@@ -172,6 +175,17 @@ _by_packet: dict[Any, CollectiveSpec | None] = {}
 def table_names() -> tuple[str, ...]:
     """Every dispatcher op of the registry, as ``"namespace.name"`` (``"c10d.allreduce_"``)."""
     return tuple(_TABLE)
+
+
+# A functional collective finishes when its output is waited for: capture watches these ops too.
+WAIT_OPS = ("_c10d_functional.wait_tensor", "c10d_functional.wait_tensor")
+WAIT = "wait"  # what capture_spec returns for them
+
+
+def capture_spec(packet: Any) -> CollectiveSpec | str | None:
+    """What capture does with an op: its collective spec, :data:`WAIT` for a functional
+    collective's wait, or None (an op capture only counts)."""
+    return WAIT if str(packet) in WAIT_OPS else lookup(packet)
 
 
 def lookup(packet: Any) -> CollectiveSpec | None:

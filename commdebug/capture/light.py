@@ -30,6 +30,7 @@ from __future__ import annotations
 import sys
 import threading
 import warnings
+from functools import partial
 from typing import Any, Callable
 
 import torch
@@ -43,7 +44,6 @@ KEY = "BackendSelect"
 _BELOW = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.BackendSelect)
 _dispatch_keys = torch._C._dispatch_keys
 _OURS = torch._C.DispatchKeySet(torch._C.DispatchKey.BackendSelect)
-_WAIT_OPS = ("_c10d_functional.wait_tensor", "c10d_functional.wait_tensor")
 
 # the light recordings active now, innermost last; the kernels report to the innermost
 _ACTIVE: list[Any] = []
@@ -68,13 +68,13 @@ def detach(recorder: Any) -> None:
 
 
 def _install() -> None:
-    for qualified in [*_ops.table_names(), *_WAIT_OPS]:
+    for qualified in [*_ops.table_names(), *_ops.WAIT_OPS]:
         namespace, name = qualified.split(".")
         try:
             packet = getattr(getattr(torch.ops, namespace), name)
         except (AttributeError, RuntimeError):
             continue  # an op this torch does not have
-        spec = "wait" if qualified in _WAIT_OPS else _ops.lookup(packet)
+        spec = _ops.capture_spec(packet)
         library = _LIBRARIES.get(namespace)
         if library is None:
             library = _LIBRARIES[namespace] = torch.library.Library(namespace, "IMPL")
@@ -89,23 +89,18 @@ def _kernel(op: Any, spec: Any) -> Callable[..., Any]:
     name = sys.intern(str(op))
     redispatch = op.redispatch
 
-    def below(*args: Any, **kwargs: Any) -> Any:
+    def kernel(*args: Any, **kwargs: Any) -> Any:
         t = _first_tensor(args, kwargs)
         if t is None:  # nothing to take the backend from: let the dispatcher skip our key
             with torch._C._ExcludeDispatchKeyGuard(_OURS):
                 return op(*args, **kwargs)
-        return redispatch(_dispatch_keys(t) & _BELOW, *args, **kwargs)
-
-    def kernel(*args: Any, **kwargs: Any) -> Any:
+        keys = _dispatch_keys(t) & _BELOW
         recorder = _ACTIVE[-1] if _ACTIVE else None
-        if recorder is None or not recorder._light_on or getattr(_STATE, "inside", False):
-            return below(*args, **kwargs)
-        t = _first_tensor(args, kwargs)
-        if t is None or t.is_meta:
-            return below(*args, **kwargs)
+        if recorder is None or not recorder._light_on or t.is_meta or getattr(_STATE, "inside", False):
+            return redispatch(keys, *args, **kwargs)
         _STATE.inside = True
         try:
-            return recorder._light_call(below, name, spec, args, kwargs)
+            return recorder._light_call(partial(redispatch, keys), name, spec, args, kwargs)
         finally:
             _STATE.inside = False
 

@@ -46,13 +46,11 @@ def _describe(func: Any) -> tuple:
     if isinstance(func, _HOP):
         return _HOP, str(func), func
     packet = func._overloadpacket
-    spec = _WAIT if str(packet) in _WAIT_OPS else _ops.lookup(packet)
+    spec = _ops.capture_spec(packet)
     return spec, sys.intern(str(func)), func
 
 
-# A functional collective finishes when its output is waited for: tracked for hang detection.
-_WAIT = "wait"
-_WAIT_OPS = frozenset({"_c10d_functional.wait_tensor", "c10d_functional.wait_tensor"})
+_WAIT = _ops.WAIT
 # Static facts about each op the mode has seen, shared by all instances and contexts.
 _FUNC_INFO: dict[int, tuple] = {}
 
@@ -287,7 +285,7 @@ class Recorder(Stepping, TorchDispatchMode):
         kernel. The same bookkeeping as under the dispatch mode, minus the op rows."""
         if _graph_task_id() != self._task:
             self._sync()
-        if spec is _WAIT or spec == "wait":
+        if spec is _WAIT:
             return self._wait(call, args, kwargs)
         return self._collective(call, name, spec, args, kwargs)
 

@@ -44,14 +44,13 @@ class Stepping:
         """Record again after :meth:`_pause`."""
         if not self._paused:
             return
+        self._paused = False
         if self.options.light:
-            self._paused = False
             self._apply_detail()
         else:
             self._push_mode()
         self._pipeline.__enter__()
         self._tracker.resume()
-        self._paused = False
         self._resumed_at = time.perf_counter()
 
     def _push_mode(self) -> None:
