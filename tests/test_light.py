@@ -367,3 +367,26 @@ def test_light_records_a_collective_whose_tensors_come_by_keyword(world):
     full, light = _full_and_light(lambda: torch.nn.Identity(), body)
     _assert_same_collectives(full, light)
     assert [(e.op, e.size_bytes) for e in light] == [("all_gather", 16 * world)]
+
+
+def test_outside_a_light_recording_collectives_pass_no_kernel_of_ours(world):
+    """The kernels exist only while a light recording is active, so the program before and
+    after one runs as if commdebug were not imported; nested recordings keep them until the
+    last one ends. A DTensor's wait (``AsyncCollectiveTensor.trigger_wait``) still finishes its
+    collective: nothing is left in flight."""
+    from commdebug.capture import light
+
+    assert not light.installed()
+    outer, inner = CommDebugMode(light=True), CommDebugMode(light=True)
+    mesh = dist.device_mesh.init_device_mesh("cpu", (world,))
+    with outer:
+        assert light.installed()
+        with inner:
+            x = distribute_tensor(torch.ones(world, 4), mesh, [Shard(0)])
+            y = (x @ x.T).full_tensor()  # Shard(0) @ Shard(0): all-gathers inside the op
+        assert light.installed()
+    assert not light.installed()
+    assert y.shape == (world, world)
+    # the innermost recording gets the collectives, and every one of them finished
+    assert [e.op for e in inner.trace.events] == ["scatter", "all_gather", "all_gather"]
+    assert inner.in_flight() == [] and not outer.trace.events

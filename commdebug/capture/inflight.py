@@ -81,7 +81,9 @@ class InFlight:
 
     def tensor_waited(self, tensor: Any, error: BaseException | None = None) -> None:
         """``wait_tensor(tensor)`` returned (or raised ``error``)."""
-        self._waited(self._by_tensor, _storage_key(tensor), error)
+        key = _storage_key(tensor)
+        if key in self._by_tensor:  # most waits find nothing: the same output waited twice
+            self._waited(self._by_tensor, key, error)
 
     def _waited(self, table: dict[int, int], key: int, error: BaseException | None) -> None:
         with self._lock:
@@ -221,9 +223,17 @@ def _wrap_wait(original: Any, patch: Any) -> Any:
 
 
 def _wrap_trigger_wait(original: Any, patch: Any) -> Any:
+    from commdebug.capture import light
+
     def trigger_wait(act: Any, *args: Any, **kwargs: Any) -> Any:
         first = not getattr(act, "completed", True)
-        result = original(act, *args, **kwargs)
+        if first and light.installed():
+            # this wrapper finishes the collective: the wait_tensor inside need not pass through
+            # light capture's kernel, whose boxing costs more than the rest of a wait
+            with light.skipped():
+                result = original(act, *args, **kwargs)
+        else:
+            result = original(act, *args, **kwargs)
         if first:
             for flight in list(patch.users):
                 flight.tensor_waited(act.elem)
@@ -233,8 +243,14 @@ def _wrap_trigger_wait(original: Any, patch: Any) -> Any:
 
 
 def _wrap_act_wait(original: Any, patch: Any) -> Any:
+    from commdebug.capture import light
+
     def wait(act: Any, *args: Any, **kwargs: Any) -> Any:
-        result = original(act, *args, **kwargs)
+        if light.installed():  # as in trigger_wait: this wrapper finishes the collective
+            with light.skipped():
+                result = original(act, *args, **kwargs)
+        else:
+            result = original(act, *args, **kwargs)
         for flight in list(patch.users):
             flight.tensor_waited(act.elem)
         return result

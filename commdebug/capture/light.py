@@ -2,9 +2,9 @@
 
 A dispatch mode sees every aten op of the program, which is what costs. Light capture instead
 registers a Python kernel for the collective ops alone (every op of ``commdebug/ops.py`` that
-this torch has, plus ``wait_tensor``), at the ``BackendSelect`` dispatch key. That key is in
-every call's dispatch key set, under inference mode and below autograd too, and it sits just
-above the backend, so the kernel sees every call that reaches the dispatcher:
+this torch has), at the ``BackendSelect`` dispatch key. That key is in every call's dispatch key
+set, under inference mode and below autograd too, and it sits just above the backend, so the
+kernel sees every call that reaches the dispatcher:
 
 - eager c10d (``torch.distributed.all_reduce`` & co., send/recv, barrier, FSDP2's all-gathers
   and reduce-scatters), from Python or from C++ (DDP's reducer);
@@ -18,11 +18,20 @@ collective's implementation may issue another through the dispatcher (the functi
 ``all_reduce`` runs c10d's ``allreduce_``): while one is being recorded, the kernels on that
 thread only redispatch. Meta tensors (tracing under ``torch.compile``) are never recorded.
 
-The kernels are registered once per process, when the first light recording starts, and stay;
-with no light recording active they only redispatch. Limits: a collective that bypasses the
-dispatcher (inside a compiled graph's own kernels) is not seen; the DTensor op behind a
-collective and the per-module op rows need the dispatch mode, which ``detail_every`` pushes
-for some steps.
+Each pass through a Python kernel costs several microseconds of boxing, so light capture keeps
+their number down:
+
+- A DTensor's waits go through ``AsyncCollectiveTensor.trigger_wait``, which is wrapped anyway
+  (:mod:`commdebug.capture.inflight`) and finishes the collective itself: the ``wait_tensor``
+  inside it skips our key. (c10d's registry of unwaited functional collectives cannot stand in
+  for the wait kernel: a wait takes its Work out of the registry before it blocks, so a rank
+  hung in ``wait_tensor`` would read finished.)
+- The kernels exist only while a light recording is active: the first one to start registers
+  them, the last one to end removes them, so a program outside a recording pays nothing.
+
+Limits: a collective that bypasses the dispatcher (inside a compiled graph's own kernels) is not
+seen; the DTensor op behind a collective and the per-module op rows need the dispatch mode,
+which ``detail_every`` pushes for some steps.
 """
 
 from __future__ import annotations
@@ -37,13 +46,14 @@ import torch
 
 from commdebug import ops as _ops
 
-__all__ = ["attach", "detach", "KEY"]
+__all__ = ["attach", "detach", "installed", "skipped", "KEY"]
 
 KEY = "BackendSelect"
 # the keys the kernels redispatch to: the backend's and whatever else lies below ours
 _BELOW = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.BackendSelect)
 _dispatch_keys = torch._C._dispatch_keys
 _OURS = torch._C.DispatchKeySet(torch._C.DispatchKey.BackendSelect)
+_META = torch._C.DispatchKey.Meta
 
 # the light recordings active now, innermost last; the kernels report to the innermost
 _ACTIVE: list[Any] = []
@@ -53,7 +63,8 @@ _STATE = threading.local()  # .inside: a collective is being recorded on this th
 
 
 def attach(recorder: Any) -> None:
-    """Start sending collectives to ``recorder._light_call`` (installs the kernels once)."""
+    """Start sending collectives to ``recorder._light_call`` (registers the kernels if no light
+    recording is active)."""
     with _LOCK:
         if not _LIBRARIES:
             _install()
@@ -61,10 +72,26 @@ def attach(recorder: Any) -> None:
 
 
 def detach(recorder: Any) -> None:
-    """Stop sending collectives to ``recorder``."""
+    """Stop sending collectives to ``recorder``; the last one out removes the kernels."""
     with _LOCK:
         if recorder in _ACTIVE:
             _ACTIVE.remove(recorder)
+        if not _ACTIVE:
+            for library in _LIBRARIES.values():
+                library._destroy()
+            _LIBRARIES.clear()
+
+
+def installed() -> bool:
+    """Whether the kernels are registered now (only while a light recording is active)."""
+    return bool(_LIBRARIES)
+
+
+def skipped() -> Any:
+    """A context in which calls on this thread go past the kernels, for a call whose
+    collectives need no recording (its arguments must hold a tensor: dispatch then needs no
+    ``BackendSelect`` to find the backend)."""
+    return torch._C._ExcludeDispatchKeyGuard(_OURS)
 
 
 def _install() -> None:
@@ -82,37 +109,31 @@ def _install() -> None:
             op = getattr(packet, overload)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # an overload registered twice warns; the newer wins
-                library.impl(name if overload == "default" else f"{name}.{overload}", _kernel(op, spec), KEY)
+                library.impl(name if overload == "default" else f"{name}.{overload}", _kernel(op, spec), KEY, with_keyset=True)
 
 
 def _kernel(op: Any, spec: Any) -> Callable[..., Any]:
     name = sys.intern(str(op))
-    redispatch = op.redispatch
+    redispatch = op._handle.redispatch_boxed  # OpOverload.redispatch adds a Python frame
+    state = _STATE
 
-    def kernel(*args: Any, **kwargs: Any) -> Any:
-        t = _first_tensor(args, kwargs)
-        if t is None:  # nothing to take the backend from: let the dispatcher skip our key
+    # registered with_keyset: the dispatcher hands over the call's key set, so the kernel need
+    # not look for the tensor that decides the backend
+    def kernel(keys: Any, *args: Any, **kwargs: Any) -> Any:
+        keys = keys & _BELOW
+        if not keys.raw_repr():  # no tensor to take the backend from: let the dispatcher skip us
             with torch._C._ExcludeDispatchKeyGuard(_OURS):
                 return op(*args, **kwargs)
-        keys = _dispatch_keys(t) & _BELOW
-        recorder = _ACTIVE[-1] if _ACTIVE else None
-        if recorder is None or not recorder._light_on or t.is_meta or getattr(_STATE, "inside", False):
+        if state.__dict__.get("inside") or not _ACTIVE:
             return redispatch(keys, *args, **kwargs)
-        _STATE.inside = True
+        recorder = _ACTIVE[-1]
+        if not recorder._light_on or keys.has(_META):
+            return redispatch(keys, *args, **kwargs)
+        state.inside = True
         try:
             return recorder._light_call(partial(redispatch, keys), name, spec, args, kwargs)
         finally:
-            _STATE.inside = False
+            state.inside = False
 
     return kernel
 
-
-def _first_tensor(args: tuple, kwargs: dict) -> torch.Tensor | None:
-    """The tensor that decides where a collective runs: the first tensor (or first of a list of
-    them) among its arguments; None for a call without one (an empty list)."""
-    for a in (*args, *kwargs.values()) if kwargs else args:
-        if isinstance(a, torch.Tensor):
-            return a
-        if isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.Tensor):
-            return a[0]
-    return None
