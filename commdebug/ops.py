@@ -77,6 +77,8 @@ class CollectiveSpec:
     ``size``: which bytes are the message size S: ``"in"``, ``"out"``, ``"in_x_n"`` (gather:
     each rank sends its input, S is the whole gathered buffer), ``"out_x_n"`` (scatter), ``"zero"``.
     ``peer``: for point-to-point ops, the argument index of the other side's rank in the group.
+    ``returns_done``: the call returns with the collective finished on the host's side (no Work,
+    no ``wait_tensor``), so nothing is left to wait for (async TP's fused matmul collectives).
     """
 
     op: str  # canonical name: all_reduce, all_gather, ...
@@ -87,6 +89,7 @@ class CollectiveSpec:
     size: str
     factor: str
     peer: int | None = None
+    returns_done: bool = False
 
     @property
     def is_p2p(self) -> bool:
@@ -97,8 +100,8 @@ class CollectiveSpec:
         return BUSBW_FACTORS[self.factor](max(group_size, 1))
 
 
-def _row(op, compat, inputs, outputs, group, size, factor, peer=None):
-    return CollectiveSpec(op, compat, inputs, outputs, group, size, factor, peer)
+def _row(op, compat, inputs, outputs, group, size, factor, peer=None, returns_done=False):
+    return CollectiveSpec(op, compat, inputs, outputs, group, size, factor, peer, returns_done)
 
 
 _LEG = "c10d_functional."  # legacy functional namespace: the reference's count keys
@@ -139,6 +142,13 @@ _TABLE: dict[str, CollectiveSpec] = {
     "c10d_functional.isend": _row("send", _LEG + "isend", 0, None, 3, "in", "one", peer=1),
     "c10d_functional.irecv": _row("recv", _LEG + "irecv", None, 0, 3, "out", "one", peer=1),
     "c10d_functional.batch_p2p_ops": _row("batch_p2p", _LEG + "batch_p2p_ops", 3, None, 4, "in", "one"),
+    # async tensor parallel (symmetric memory, CUDA): a matmul fused with the collective that
+    # feeds it (all-gather: S is the gathered A) or consumes it (reduce-scatter: S is the whole
+    # product, n times the returned shard); they return finished on the host's side
+    "symm_mem.fused_all_gather_matmul": _row("all_gather", "symm_mem.fused_all_gather_matmul", 0, None, 3, "in_x_n", "ring", returns_done=True),
+    "symm_mem.fused_all_gather_scaled_matmul": _row("all_gather", "symm_mem.fused_all_gather_scaled_matmul", 0, None, 5, "in_x_n", "ring", returns_done=True),
+    "symm_mem.fused_matmul_reduce_scatter": _row("reduce_scatter", "symm_mem.fused_matmul_reduce_scatter", None, "return", 4, "out_x_n", "ring", returns_done=True),
+    "symm_mem.fused_scaled_matmul_reduce_scatter": _row("reduce_scatter", "symm_mem.fused_scaled_matmul_reduce_scatter", None, "return", 7, "out_x_n", "ring", returns_done=True),
     # DTensor's fused shard-dim all-to-all
     "_dtensor.shard_dim_alltoall": _row("all_to_all", "_dtensor.shard_dim_alltoall", 0, "return", 3, "in", "ring"),
     # eager c10d ops (torch.distributed.all_reduce & co., send/recv, barrier)

@@ -6,6 +6,18 @@ where it happened). Dumps compare directly; folders compare rank by rank (a rank
 a difference too). Groups are compared by their label (``mesh_tp[4]``), not their name, which
 torch numbers in creation order and may differ between two runs of the same plan.
 
+Module names are compared without the wrappers that only rename them: ``_orig_mod``
+(``torch.compile(module)``), ``_checkpoint_wrapped_module`` (activation checkpointing),
+``_fsdp_wrapped_module`` (FSDP1), and FSDP2's ``FSDP`` class-name prefix on the root. A module
+that exists on one side only (the submodules of a compiled block, which the compiled side never
+sees) has its calls counted at its nearest ancestor that both sides have, so compiling a block
+shows what compilation changed in its calls, not that its children went quiet. With
+``ignore_groups``, groups are left out of the comparison (torch's own dumps have none).
+
+Besides counts, each group's order of calls is compared (op and bytes, in issue order): the
+same calls issued in another order is a difference too (compilation may reorder, and two ranks
+issuing one group's calls in different orders deadlock).
+
 Use it as a regression test of a parallelization plan: record one step, keep the dump, and let
 CI fail when ``commdebug diff`` exits 1.
 """
@@ -21,7 +33,10 @@ from commdebug.errors import CommDebugError, DumpError
 from commdebug.formats.readers import job_files, load, rank_from_name
 from commdebug.model.trace import PHASES, Trace
 
-__all__ = ["Change", "diff_traces", "diff_paths"]
+__all__ = ["Change", "Reorder", "Diff", "diff_traces", "diff_paths", "normalise_module"]
+
+# path segments that wrap a module without changing what it does
+_WRAPPERS = frozenset({"_orig_mod", "_checkpoint_wrapped_module", "_fsdp_wrapped_module"})
 
 
 @dataclass(frozen=True)
@@ -39,8 +54,60 @@ class Change:
                 "calls_a": self.calls[0], "calls_b": self.calls[1], "bytes_a": self.bytes[0], "bytes_b": self.bytes[1]}
 
 
-def _table(trace: Trace) -> dict[tuple[str, str, str, str], tuple[int, int]]:
-    """(module, phase, key, group label) -> (calls, bytes) issued by the module itself.
+@dataclass(frozen=True)
+class Reorder:
+    """One group's calls, the same on both sides, issued in another order."""
+
+    rank: int | None
+    group: str  # group label ("" with ignore_groups)
+    position: int  # index of the first call that differs, in the group's issue order
+    a: str  # that call in a: "op bytes"
+    b: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rank": self.rank, "group": self.group, "position": self.position, "a": self.a, "b": self.b}
+
+
+@dataclass
+class Diff:
+    """What :func:`diff_traces` found: count changes, reorders, and how many modules were
+    counted at an ancestor because only one side has them."""
+
+    changes: list[Change]
+    reorders: list[Reorder]
+    rolled_up: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.changes or self.reorders)
+
+
+def normalise_module(fqn: str) -> str:
+    """A module path without the wrappers that only rename it.
+
+    >>> normalise_module("Net.layers.0._checkpoint_wrapped_module.attn")
+    'Net.layers.0.attn'
+    """
+    parts = fqn.split(".")
+    if any(p in _WRAPPERS for p in parts):
+        parts = [p for p in parts if p not in _WRAPPERS]
+    return ".".join(parts)
+
+
+def _names(trace: Trace, other_root: set[str]) -> dict[str, str]:
+    """fqn -> its name for comparison; FSDP2's "FSDP<Root>" class rename counts as <Root> when
+    the other side's root is <Root>."""
+    names = {}
+    for fqn in trace.modules:
+        name = normalise_module(fqn)
+        head, dot, rest = name.partition(".")
+        if head.startswith("FSDP") and head[4:] in other_root:
+            name = head[4:] + dot + rest
+        names[fqn] = name
+    return names
+
+
+def _own(trace: Trace, names: dict[str, str], group_of: Any) -> dict[tuple[str, str, str, str], tuple[int, int]]:
+    """(module name, phase, key, group) -> (calls, bytes) issued by the module itself.
 
     The trace's counts include descendants (as the reference's do); a change there would show
     on every ancestor. Subtracting the children's leaves each call on the module that issued it,
@@ -50,7 +117,7 @@ def _table(trace: Trace) -> dict[tuple[str, str, str, str], tuple[int, int]]:
         mine = inclusive[fqn] = {}
         for phase in PHASES:
             for stat in trace.collective_stats(fqn, phase):
-                key = (phase, stat.key, stat.group.label)
+                key = (phase, stat.key, group_of(stat.group))
                 count, nbytes = mine.get(key, (0, 0))
                 mine[key] = (count + stat.count, nbytes + stat.bytes)
     own: dict[tuple[str, str, str, str], tuple[int, int]] = {}
@@ -61,25 +128,81 @@ def _table(trace: Trace) -> dict[tuple[str, str, str, str], tuple[int, int]]:
                 if key in left:
                     left[key][0] -= count
                     left[key][1] -= nbytes
-        own.update(((fqn, *key), (v[0], v[1])) for key, v in left.items() if v != [0, 0])
+        for key, v in left.items():
+            if v != [0, 0]:
+                full = (names.get(fqn, fqn), *key)
+                count, nbytes = own.get(full, (0, 0))
+                own[full] = (count + v[0], nbytes + v[1])
     return own
 
 
-def diff_traces(a: Trace, b: Trace, rank: int | None = None) -> list[Change]:
-    """The differences between two traces, in module order of ``a`` then ``b``."""
-    ta, tb = _table(a), _table(b)
-    order = {fqn: i for i, (fqn, _) in enumerate(a.walk())}
-    for fqn, _ in b.walk():
-        order.setdefault(fqn, len(order))
+def _roll_up(own: dict, shared: set[str], parents: dict[str, str]) -> tuple[dict, int]:
+    """Move the counts of modules the other side lacks to their nearest shared ancestor."""
+    out: dict[tuple[str, str, str, str], tuple[int, int]] = {}
+    moved: set[str] = set()
+    for (name, *rest), (count, nbytes) in own.items():
+        target = name
+        while target not in shared and target in parents:
+            target = parents[target]
+        if target != name:
+            moved.add(name)
+        key = (target, *rest)
+        c, b = out.get(key, (0, 0))
+        out[key] = (c + count, b + nbytes)
+    return out, len(moved)
+
+
+def _parents(trace: Trace, names: dict[str, str]) -> dict[str, str]:
+    parents = {}
+    for fqn, info in trace.modules.items():
+        for child in info.children:
+            parents[names.get(child, child)] = names.get(fqn, fqn)
+    return parents
+
+
+def _orders(trace: Trace, group_of: Any) -> dict[str, list[str]]:
+    orders: dict[str, list[str]] = {}
+    for e in trace.events:
+        orders.setdefault(group_of(e.group), []).append(f"{e.op} {e.size_bytes}")
+    return orders
+
+
+def diff_traces(a: Trace, b: Trace, rank: int | None = None, *, ignore_groups: bool = False) -> Diff:
+    """The differences between two traces: per module, phase and collective, in module order of
+    ``a`` then ``b``; then each group's call order where the calls match but their order does
+    not. ``ignore_groups`` compares without groups (against a dump written by torch's own
+    CommDebugMode, which has none).
+
+    >>> found = diff_traces(load("eager.json"), load("compiled.json"))   # doctest: +SKIP
+    >>> bool(found), [c.module for c in found.changes]                   # doctest: +SKIP
+    """
+    group_of = (lambda g: "") if ignore_groups else (lambda g: g.label)
+    roots_a = {normalise_module(f) for f, d in a.walk() if d == 0}
+    roots_b = {normalise_module(f) for f, d in b.walk() if d == 0}
+    names_a, names_b = _names(a, roots_b), _names(b, roots_a)
+    shared = set(names_a.values()) & set(names_b.values())
+    ta, moved_a = _roll_up(_own(a, names_a, group_of), shared, _parents(a, names_a))
+    tb, moved_b = _roll_up(_own(b, names_b, group_of), shared, _parents(b, names_b))
+    order: dict[str, int] = {}
+    for trace, names in ((a, names_a), (b, names_b)):
+        for fqn, _ in trace.walk():
+            order.setdefault(names[fqn], len(order))
     changes = []
     for key in sorted(set(ta) | set(tb), key=lambda k: (order.get(k[0], 0), PHASES.index(k[1]) if k[1] in PHASES else 9, k[2], k[3])):
         ca, cb = ta.get(key, (0, 0)), tb.get(key, (0, 0))
         if ca != cb:
             changes.append(Change(rank, key[0], key[1], key[2], key[3], (ca[0], cb[0]), (ca[1], cb[1])))
-    return changes
+    reorders = []
+    oa, ob = _orders(a, group_of), _orders(b, group_of)
+    for group in sorted(set(oa) & set(ob)):
+        sa, sb = oa[group], ob[group]
+        if sa != sb and sorted(sa) == sorted(sb):  # same calls, other order (count changes are above)
+            i = next(i for i, (x, y) in enumerate(zip(sa, sb)) if x != y)
+            reorders.append(Reorder(rank, group, i, sa[i], sb[i]))
+    return Diff(changes, reorders, moved_a + moved_b)
 
 
-def diff_paths(a: str | os.PathLike, b: str | os.PathLike) -> Iterator[Change]:
+def diff_paths(a: str | os.PathLike, b: str | os.PathLike, *, ignore_groups: bool = False) -> Iterator[Diff]:
     """Differences between two dumps, or two folders of rank dumps, rank by rank."""
     pa, pb = Path(a), Path(b)
     for p in (pa, pb):  # before comparing kinds: a missing path is neither
@@ -88,7 +211,7 @@ def diff_paths(a: str | os.PathLike, b: str | os.PathLike) -> Iterator[Change]:
     if pa.is_dir() != pb.is_dir():
         raise CommDebugError(f"compare a dump with a dump, or a folder with a folder: {pa} and {pb}")
     if not pa.is_dir():
-        yield from diff_traces(load(pa), load(pb))
+        yield diff_traces(load(pa), load(pb), ignore_groups=ignore_groups)
         return
     fa = {rank_from_name(f): f for f in job_files(pa)}  # each folder must be one run
     fb = {rank_from_name(f): f for f in job_files(pb)}
@@ -96,5 +219,4 @@ def diff_paths(a: str | os.PathLike, b: str | os.PathLike) -> Iterator[Change]:
     for rank in sorted(set(fa) | set(fb)):
         ta = load(fa[rank]) if rank in fa else empty
         tb = load(fb[rank]) if rank in fb else empty
-        yield from diff_traces(ta, tb, rank)
-
+        yield diff_traces(ta, tb, rank, ignore_groups=ignore_groups)

@@ -114,6 +114,12 @@ class Recorder(Stepping, TorchDispatchMode):
         """Checks of options that need more than capture knows (the facade checks the cluster)."""
 
     @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        # Dynamo and Inductor compile with this mode off, and compiled code runs with it on: a
+        # compiled program stays compiled, and its collectives come through the mode as it runs
+        return True
+
+    @classmethod
     def from_config(cls, config: Mapping[str, Any] | str | os.PathLike, **overrides: Any) -> "Recorder":
         """A mode configured by a dict or a JSON file: our option names, or a DeepSpeed config
         with a ``comms_logger`` block, read as is. ``overrides`` win over the file.
@@ -154,6 +160,7 @@ class Recorder(Stepping, TorchDispatchMode):
         self._flight = InFlight(self._failed)
         self._unfinished_at_exit: list[tuple[int, float]] = []
         self._meta_fresh = False
+        self._compiled_seen = False
         self._t0 = time.perf_counter()
         self._t0_wall = time.time()
         self._recorded_s = 0.0
@@ -232,6 +239,8 @@ class Recorder(Stepping, TorchDispatchMode):
         # Parameters are kept as they are: reading ``.data`` of a DTensor dispatches a detach
         # through DTensor, for every parameter on every new context.
         placements: dict[str, str] = {}
+        # torch.compile(module) wraps it: its type and parameters are the original's
+        mod = getattr(mod, "_orig_mod", mod) if type(mod).__name__ == "OptimizedModule" else mod
         params = self._params.setdefault(fqn, {})
         for name, param in mod._parameters.items():
             if param is None:
@@ -283,10 +292,10 @@ class Recorder(Stepping, TorchDispatchMode):
     def _light_call(self, call: Callable[..., Any], name: str, spec: Any, args: tuple, kwargs: dict) -> Any:
         """A collective (or a wait) seen by light capture's kernel; ``call`` runs it below the
         kernel. The same bookkeeping as under the dispatch mode, minus the op rows."""
-        if _graph_task_id() != self._task:
-            self._sync()
         if spec is _WAIT:
             return self._wait(call, args, kwargs)
+        if _graph_task_id() != self._task:
+            self._sync()
         return self._collective(call, name, spec, args, kwargs)
 
     def _moved(self) -> None:
@@ -389,7 +398,7 @@ class Recorder(Stepping, TorchDispatchMode):
             path = self._tracker.path(phase)
         self.trace.add_collective(path, phase, (spec.compat_key, spec.op, group.name), size)
 
-        source, from_dtensor = caller(2)
+        source, from_dtensor, compiled = caller(2)
         dt = self._last_dtensor if from_dtensor else None
         trace = self.trace
         index = trace.events_total
@@ -423,9 +432,13 @@ class Recorder(Stepping, TorchDispatchMode):
             False,
             None,
             self._tracker.unit,
+            compiled,
         )
         trace.add_event(event)
-        if out is not None:
+        if compiled and not self._compiled_seen:
+            self._compiled_seen = True
+            self._compiled_note(fqn)
+        if out is not None and not spec.returns_done:
             self._flight.issued(index, group.name, seq, out, outputs)
         return event
 
@@ -472,6 +485,15 @@ class Recorder(Stepping, TorchDispatchMode):
             if e.in_flight:
                 marked.append(e)
         return marked
+
+    def _compiled_note(self, fqn: str) -> None:
+        """Said once, on the first collective of compiled code: what attribution it gets."""
+        message = ("torch.compile: collectives issued by compiled code are marked (compiled); each belongs to the "
+                   "compiled module it ran in, not to that module's submodules (compile per block to see each block)")
+        if fqn == GLOBAL:
+            message += "; a compiled top-level module (model.compile()) is not seen: its collectives are under Global"
+        self.trace.metadata.setdefault("compile_notes", []).append(message)
+        log.warning("commdebug: %s", message)
 
     def _note(self, key: str, message: str) -> None:
         """A fact about this run's timing, said once: logged and kept in the dump."""

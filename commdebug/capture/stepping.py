@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Callable
 
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
 
@@ -27,6 +28,8 @@ class Stepping:
     """Step boundaries and what is on the dispatch mode stack; mixed into the Recorder, whose
     state (``trace``, ``options``, ``_tracker``, ``_pipeline``, ``_mode_on``, ``_light_on``,
     ``_paused``, ``_active``) it reads and sets."""
+
+    step_listeners: list[Callable[[int], None]] = []  # per instance once one is added
 
     def _pause(self) -> None:
         """Stop recording without leaving the context: the dispatch mode is popped and the
@@ -108,7 +111,18 @@ class Stepping:
                 self._enter_window(self.trace.step)
             if self.options.detail_every is not None and self._active and not self._paused:
                 self._apply_detail()
+            for listener in self.step_listeners:
+                listener(self.trace.step)
         return self.trace.step
+
+    def add_step_listener(self, listener: Callable[[int], None]) -> None:
+        """Call ``listener(step)`` at each step boundary, with the step that begins, on the
+        program's thread (``commdebug run``'s streamer flushes the step that ended). Keep it
+        short: it runs inside the program's ``optimizer.step()``."""
+        self.step_listeners = [*self.step_listeners, listener]
+
+    def remove_step_listener(self, listener: Callable[[int], None]) -> None:
+        self.step_listeners = [f for f in self.step_listeners if f is not listener]
 
     def _enter_window(self, step: int) -> None:
         end = self.options.end_step

@@ -48,12 +48,17 @@ import torch
 from torch.nn.modules.module import register_module_forward_pre_hook
 from torch.utils._pytree import tree_leaves
 
+from commdebug.capture.compiled import MODULE_COMPILE, OPTIMIZED_CALL, CompiledCall, compiling
 from commdebug.capture.patches import ClassPatch
+from commdebug.capture.source import in_compiled_code
 from commdebug.model.trace import BACKWARD, CHECKPOINT, FORWARD, GLOBAL, OPTIMIZER
 
 __all__ = ["ModuleTracker"]
 
+_GRAPH = ("", False)  # _hooked's value for a compiled module's graph: not tracked
+_GLOBAL_PRE_HOOKS = torch.nn.modules.module._global_forward_pre_hooks
 _graph_task_id = torch._C._current_graph_task_id
+_compiling = compiling
 _current_node = torch._C._current_autograd_node
 _Tensor = torch.Tensor
 
@@ -138,6 +143,7 @@ class ModuleTracker:
         self._root_path: tuple[str, ...] = (GLOBAL,)
         self._new_forward = True
         self._handles: list = []  # our forward hook on each module seen
+        self._compiled: list[tuple[weakref.ref, CompiledCall]] = []  # compiled calls we wrap
         self._optimizer_handles: list = []
         self._pre_handle = None
         self.active = False
@@ -149,14 +155,44 @@ class ModuleTracker:
     def name_of(self, mod: torch.nn.Module) -> str:
         name = self._names.get(mod)
         if name is None:
-            name = self._names[mod] = type(mod).__name__
+            # torch.compile(model) wraps the model: named by the model's class, as eager
+            named = getattr(mod, "_orig_mod", mod) if type(mod).__name__ == "OptimizedModule" else mod
+            name = self._names[mod] = type(named).__name__
         if mod not in self._named:
             self._named.add(mod)
+            if mod._compiled_call_impl is not None:
+                self.track_compiled(mod)
             for child_name, child in mod.named_children():
                 if child not in self._names:
                     self._names[child] = f"{name}.{child_name}"
                 self.name_of(child)
         return name
+
+    def track_compiled(self, mod: torch.nn.Module) -> None:
+        """Compiled code runs with our global hook hidden: Dynamo guards on the global hooks a
+        compiled ``_call_impl`` reads, and would recompile whenever a recording starts or ends.
+
+        ``mod.compile()`` also puts the module's own hooks inside the graph, where ours do
+        nothing (Dynamo would otherwise bake them in): they run around the compiled call
+        instead. ``torch.compile(mod)``'s wrapper module runs its own hooks eagerly: its call is
+        wrapped for all recordings at once (``OPTIMIZED_CALL``)."""
+        call = mod.__dict__.get("_compiled_call_impl")
+        if call is None or isinstance(call, CompiledCall):
+            return
+        wrapper = CompiledCall(call, self, mod)
+        mod._compiled_call_impl = wrapper
+        self._compiled.append((weakref.ref(mod), wrapper))
+
+    def hide_global_hook(self) -> Any:
+        """Take our global forward pre-hook out of torch's table (until :meth:`show_global_hook`)."""
+        handle = self._pre_handle
+        if handle is None:
+            return None
+        return _GLOBAL_PRE_HOOKS.pop(handle.id, None)
+
+    def show_global_hook(self, hook: Any) -> None:
+        if hook is not None and self._pre_handle is not None:
+            _GLOBAL_PRE_HOOKS[self._pre_handle.id] = hook
 
     def location(self) -> tuple[str, str]:
         """(module fqn, phase) of an op dispatched now."""
@@ -186,9 +222,15 @@ class ModuleTracker:
     # ---- forward ----------------------------------------------------------------------------
 
     def _pre_hook(self, mod: torch.nn.Module, args: tuple) -> None:
+        if _compiling():
+            return  # Dynamo traces the hooks of a compiled module: leave nothing in its graph
         self.forwards += 1
         known = self._hooked.get(mod)
-        fqn, parent_module = known if known is not None else self._first_call(mod)
+        if known is None:
+            known = self._first_call(mod)
+        if known is _GRAPH:
+            return
+        fqn, parent_module = known
         paths = self.paths
         inputs: list[torch.Tensor] = []
         if _graph_task_id() == -1:
@@ -223,6 +265,11 @@ class ModuleTracker:
         self._on_move()
 
     def _first_call(self, mod: torch.nn.Module) -> tuple[str, bool]:
+        if isinstance(mod, torch.fx.GraphModule) and mod not in self._names and in_compiled_code():
+            # the graph a compiled module runs (AOTAutograd's, without Inductor): not a module of
+            # the program; what it issues belongs to the compiled module around it
+            self._hooked[mod] = _GRAPH
+            return _GRAPH
         fqn = self.name_of(mod)
         known = self._hooked[mod] = (fqn, bool(mod._modules))
         post_hook = self._post_hook_for(fqn, known[1])
@@ -232,7 +279,7 @@ class ModuleTracker:
 
     def _post_hook_for(self, fqn: str, parent_module: bool) -> Callable:
         def post_hook(mod: torch.nn.Module, args: tuple, kwargs: dict, output: object) -> None:
-            if not self.active or fqn not in self.stack:
+            if _compiling() or not self.active or fqn not in self.stack:
                 return
             # unwind to this module even if an inner forward raised before its post-hook ran
             while True:
@@ -370,6 +417,9 @@ class ModuleTracker:
             register_optimizer_step_pre_hook(self._optimizer_pre),
             register_optimizer_step_post_hook(self._optimizer_post),
         ]
+        # compiled code runs without our global hook, also while paused: see track_compiled
+        MODULE_COMPILE.add(self)
+        OPTIMIZED_CALL.add(self)
         self.resume()
         return self
 
@@ -382,6 +432,13 @@ class ModuleTracker:
             handle.remove()
         self._handles = []
         self._optimizer_handles = []
+        for ref, wrapper in self._compiled:
+            mod = ref()
+            if mod is not None and mod.__dict__.get("_compiled_call_impl") is wrapper:
+                mod._compiled_call_impl = wrapper.call
+        self._compiled = []
+        MODULE_COMPILE.remove(self)
+        OPTIMIZED_CALL.remove(self)
         self._hooked = weakref.WeakKeyDictionary()
         self.stack.clear()
         self.paths.clear()
@@ -407,7 +464,8 @@ class ModuleTracker:
         self._pre_handle = register_module_forward_pre_hook(self._pre_hook)
 
     def _count_forward(self, mod: torch.nn.Module, args: tuple) -> None:
-        self.forwards += 1
+        if not _compiling():
+            self.forwards += 1
 
 
 def _unit_name(tracker: "ModuleTracker", modules: Any) -> str | None:

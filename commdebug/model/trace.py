@@ -151,6 +151,7 @@ class CollectiveEvent(NamedTuple):
     in_flight: bool = False  # not finished when the dump was written (a hang)
     error: str | None = None  # the collective raised (issuing it or waiting for it): the error
     unit: str | None = None  # FSDP2: the module whose parameters this gathers / gradients it reduces
+    compiled: bool = False  # issued by torch.compile'd code (Inductor's, an FX graph's, AOTAutograd's)
 
     @property
     def group_name(self) -> str:
@@ -223,6 +224,7 @@ class CollectiveEvent(NamedTuple):
             in_flight=bool(d.get("in_flight", False)),
             error=d.get("error"),
             unit=d.get("unit"),
+            compiled=bool(d.get("compiled", False)),
         )
 
 
@@ -420,6 +422,15 @@ class Trace:
         for e in self.events:
             if e.unit is not None:
                 out.setdefault((e.module, e.phase, e.key, e.group.name), Counter())[e.unit] += 1
+        return out
+
+    def compiled(self) -> Counter:
+        """(module, phase, reference key, group name) -> how many of its kept events compiled
+        code issued (``torch.compile``); only lines with such events appear."""
+        out: Counter = Counter()
+        for e in self.events:
+            if e.compiled:
+                out[(e.module, e.phase, e.key, e.group.name)] += 1
         return out
 
     def totals(self) -> dict[str, Any]:

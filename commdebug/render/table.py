@@ -35,7 +35,9 @@ def render_table(trace: Trace, noise_level: int = 3, *, color: bool | None = Non
     ``predicted`` (:func:`commdebug.analysis.predicted.trace_predictions`) adds, at noise level
     1 and above, each collective line's predicted time on that cluster. Level 0 stays exactly the
     reference's layout, whatever is passed. A light capture (docs/capture.md) starts levels 1-3
-    with a line saying on which steps op rows and DTensor ops were recorded (:func:`light_note`).
+    with a line saying on which steps op rows and DTensor ops were recorded (:func:`light_note`);
+    a recording of compiled code with what it could not attribute (``metadata.compile_notes``),
+    and each line issued by compiled code says so, "(compiled)".
 
     >>> print(render_table(comm.trace, noise_level=0))   # doctest: +SKIP
     Global
@@ -54,7 +56,10 @@ def render_table(trace: Trace, noise_level: int = 3, *, color: bool | None = Non
     note = light_note(trace.metadata) if noise_level >= 1 else None
     if note:
         lines.append(note)
+    if noise_level >= 1:
+        lines.extend(trace.metadata.get("compile_notes") or [])
     units = trace.units() if noise_level >= 1 else {}
+    compiled = trace.compiled() if noise_level >= 1 else {}
     for fqn, depth in trace.walk():
         info = trace.modules[fqn]
         indent = "  " * (2 * depth)
@@ -77,7 +82,9 @@ def render_table(trace: Trace, noise_level: int = 3, *, color: bool | None = Non
                 size = f" ({format_bytes(stat.bytes)})" if trace.bytes_recorded else ""
                 on = f" on {stat.group.label}" if stat.group.name != "?" else ""
                 pred = _predicted(predicted, fqn, phase, stat) if predicted is not None else ""
-                lines.append(f"{yellow}{coll_indent}*{stat.key}: {stat.count}{size}{on}{pred}{reset}")
+                n = compiled.get((fqn, phase, stat.key, stat.group.name))
+                mark = "" if not n else " (compiled)" if n == stat.count else f" ({n} compiled)"
+                lines.append(f"{yellow}{coll_indent}*{stat.key}: {stat.count}{size}{on}{mark}{pred}{reset}")
                 unit = units.get((fqn, phase, stat.key, stat.group.name))
                 if unit and set(unit) != {fqn}:  # FSDP2 prefetches: another module's parameters
                     lines.append(f"{coll_indent}  FSDP units of its own calls: {', '.join(f'{u} x{n}' for u, n in unit.most_common())}")

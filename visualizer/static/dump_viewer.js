@@ -76,6 +76,8 @@ class Viewer extends BaseViewer {
         "backward counts include activation-checkpoint recompute.");
     }
     if (light) notes.push(light.note);
+    // torch.compile'd code: where its collectives are attributed (metadata.compile_notes)
+    if (cd && isObj(cd.metadata)) notes.push(...arr(cd.metadata.compile_notes).map(str));
     if (cd && num(cd.events_dropped) > 0) {
       notes.push(`${fmtCount(num(cd.events_dropped))} events were dropped ` +
         `(max_events ${fmtCount(optNum(cd.max_events))}); counts and bytes still cover them.`);
@@ -204,6 +206,11 @@ class Viewer extends BaseViewer {
         cell: (e) => (e.peer == null ? "" : `${e.op === "recv" ? "from" : "to"} ${e.peer}` +
           (e.p2p_seq == null ? "" : ` #${e.p2p_seq}`))});
     }
+    const compiled = events.filter((e) => e.compiled === true).length;
+    if (compiled) {  // torch.compile'd code issued these (docs/compile.md)
+      columns.push({key: "compiled", label: "compiled", value: (e) => (e.compiled === true ? "compiled" : ""),
+        cell: (e) => (e.compiled === true ? compiledTag() : "")});
+    }
     const inFlight = events.filter((e) => e.in_flight).length;
     const failed = events.filter((e) => e.error != null).length;
     if (inFlight || failed) {
@@ -212,6 +219,7 @@ class Viewer extends BaseViewer {
         cell: (e) => h("span", null, e.in_flight ? inFlightTag() : "", e.error != null ? failedTag(e.error) : "")});
     }
     $("events-count").textContent = `${fmtCount(events.length)} recorded` +
+      (compiled ? `, ${fmtCount(compiled)} from compiled code` : "") +
       (inFlight ? `, ${fmtCount(inFlight)} in flight` : "") + (failed ? `, ${fmtCount(failed)} failed` : "");
     $("events-table").replaceChildren(pagedTable(columns, events, {
       id: "events-grid", sortable: true, empty: "No collective calls recorded.",
@@ -236,6 +244,7 @@ class Viewer extends BaseViewer {
       ["state", e.in_flight || e.error != null ? h("span", null, e.in_flight ? inFlightTag() : "",
         e.error != null ? failedTag(e.error) : "") : "finished"],
       ["error", e.error == null ? "—" : h("code", null, str(e.error))],
+      ["compiled", e.compiled === true ? compiledTag() : "no"],
       ["step", str(e.step)],
       ["microbatch", e.microbatch == null ? "—" : str(e.microbatch)],
       ["phase", phaseTag(str(e.phase))],

@@ -44,7 +44,7 @@ const EVENT_FIELDS = [
   "index", "op", "key", "aten_op", "step", "phase", "module", "group", "seq", "dtype",
   "input_shapes", "output_shapes", "input_bytes", "output_bytes", "size_bytes", "busbw_factor",
   "dtensor_op", "placements", "mesh", "source", "latency_s", "peer", "p2p_seq", "microbatch",
-  "start_s", "in_flight", "error", "unit",
+  "start_s", "in_flight", "error", "unit", "compiled",
 ];
 // Columns holding string-table indices; the shapes hold the index of their JSON text.
 const TEXT_FIELDS = new Set(["op", "key", "aten_op", "phase", "module", "group", "dtype",
@@ -84,6 +84,7 @@ function decodeEvents(cd) {
     const g = e.group == null ? null : groups[e.group];
     e.group = {name: e.group, size: isObj(g) ? optNum(g.size) : null};
     e.in_flight = e.in_flight === true;
+    e.compiled = e.compiled === true;
     events[i] = e;
   }
   return events;

@@ -67,6 +67,7 @@ const phaseTag = (phase) => h("span", {class: "phase " + (PHASE_SHORT[phase] || 
 const opTag = (op) => h("span", {class: "op", "data-op": op}, op);
 const inFlightTag = () => h("span", {class: "badge in-flight", title: "not finished when the dump was written"}, "in flight");
 const failedTag = (error) => h("span", {class: "badge failed", title: str(error)}, "failed");
+const compiledTag = () => h("span", {class: "badge compiled", title: "issued by torch.compile'd code"}, "compiled");
 
 const predTitle = (pred) => `predicted on ${pred.cluster}: a model, not a measurement`;
 /** A predicted time, marked as one (class "pred", and the title says so). */
