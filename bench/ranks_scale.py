@@ -9,9 +9,13 @@ reduce_scatter, timed, with real schema-2 dumps written through the dump writer 
 and copied per rank with its rank and groups put in. One rank (the middle one) gets a planted
 mismatch: one tp all_reduce twice as big. Then runs `check` and `report` in a fresh process
 each, and prints events/s, peak RSS (ru_maxrss of that process) and whether the mismatch was
-found.
+found. Then (issue 19) `commdebug trace` of every rank and of `--ranks 0-7`, gzip-compressed,
+and `commdebug view` of the folder, each in a fresh process: their sizes and times, against the
+targets (full trace < 100 MB as .json.gz and `--ranks 0-7` < 5 MB at 1,024 ranks x 2,000
+events; `--no-trace` skips them).
 
-    python bench/ranks_scale.py [--ranks 1024] [--events 10000] [--keep DIR]
+    python bench/ranks_scale.py [--ranks 1024] [--events 10000] [--keep DIR] [--no-trace]
+    python bench/ranks_scale.py --ranks 1024 --events 2000      # issue 19's folder (~310 MiB)
 
 Writing the folder takes a few minutes and about 1 GB of disk at full size; `--ranks 64` is a
 quick look.
@@ -20,6 +24,7 @@ quick look.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import resource
 import shutil
@@ -34,6 +39,8 @@ sys.path.insert(0, str(ROOT))
 
 TARGET_EVENTS_PER_S = 100_000
 TARGET_RSS_MB = 1024
+TARGET_TRACE_GZ_MB = 100  # the whole job's trace as .json.gz, at 1,024 ranks x 2,000 events
+TARGET_TRACE_8_MB = 5     # --ranks 0-7
 TP = 8
 
 
@@ -125,11 +132,36 @@ def _measure(module: str, func: str, folder: Path, extra: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def _timed_cli(*args: str) -> tuple[float, str]:
+    """`commdebug ARGS` in a fresh process: (seconds, stdout); exits with its stderr if it fails."""
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "commdebug", *args], capture_output=True, text=True, cwd=ROOT)
+    if proc.returncode != 0:
+        raise SystemExit(f"commdebug {' '.join(args)} failed:\n{proc.stderr}")
+    return time.perf_counter() - t0, proc.stdout
+
+
+def trace_and_view(folder: Path, out: Path) -> None:
+    """Print the sizes and times of the job's traces (all ranks, ranks 0-7) and its folder page."""
+    for what, options, target in (("trace, every rank", [], TARGET_TRACE_GZ_MB), ("trace --ranks 0-7", ["--ranks", "0-7"], TARGET_TRACE_8_MB)):
+        path = out / f"trace{len(options)}.json.gz"
+        seconds, stdout = _timed_cli("trace", str(folder), "-o", str(path), "--quiet", *options)
+        mb = path.stat().st_size / 1e6
+        with gzip.open(path, "rb") as f:
+            raw = sum(len(chunk) for chunk in iter(lambda: f.read(1 << 20), b""))
+        print(f"{what:18}: {mb:.1f} MB as .json.gz ({raw / 1e6:.0f} MB of JSON), written in {seconds:.1f} s "
+              f"(target < {target} MB: {mb / target:.2f}x)")
+        print(f"  {stdout.splitlines()[0]}")
+    seconds, _ = _timed_cli("view", str(folder), "-o", str(out / "index.html"), "--quiet")
+    print(f"view              : {(out / 'index.html').stat().st_size / 2**20:.2f} MiB page, written in {seconds:.1f} s")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", type=int, default=1024)
     ap.add_argument("--events", type=int, default=10_000)
     ap.add_argument("--keep", type=Path, help="write the folder here and keep it")
+    ap.add_argument("--no-trace", dest="trace", action="store_false", help="skip the trace and view figures")
     args = ap.parse_args()
 
     folder = args.keep or Path(tempfile.mkdtemp(prefix="commdebug-ranks-"))
@@ -152,6 +184,9 @@ def main() -> None:
         print(f"planted mismatch on rank {odd}: {'found' if found else 'NOT FOUND'} ({len(findings)} finding(s): {findings[:3]})")
         if not found:
             raise SystemExit(1)
+        if args.trace:
+            with tempfile.TemporaryDirectory() as out:
+                trace_and_view(folder, Path(out))
     finally:
         if not args.keep:
             shutil.rmtree(folder, ignore_errors=True)

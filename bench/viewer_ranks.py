@@ -1,5 +1,8 @@
 """Folder-page first paint for 64 ranks of a 96-layer tensor-parallel transformer (target: the
-first tree level painted under 1 s after navigation start in headless Chromium).
+first tree level painted under 1 s after navigation start in headless Chromium), or for a wide
+job: ``--ranks 1024 --layers 2 --steps 100`` is issue 19's 1,024 ranks x 100 steps, whose first
+view includes the rank x step heatmap (``--slow R:S`` makes rank R five times slower at step S,
+the outlier the heatmap must mark).
 
 Writes a synthetic job (tests/synthetic.py.write_rank_dumps: 64 per-rank schema-2 dumps of one
 training step, TP groups of 8, every rank a little slower than the last, and with --mismatch one
@@ -12,6 +15,7 @@ per run the parse, DOM and paint times from navigation start, with the worst run
 target.
 
     python bench/viewer_ranks.py [--ranks 64] [--layers 96] [--runs 5] [--mismatch] [--folder DIR]
+    python bench/viewer_ranks.py --ranks 1024 --layers 2 --steps 100 --slow 700:42 --runs 3
 """
 
 from __future__ import annotations
@@ -39,8 +43,22 @@ TIMINGS = """() => {
             painted: window.__commdebugPainted ?? null, visible: performance.now(),
             rows: document.querySelectorAll("#tree li.node").length,
             ranks: document.querySelectorAll("#rank-select option").length,
-            findings: document.querySelectorAll("#findings-list > li").length};
+            findings: document.querySelectorAll("#findings-list > li").length,
+            cells: document.querySelectorAll('[data-testid="rank-step-heatmap"] .cell').length,
+            outliers: [...document.querySelectorAll('[data-testid="rank-step-heatmap"] .cell.outlier')]
+              .map((c) => `${c.dataset.rank}:${c.dataset.step}`).join(" "),
+            heatmap_ms: (performance.getEntriesByName("commdebug:heatmap")[0] || {}).duration ?? null};
 }"""
+
+
+def slow_down(path: Path, step: int, factor: float) -> None:
+    """Make one rank's dump `factor` times slower at `step`."""
+    import json
+
+    dump = json.loads(path.read_text())
+    columns = dump["commdebug"]["events"]["columns"]
+    columns["latency_s"] = [lat * factor if s == step else lat for lat, s in zip(columns["latency_s"], columns["step"])]
+    path.write_text(json.dumps(dump))
 
 
 def folder_size(folder: Path) -> int:
@@ -55,6 +73,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--mismatch", action="store_true", help="plant a mismatch on the last rank")
     parser.add_argument("--folder", type=Path, help="time this folder of rank dumps instead")
+    parser.add_argument("--slow", default=None, metavar="R:S", help="make rank R five times slower at step S")
     parser.add_argument("--chromium", default="/usr/bin/chromium")
     args = parser.parse_args()
 
@@ -65,6 +84,9 @@ def main() -> None:
             t0 = time.perf_counter()
             odd = {"odd_rank": args.ranks - 1, "odd_module": "Transformer.layers.1.attention.wo"} if args.mismatch else {}
             write_rank_dumps(folder, ranks=args.ranks, layers=args.layers, steps=args.steps, **odd)
+            if args.slow:
+                rank, step = (int(x) for x in args.slow.split(":"))
+                slow_down(folder / f"rank{rank}.json", step, 5.0)
             print(f"folder: {args.ranks} synthetic ranks of a {args.layers}-layer TP transformer, {args.steps} step(s): "
                   f"{folder_size(folder) / 2**20:.1f} MiB of dumps, written in {time.perf_counter() - t0:.1f} s")
         t0 = time.perf_counter()
@@ -75,8 +97,9 @@ def main() -> None:
         results = cold_loads(page_path, args.runs, args.chromium, wait_for="#tree li.node", timings_js=TIMINGS, visible=True, until="painted")
 
     for i, r in enumerate(results):
+        heat = f", heatmap of {r['cells']} cells drawn in {r['heatmap_ms'] or 0:.0f} ms, outliers {r['outliers'] or 'none'}" if r["cells"] else ""
         print(f"run {i}: index parsed at {r['parsed']:.0f} ms, first level ({r['rows']} rows, {r['ranks']} ranks, "
-              f"{r['findings']} findings) in the DOM at {r['ready']:.0f} ms, painted at {r['painted']:.0f} ms")
+              f"{r['findings']} findings{heat}) in the DOM at {r['ready']:.0f} ms, painted at {r['painted']:.0f} ms")
     painted = [r["painted"] for r in results]
     print(verdict(painted, "first paint of the tree"))
 

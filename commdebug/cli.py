@@ -25,7 +25,7 @@ EXIT_STATUS_DOC = """
 | status | meaning |
 |---|---|
 | 0 | done; `check`: consistent; `diff`: no difference |
-| 1 | `check`: inconsistent; `diff`: differences. No other verb exits 1 on its own, so CI can tell a regression from a broken job |
+| 1 | `check`: inconsistent; `diff`: differences; `watch --once`: a rank stalled or straggling, or every rank hung. No other verb exits 1 on its own, so CI can tell a regression from a broken job |
 | 2 | an error, in every verb: a usage error (unknown verb or option, a value out of range, a `--cluster` or `--base` naming no preset and no valid cluster file), input that cannot be read (a missing file or folder, a corrupt dump, an unknown schema, a folder mixing dumps of two runs), or an output that cannot be written |
 | 130 | interrupted (Ctrl-C) |
 | the program's | `run` exits with the status of the program it ran (1 for an uncaught exception) |
@@ -65,6 +65,9 @@ noise_level = _checked(int, lambda n: 0 <= n <= 3, "0, 1, 2 or 3", "noise level"
 positive_int = _checked(int, lambda n: n >= 1, "a whole number >= 1", "number")
 step_number = _checked(int, lambda n: n >= 0, "a whole number >= 0", "step")
 seconds = _checked(float, lambda s: 0 < s < float("inf"), "a number of seconds > 0", "seconds")
+port_number = _checked(int, lambda n: 1 <= n <= 65535, "a TCP port, 1-65535", "port")
+percent = _checked(float, lambda p: 0 < p < float("inf"), "a percentage > 0", "percent")
+top_count = _checked(int, lambda n: n >= 0, "a whole number >= 0", "count")
 
 
 def _version() -> str:
@@ -128,6 +131,7 @@ def _parser() -> argparse.ArgumentParser:
     view.add_argument("dumps", nargs="?", metavar="DUMPS", help=DUMPS_HELP + " (default: none, an empty viewer)")
     _view_options(view, "HTML file; {rank}/{world_size} allowed (default: the dump's name with .html; for a folder, FOLDER/index.html; with no DUMPS, commdebug_viewer.html)")
     view.add_argument("--cluster", default=None, help="for one dump, add predicted times on this preset or cluster JSON file (default: the dump's own metadata.cluster, if any)")
+    _folder_options(view, steps="for a folder, the steps the heatmap and the per-op spread show, e.g. 10-12 (default all; the tree's numbers cover every step)")
 
     viewer = verbs.add_parser("viewer", description="The same as `commdebug view` with no DUMPS: an empty viewer page.")
     _view_options(viewer, "HTML file (default commdebug_viewer.html)")
@@ -144,6 +148,7 @@ def _parser() -> argparse.ArgumentParser:
     summary.add_argument("--json", action="store_true", help="print rows as JSON with stable keys (default text)")
     summary.add_argument("--no-header", dest="header", action="store_false", help="leave out the header (host, times, notes): only the rows (default: with header)")
     summary.add_argument("--cluster", default=None, help="also predict each row's time on this preset or cluster JSON file (default: the dump's own metadata.cluster, if any)")
+    summary.add_argument("--rank", type=step_number, default=None, metavar="R", help="with a folder, summarise rank R's dump (or stream) alone (default: every rank)")
 
     estimate = verb("estimate", "predict the communication time of a dump's collectives on a target cluster (a model, not a measurement)")
     estimate.add_argument("dump", nargs="?", metavar="DUMP", help="a JSON dump written by commdebug (fake process group plans too)")
@@ -168,6 +173,14 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--start-step", type=step_number, default=None, help="first step to record, >= 0 (default: from the start)")
     run.add_argument("--end-step", type=step_number, default=None, help="step to stop recording at, exclusive (default: to the end)")
     run.add_argument("--hang-timeout", type=seconds, default=None, help="write the dump when a collective is stuck this many seconds, > 0 (default off)")
+    run.add_argument("--keep-steps", type=positive_int, default=None, metavar="N",
+                     help="keep raw events of the last N steps only, older ones as totals: bounded files for long runs (default: all events in the stream; docs/streaming.md)")
+    run.add_argument("--no-stream", dest="stream", action="store_false", default=None,
+                     help="do not stream OUT/rank<R>.jsonl while the program runs: only the dump at exit (default: stream)")
+    run.add_argument("--metrics-port", type=port_number, default=None, metavar="P",
+                     help="serve Prometheus metrics on port P + LOCAL_RANK at /metrics (default off; docs/metrics.md)")
+    run.add_argument("--debug-server", type=port_number, default=None, metavar="PORT",
+                     help="start torch's debug server, its frontend on rank 0's PORT, with a /commdebug page of every rank's live state; trusted networks only (default off; docs/debug-server.md)")
     run.add_argument("--ops", default=None, help="comma-separated collectives to record only, e.g. all_reduce,all_gather (default all)")
     run.add_argument("--light", action="store_true",
                      help="light capture: record every collective without a dispatch mode, so only collectives cost; no DTensor ops or per-module op rows (default off: full capture; docs/capture.md)")
@@ -183,21 +196,59 @@ def _parser() -> argparse.ArgumentParser:
     report = verb("report", "per-rank and per-op report of a folder of rank dumps (mpitrace-style min/median/max, stragglers)")
     report.add_argument("dumps", metavar="DUMPS", help=DUMPS_HELP)
     report.add_argument("--json", action="store_true", help="print JSON (default text)")
+    report.add_argument("--top", type=top_count, default=None, metavar="K",
+                        help="list only the K ranks furthest from the median (slowest or most deviant), 0 for all (default: all below 64 ranks, else 16; with --json, all)")
+    _folder_options(report, steps="only these steps' calls, e.g. 10-12 (default all)")
 
     check = verb("check", "check that the ranks' collectives match (order, op, size, dtype, send/recv pairs); exit 0 consistent, 1 not, 2 bad input")
     check.add_argument("dumps", metavar="DUMPS", help=DUMPS_HELP + "; PyTorch Flight Recorder dumps too")
     check.add_argument("--json", action="store_true", help="print JSON (default text)")
+    _quiet_option(check)
 
     diff = verb("diff", "compare two dumps (or folders) per module, phase and op; exit 0 same, 1 different, 2 bad input")
     diff.add_argument("before", metavar="BEFORE", help="the reference: " + DUMPS_HELP)
     diff.add_argument("after", metavar="AFTER", help="the run to compare, the same kind as BEFORE")
     diff.add_argument("--json", action="store_true", help="print JSON (default text)")
+    diff.add_argument("--ignore-groups", action="store_true",
+                      help="compare without process groups, for a dump written by torch's own CommDebugMode, which has none (default: compare groups too)")
+
+    watch = verb("watch", "live view of a running job from its folder: each rank's step, communication, last collective; stalled ranks and stragglers; exit 0 healthy, 1 stalled or straggling, 2 bad input")
+    watch.add_argument("dumps", metavar="DUMPS", help="the folder of rank dumps a running job streams into (commdebug run --out); a shared file system is enough")
+    watch.add_argument("--once", action="store_true", help="print one frame and exit with the verdict (default: refresh until Ctrl-C)")
+    watch.add_argument("--interval", type=seconds, default=2.0, metavar="S", help="seconds between frames (default 2)")
+    watch.add_argument("--stall-after", type=seconds, default=60.0, metavar="S", help="a rank with no progress this long while others wait in a collective is stalled (default 60)")
+    watch.add_argument("--behind-pct", type=percent, default=10.0, metavar="X", help="a rank more than X%% behind the median step (and at least a step) is a straggler (default 10)")
+    watch.add_argument("--json", action="store_true", help="print the frame as JSON (default text)")
 
     trace = verb("trace", "write a Chrome trace (Perfetto, chrome://tracing) of a dump or a folder of rank dumps")
     trace.add_argument("dumps", metavar="DUMPS", help=DUMPS_HELP)
     _out_option(trace, "commdebug_trace.json", "trace file (default commdebug_trace.json)")
     trace.add_argument("--cluster", default=None, help="add a track of predicted times per rank on this preset or cluster JSON file (default: each dump's own metadata.cluster, if any)")
+    _folder_options(trace, steps="only these steps' calls, e.g. 10-12 (default all)")
+    trace.add_argument("--no-flows", dest="flows", action="store_false", help="leave out the flow arrows joining the ranks' calls of one collective (default: with flows)")
     return parser
+
+
+def _quiet_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress line on stderr while reading a folder (default: one, when stderr is a terminal)")
+
+
+def _folder_options(parser: argparse.ArgumentParser, steps: str) -> None:
+    parser.add_argument("--ranks", default=None, metavar="LIST", help="only these ranks, e.g. 0-7,512 (default all)")
+    parser.add_argument("--steps", default=None, metavar="LIST", help=steps)
+    _quiet_option(parser)
+
+
+def _selection(args: argparse.Namespace) -> tuple[Any, Any]:
+    from commdebug.formats.selection import selections  # a bad value: one error line before any file is read
+
+    return selections(getattr(args, "ranks", None), getattr(args, "steps", None))
+
+
+def _meter(args: argparse.Namespace) -> Any:
+    from commdebug.render.progress import Progress  # on stderr when a terminal, unless --quiet
+
+    return Progress.for_stream(sys.stderr, quiet=getattr(args, "quiet", False))
 
 
 def _view_options(parser: argparse.ArgumentParser, out_help: str) -> None:
@@ -236,6 +287,9 @@ def _view(args: argparse.Namespace) -> int:
     from commdebug.formats.readers import load
 
     cluster = _cluster(args.cluster)
+    ranks, steps = _selection(args)
+    if not (ranks.everything and steps.everything) and not (args.dumps and Path(args.dumps).is_dir()):
+        raise UsageError("--ranks and --steps choose from a folder of rank dumps: commdebug view FOLDER --ranks 0-7")
     unread: list[str] = []
     if args.dumps is None:
         if cluster is not None:
@@ -247,7 +301,8 @@ def _view(args: argparse.Namespace) -> int:
         if cluster is not None:
             raise UsageError(f"{src}: --cluster works with one dump; the folder page shows no predictions yet")
         out = output_file(args.out or src / "index.html", "HTML file")
-        folder = rank_modules(src)
+        with _meter(args) as meter:
+            folder = rank_modules(src, ranks=ranks, steps=steps, progress=meter)
         write_output(out, visualizer.render_ranks_html(folder, title=f"commdebug: {src.name or src.resolve().name}"))
         unread = folder.errors
     else:
@@ -301,7 +356,7 @@ def _summary(args: argparse.Namespace) -> int:
 
     by = parse_by(args.by)  # a bad --by fails before the file is read
     cluster = _cluster(args.cluster)
-    summary = summarize_path(args.dumps, by, cluster)
+    summary = summarize_path(args.dumps, by, cluster, rank=args.rank)
     if args.json:
         _print_json(summary_dict(summary, header=args.header))
     else:
@@ -387,6 +442,9 @@ def _run(args: argparse.Namespace) -> int:
         options["light"] = True
     if args.detail_every is not None:
         options["detail_every"] = args.detail_every
+    for name in ("keep_steps", "stream", "metrics_port", "debug_server"):
+        if getattr(args, name) is not None:
+            options[name] = getattr(args, name)
     return run_program(program, args.module, args.out, hang_timeout=args.hang_timeout, noise_level=args.noise_level, **options)
 
 
@@ -406,18 +464,27 @@ def _hook(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from commdebug.analysis.report import report_path
-    from commdebug.render.report import render_report
+    from commdebug.analysis.report import report
+    from commdebug.formats.selection import iter_selected
+    from commdebug.render.report import render_report, shown_ranks
 
-    _show(report_path(args.dumps), render_report, args.json)
+    ranks, steps = _selection(args)
+    with _meter(args) as meter:
+        result = report(iter_selected(args.dumps, ranks, steps, progress=meter))
+    if args.json:
+        _print_json(result.to_dict(top=args.top))
+    else:
+        sys.stdout.write(render_report(result, top=shown_ranks(len(result.ranks), args.top)))
     return OK
 
 
 def _check(args: argparse.Namespace) -> int:
-    from commdebug.analysis.check import check_path
+    from commdebug.analysis.check import check
+    from commdebug.formats.selection import dump_files, read_views
     from commdebug.render.check import render_check
 
-    result = check_path(args.dumps)
+    with _meter(args) as meter:
+        result = check(read_views(dump_files(args.dumps), progress=meter))
     _show(result, render_check, args.json)
     return OK if result.consistent else FOUND
 
@@ -426,36 +493,58 @@ def _diff(args: argparse.Namespace) -> int:
     from commdebug.analysis.diff import diff_paths
     from commdebug.render.diff import render_diff
 
-    changes = list(diff_paths(args.before, args.after))
+    diffs = list(diff_paths(args.before, args.after, ignore_groups=args.ignore_groups))
+    found = any(diffs)
     if args.json:
-        rows = [c.to_dict() for c in changes]
+        rows = [c.to_dict() for d in diffs for c in d.changes]
+        reorders = [r.to_dict() for d in diffs for r in d.reorders]
         # "a" and "b": the JSON keys predate BEFORE AFTER and stay, as documented
-        _print_json({"a": args.before, "b": args.after, "same": not rows, "changes": rows})
-        return FOUND if rows else OK
-    sys.stdout.write(render_diff(changes, args.before, args.after))
-    return FOUND if changes else OK
+        _print_json({"a": args.before, "b": args.after, "same": not found, "changes": rows, "reorders": reorders,
+                     "rolled_up_modules": sum(d.rolled_up for d in diffs)})
+        return FOUND if found else OK
+    sys.stdout.write(render_diff(diffs, args.before, args.after))
+    return FOUND if found else OK
 
 
 def _trace(args: argparse.Namespace) -> int:
-    from commdebug.fileio import output_file, write_output
-    from commdebug.formats.readers import iter_ranks
-    from commdebug.render.chrome_trace import ChromeTrace
+    from commdebug.fileio import output_file
+    from commdebug.formats.output import write_text_or_gzip
+    from commdebug.formats.selection import dump_files, pick, read_views
+    from commdebug.render.chrome_trace import ChromeTrace, trace_summary
 
-    chrome = ChromeTrace(_cluster(args.cluster))
+    ranks, steps = _selection(args)
+    chrome = ChromeTrace(_cluster(args.cluster), steps=None if steps.everything else steps, flows=args.flows)
     out = output_file(args.out, "trace file")
-    write_output(out, chrome.render(iter_ranks(args.dumps)))
-    counts = chrome.counts
-    timed = f"{counts['complete']} timed collectives, {counts['instant']} untimed (instant events)"
-    if counts["predicted"]:
-        timed += f", {counts['predicted']} predicted spans"
-    print(f"wrote {out}: {counts['ranks']} rank{'s' if counts['ranks'] != 1 else ''}, {timed}; open it in https://ui.perfetto.dev")
+    files = dump_files(args.dumps)
+    with _meter(args) as meter:
+        write_text_or_gzip(out, chrome.render(read_views(pick(files, ranks), ranks, progress=meter)))
+    print("\n".join(trace_summary(chrome.counts, out, ranks_in_folder=len(files), ranks=ranks.describe(), steps=steps.describe())))
     return OK
+
+
+def _watch(args: argparse.Namespace) -> int:
+    import time
+
+    from commdebug.analysis.watch import watch_path
+    from commdebug.render.watch import render_watch
+
+    if not Path(args.dumps).is_dir():
+        raise CommDebugError(f"{args.dumps}: not a folder; `commdebug watch` reads the folder a job streams into")
+    while True:
+        result = watch_path(args.dumps, stall_after=args.stall_after, behind_pct=args.behind_pct)
+        if args.once or args.json:
+            _show(result, lambda r: render_watch(r, args.dumps), args.json)
+            return OK if result.healthy else FOUND
+        sys.stdout.write("\x1b[H\x1b[2J" if sys.stdout.isatty() else "\n")  # a new frame in place
+        sys.stdout.write(render_watch(result, args.dumps))
+        sys.stdout.flush()
+        time.sleep(args.interval)
 
 
 VERBS: dict[str, Callable[[argparse.Namespace], int]] = {
     "demo": _demo, "view": _view, "viewer": _view, "table": _table, "summary": _summary, "run": _run,
     "hook": _hook, "report": _report, "check": _check, "diff": _diff, "trace": _trace,
-    "estimate": _estimate, "calibrate": _calibrate,
+    "estimate": _estimate, "calibrate": _calibrate, "watch": _watch,
 }
 
 

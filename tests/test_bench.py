@@ -38,3 +38,5 @@ def test_ranks_scale_bench_finds_the_planted_mismatch():
     for name in ("check", "report"):
         assert re.search(rf"^{name} *: .* events/s .* peak RSS \d+ MiB", proc.stdout, flags=re.M), proc.stdout
     assert "planted mismatch on rank 8: found" in proc.stdout
+    assert re.search(r"^trace, every rank *: \d+\.\d MB as \.json\.gz .* written in", proc.stdout, flags=re.M), proc.stdout
+    assert re.search(r"^trace --ranks 0-7 *: .*\n  wrote .*: 8 ranks", proc.stdout, flags=re.M), proc.stdout

@@ -28,7 +28,8 @@ import markupsafe
 import commdebug
 from visualizer import assets
 
-__all__ = ["render_html", "write_html", "predictions_data", "ranks_data", "render_ranks_html", "write_ranks_html"]
+__all__ = ["render_html", "write_html", "predictions_data", "ranks_data", "heat_data", "render_ranks_html",
+           "write_ranks_html"]
 
 # Inside <script> the HTML parser only looks for "</script" (and "<!--"), but escaping every
 # <, > and & makes the embedded JSON inert wherever it lands. U+2028/U+2029 are legal in JSON
@@ -160,13 +161,26 @@ def ranks_data(folder: Any) -> tuple[dict[str, Any], list[str]]:
     path): (index, blocks).
 
     `index` holds the union of the ranks' module trees, one entry per rank (metadata, totals
-    and the ids of its blocks), and ``commdebug check``'s result. `blocks` are JSON arrays of
-    numbers, one value per module in the index's order: a rank's calls per phase (four per
-    module, descendants included, null where the rank lacks the module), its bytes, and its
-    timed seconds (when timed).
+    and the ids of its blocks), ``commdebug check``'s result, and ``heat``: the folder's steps
+    and ops, and the id of the block of its rank x step and rank x op matrices (see
+    :func:`heat_data`). `blocks` are JSON arrays of numbers: per module in the index's order, a
+    rank's calls per phase (four per module, descendants included, null where the rank lacks
+    the module), its bytes, and its timed seconds (when timed); per rank, its (step, op) keys
+    (as step, op index pairs) and their calls, bytes and microseconds (``cells``); and the heat
+    block.
     """
     found = folder if hasattr(folder, "tree") else commdebug.rank_modules(folder)
     blocks = _Blocks()
+    heat = heat_data(found)
+    op_index = {op: i for i, op in enumerate(heat["ops"])}
+    flat_keys: dict[int, tuple] = {}  # id of a rank's shared keys tuple -> its flat form, made once
+
+    def keys(pairs: tuple) -> tuple:
+        flat = flat_keys.get(id(pairs))
+        if flat is None:
+            flat = flat_keys[id(pairs)] = tuple(v for step, op in pairs for v in (step, op_index[op]))
+        return flat
+
     ranks = []
     for r in found.ranks:
         entry: dict[str, Any] = {"rank": r.rank, "file": r.file, "format": r.format,
@@ -176,6 +190,10 @@ def ranks_data(folder: Any) -> tuple[dict[str, Any], list[str]]:
             entry.update(collectives=r.collectives, bytes=r.total_bytes, seconds=r.total_seconds,
                          blocks={"counts": blocks.add(r.counts), "bytes": blocks.add(r.bytes),
                                  "time": None if r.seconds is None else blocks.add(r.seconds)})
+        if r.step_ops is not None:
+            so = r.step_ops
+            entry["cells"] = {"keys": blocks.add(keys(so.keys)), "calls": blocks.add(so.calls),
+                              "bytes": blocks.add(so.bytes), "time_us": None if so.seconds is None else blocks.add(_us(so.seconds))}
         ranks.append(entry)
     types = sorted(set(found.tree.types), key=found.tree.types.index)
     type_id = {t: i for i, t in enumerate(types)}
@@ -190,7 +208,69 @@ def ranks_data(folder: Any) -> tuple[dict[str, Any], list[str]]:
         "check": {k: v for k, v in found.check.to_dict().items() if k != "rank_summaries"},
         "errors": list(found.errors),
     }
+    matrices = heat.pop("matrices")
+    heat["block"] = len(blocks.texts)
+    blocks.texts.append(json.dumps(_finite(matrices), separators=(",", ":"), allow_nan=False))
+    index["heat"] = heat
     return _finite(index), blocks.texts
+
+
+def _us(seconds: Any) -> tuple:
+    """Seconds as microseconds to 3 significant digits, whole numbers without ".0": a thousand
+    ranks' times are most of the folder page, and "1230" is half the text of "0.00123"."""
+    out = []
+    for s in seconds:
+        if s is None or not math.isfinite(s):
+            out.append(None)
+            continue
+        us = float(f"{s * 1e6:.3g}")
+        out.append(int(us) if us.is_integer() else us)
+    return tuple(out)
+
+
+def _rows(rows: list[list]) -> dict[str, list]:
+    """A matrix as its distinct rows and, per rank, the index of its row: ranks of one job
+    mostly issue the same calls, so their bytes and calls rows are stored once."""
+    distinct: dict[tuple, int] = {}
+    of = [distinct.setdefault(tuple(r), len(distinct)) for r in rows]
+    return {"rows": [list(r) for r in distinct], "of": of}
+
+
+def heat_data(found: Any) -> dict[str, Any]:
+    """The folder page's rank x step heatmap and per-op spread, from ``rank_modules``'s result:
+    ``steps`` and ``ops`` (the columns), ``timed`` (some rank timed its calls), ``chosen``
+    (--ranks and --steps, and how many ranks were read for the check only), and ``matrices``:
+    per metric (``time``, ``bytes``, ``calls``) a rank x step and a rank x op matrix
+    (``step_time``, ``op_time``, ...; times in microseconds, 3 significant digits), one row per
+    rank in the index's order, null where a rank had no call (or, for time, no timed call),
+    each as distinct rows and a row index per rank.
+    """
+    steps, ops = found.steps(), found.ops()
+    step_at = {s: i for i, s in enumerate(steps)}
+    op_at = {op: i for i, op in enumerate(ops)}
+    per = {f"{axis}_{m}": [] for axis in ("step", "op") for m in ("time", "bytes", "calls")}
+    timed = False
+    for r in found.ranks:
+        so = r.step_ops
+        cols = {"step": [[None] * len(steps) for _ in range(3)], "op": [[None] * len(ops) for _ in range(3)]}
+        if so is not None:
+            timed = timed or so.seconds is not None
+            seconds = so.seconds or (None,) * len(so.keys)
+            for (step, op), c, b, t in zip(so.keys, so.calls, so.bytes, seconds):
+                for axis, i in (("step", step_at[step]), ("op", op_at[op])):
+                    time_row, bytes_row, calls_row = cols[axis]
+                    if t is not None:
+                        time_row[i] = (time_row[i] or 0.0) + t
+                    bytes_row[i] = (bytes_row[i] or 0) + b
+                    calls_row[i] = (calls_row[i] or 0) + c
+        for axis in ("step", "op"):
+            time_row, bytes_row, calls_row = cols[axis]
+            per[f"{axis}_time"].append(list(_us(time_row)))
+            per[f"{axis}_bytes"].append(bytes_row)
+            per[f"{axis}_calls"].append(calls_row)
+    return {"steps": steps, "ops": ops, "timed": timed,
+            "chosen": {"ranks": found.ranks_chosen, "steps": found.steps_chosen, "ranks_left_out": found.ranks_left_out},
+            "matrices": {name: _rows(rows) for name, rows in per.items()}}
 
 
 def render_ranks_html(folder: Any, *, title: str | None = None) -> str:

@@ -26,6 +26,7 @@ SCRIPTS = (
     "tree.js",          # TreeView
     "base_viewer.js",   # what both pages share
     "dump_viewer.js",   # Viewer: one dump
+    "heatmap.js",       # Heatmap: the folder page's rank x step heatmap and per-op spread
     "ranks_viewer.js",  # RanksViewer: a folder of ranks
     "main.js",          # start-up: picks the viewer for what the page embeds
 )

@@ -89,6 +89,7 @@ class LastCall:
     in_flight: bool
     peer: int | None = None
     p2p_seq: int | None = None
+    step: int | None = None
 
 
 @dataclass
@@ -101,6 +102,10 @@ class RankSummary:
     source_format: str
     collectives: int
     last: LastCall | None
+    # a rank that left only its stream (killed, or still running): the step it was in at its
+    # last chunk, and whether its last chunk was torn
+    stream_step: int | None = None
+    stream_torn: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -453,9 +458,14 @@ def _summary(view: RankView, collectives: int) -> RankSummary:
     if view.events:
         e = view.events[-1]
         last = LastCall(e.op, e.group.label, e.seq, e.source, e.module if e.module != "?" else None, e.in_flight,
-                        e.peer, e.p2p_seq)
+                        e.peer, e.p2p_seq, e.step)
     ended = view.metadata.get("ended_by")
-    return RankSummary(view.rank, str(view.path), None if ended is None else str(ended), view.source_format, collectives, last)
+    stream = view.metadata.get("stream")
+    summary = RankSummary(view.rank, str(view.path), None if ended is None else str(ended), view.source_format, collectives, last)
+    if isinstance(stream, dict):
+        summary.stream_step = int(stream.get("step") or 0)
+        summary.stream_torn = bool(stream.get("torn"))
+    return summary
 
 
 def check(ranks: Iterable[RankView]) -> CheckResult:

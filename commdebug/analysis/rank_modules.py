@@ -5,6 +5,9 @@ What the viewer's folder page shows; computed here, worded there. Files are read
 and a rank's numbers are kept as tuples shared between ranks that agree (ranks of one job
 usually do), so a thousand ranks cost little more than the distinct shapes among them.
 
+Each rank also gets its calls, bytes and timed seconds per (step, op): the page's rank x step
+heatmap, the spread of each op across ranks, and what one cell of the heatmap holds.
+
 >>> folder = rank_modules("traces/")            # doctest: +SKIP
 >>> folder.tree.fqns[:2], folder.ranks[0].counts[:4]   # doctest: +SKIP
 (['Global', 'Global.layers'], (4, 4, 0, 0))
@@ -16,15 +19,16 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from commdebug.analysis.check import CheckResult, check
 from commdebug.errors import DumpError
 from commdebug.formats.readers import job_files, rank_from_name, read
+from commdebug.formats.selection import ALL, Selection
 from commdebug.model.rank_view import RankView
 from commdebug.model.trace import GLOBAL, PHASES, Trace
 
-__all__ = ["ModuleTree", "RankModules", "FolderModules", "rank_modules"]
+__all__ = ["ModuleTree", "StepOps", "RankModules", "FolderModules", "rank_modules", "step_ops"]
 
 
 @dataclass
@@ -50,6 +54,44 @@ class ModuleTree:
 
 
 @dataclass
+class StepOps:
+    """One rank's calls, bytes and timed seconds per (step, op), in (step, op) order: column
+    tuples of one value per key. ``seconds`` is None for an untimed rank, and holds None where
+    no call of that key was timed."""
+
+    keys: tuple[tuple[int, str], ...]
+    calls: tuple[int, ...]
+    bytes: tuple[int, ...]
+    seconds: tuple[float | None, ...] | None
+
+
+def step_ops(events: Iterable[Any], steps: Selection = ALL, one: Callable[[list], tuple] = tuple) -> StepOps:
+    """:class:`StepOps` of a rank's events, those of `steps` only; `one` makes each column a
+    tuple (:func:`rank_modules` passes one that shares equal tuples between ranks)."""
+    acc: dict[tuple[int, str], list] = {}
+    timed = False
+    for e in events:
+        if not steps.everything and e.step not in steps:
+            continue
+        key = (e.step, e.op)
+        a = acc.get(key)
+        if a is None:
+            a = acc[key] = [0, 0, 0.0, 0]
+        a[0] += 1
+        a[1] += e.size_bytes
+        lat = e.latency_s
+        if lat is not None and math.isfinite(lat):  # untimed, NaN or infinite: no time
+            a[2] += lat
+            a[3] += 1
+            timed = True
+    keys = sorted(acc)
+    rows = [acc[k] for k in keys]
+    # 4 significant digits: what a heatmap or a spread shows, and half the page of a full float
+    seconds = one([float(f"{r[2]:.4g}") if r[3] else None for r in rows]) if timed else None
+    return StepOps(one(keys), one([r[0] for r in rows]), one([r[1] for r in rows]), seconds)
+
+
+@dataclass
 class RankModules:
     """One rank's file and, when it has a module tree, its numbers per module of the tree.
 
@@ -71,6 +113,7 @@ class RankModules:
     counts: tuple[int | None, ...] | None = None
     bytes: tuple[int | None, ...] | None = None
     seconds: tuple[float | None, ...] | None = None
+    step_ops: StepOps | None = None  # per (step, op); Flight Recorder ranks have them too
 
 
 @dataclass
@@ -82,20 +125,42 @@ class FolderModules:
     ranks: list[RankModules]  # in rank order
     check: CheckResult
     errors: list[str]  # one message per file that could not be read
+    ranks_chosen: str = "all"  # the --ranks the numbers are of (the check covers every rank)
+    steps_chosen: str = "all"  # the --steps the per-(step, op) numbers are of
+    ranks_left_out: int = 0  # ranks read for the check only
+
+    def steps(self) -> list[int]:
+        """Every step some rank has a call in (within the steps chosen), in order."""
+        return sorted({k[0] for r in self.ranks if r.step_ops for k in set(r.step_ops.keys)})
+
+    def ops(self) -> list[str]:
+        """Every op some rank issued, most calls first."""
+        calls: dict[str, int] = {}
+        for r in self.ranks:
+            if r.step_ops:
+                for (_, op), c in zip(r.step_ops.keys, r.step_ops.calls):
+                    calls[op] = calls.get(op, 0) + c
+        return sorted(calls, key=lambda op: (-calls[op], op))
 
 
-def rank_modules(folder: str | os.PathLike) -> FolderModules:
+def rank_modules(folder: str | os.PathLike, *, ranks: Selection = ALL, steps: Selection = ALL,
+                 progress: Callable[[int, int], None] | None = None) -> FolderModules:
     """Read every rank of `folder` (see :func:`commdebug.formats.readers.job_files`; a folder
-    mixing two runs is refused) into per-module numbers, and check the ranks against each other.
+    mixing two runs is refused) into per-module and per-(step, op) numbers, and check the ranks
+    against each other.
 
     A file that cannot be read is left out and named in ``errors``; Flight Recorder files count
     for the check but have no module tree. Raises :class:`DumpError` when no readable rank has
-    a tree.
+    a tree. `ranks` keeps the numbers of those ranks only (the check still reads every rank: a
+    subset would look like missing ranks); `steps` cuts the per-(step, op) numbers to those
+    steps (the module numbers are the dumps' own, over every step). ``progress(done, total)``
+    is called before the first file and after each one.
     """
     root = Path(folder)
     tree = ModuleTree()
-    ranks: list[RankModules] = []
+    found: list[RankModules] = []
     errors: list[str] = []
+    left_out = 0  # ranks read for the check only
     shared: dict[tuple, tuple] = {}  # equal tuples stored once
 
     def one(values: list) -> tuple:
@@ -103,38 +168,64 @@ def rank_modules(folder: str | os.PathLike) -> FolderModules:
         return shared.setdefault(t, t)
 
     def views() -> Iterator[RankView]:
-        for path in job_files(root):
+        nonlocal left_out
+        files = job_files(root)
+        if progress:
+            progress(0, len(files))
+        for done, path in enumerate(files, 1):
             try:
                 data = read(path)
             except DumpError as e:
                 errors.append(str(e))
                 continue
+            finally:
+                if progress:
+                    progress(done, len(files))
+            rank = data.rank if isinstance(data, RankView) else _rank_of(data, path)
+            if rank not in ranks:
+                left_out += 1
+            elif isinstance(data, RankView):
+                found.append(RankModules(data.rank, path.name, data.source_format, data.metadata, len(data.events),
+                                         list(data.notes), has_tree=False, step_ops=step_ops(data.events, steps, one)))
+            else:
+                numbers = _numbers(data, path, tree, one)
+                numbers.step_ops = step_ops(data.events, steps, one)
+                found.append(numbers)
             if isinstance(data, RankView):
-                ranks.append(RankModules(data.rank, path.name, data.source_format, data.metadata, len(data.events),
-                                         list(data.notes), has_tree=False))
                 yield data
-                continue
-            numbers = _numbers(data, path, tree, one)
-            ranks.append(numbers)
-            yield RankView(numbers.rank, path, dict(data.metadata), dict(data.groups), list(data.events), notes=numbers.notes)
+            else:
+                yield RankView(rank, path, dict(data.metadata), dict(data.groups), list(data.events), notes=_notes(data))
 
     result = check(views())
-    if not any(r.has_tree for r in ranks):
+    if not found and left_out:
+        raise DumpError(f"{root}: no rank in --ranks {ranks.describe()} (the folder has {left_out} rank dump{'s' if left_out != 1 else ''})")
+    if not any(r.has_tree for r in found):
         if errors:  # nothing to show: the reason is the files that could not be read
             more = f" (and {len(errors) - 1} more file{'s' if len(errors) > 2 else ''} not read)" if len(errors) > 1 else ""
             raise DumpError(f"{errors[0]}{more}")
         raise DumpError(f"{root}: no rank dump here has a module tree (commdebug dumps do)")
-    ranks.sort(key=lambda r: r.rank)
-    return FolderModules(root, tree, ranks, result, errors)
+    found.sort(key=lambda r: r.rank)
+    return FolderModules(root, tree, found, result, errors, ranks.describe(), steps.describe(), left_out)
+
+
+def _rank_of(trace: Trace, path: Path) -> int:
+    rank = trace.metadata.get("rank")
+    if isinstance(rank, int):
+        return rank
+    try:
+        return rank_from_name(path)
+    except DumpError:
+        return -1
+
+
+def _notes(trace: Trace) -> list[str]:
+    if trace.events_dropped:
+        return [f"{trace.events_dropped} older events were dropped (max_events): times cover the rest"]
+    return []
 
 
 def _numbers(trace: Trace, path: Path, tree: ModuleTree, one: Any) -> RankModules:
-    rank = trace.metadata.get("rank")
-    if not isinstance(rank, int):
-        try:
-            rank = rank_from_name(path)
-        except DumpError:
-            rank = -1
+    rank = _rank_of(trace, path)
     present = [tree.add(fqn, trace.modules[fqn].parent, trace.modules[fqn].module_type) for fqn, _ in trace.walk()]
     n = len(tree.fqns)
     counts: list[int | None] = [None] * (len(PHASES) * n)
@@ -161,9 +252,7 @@ def _numbers(trace: Trace, path: Path, tree: ModuleTree, one: Any) -> RankModule
         for i in present:
             seconds[i] = float(f"{acc[i]:.4g}")
     totals = trace.totals()
-    notes = []
-    if trace.events_dropped:
-        notes.append(f"{trace.events_dropped} older events were dropped (max_events): times cover the rest")
+    notes = _notes(trace)
     return RankModules(
         rank, path.name, "commdebug", dict(trace.metadata), len(trace.events), notes, has_tree=True,
         collectives=totals["collectives"], total_bytes=totals["bytes"] if trace.bytes_recorded else None,

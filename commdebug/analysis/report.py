@@ -7,7 +7,9 @@
 - straggler effect: for each call, its latency on a rank minus the least latency of the same
   call on any rank of its group, pairing calls by (process group, sequence number), summed per
   op and per rank. A rank that arrives late makes the others wait: their latencies hold the
-  wait, its own does not, so a large straggler effect on a rank says it waited for others.
+  wait, its own does not, so a large straggler effect on a rank says it waited for others;
+- each rank's deviation: how far its figures lie from the median rank's, so a thousand ranks
+  can be cut to the few worth reading (:meth:`Report.top`).
 
 It streams in one pass over the dumps, and its memory does not grow with the number of ranks:
 per rank it keeps its totals and the spans of sequence numbers it timed per group; per group,
@@ -26,7 +28,11 @@ from commdebug.analysis.check import who
 from commdebug.model.rank_view import RankView
 from commdebug.formats.readers import iter_ranks
 
-__all__ = ["RankStats", "OpStats", "Report", "report", "report_path"]
+__all__ = ["RankStats", "OpStats", "Deviation", "Report", "report", "report_path", "DEVIATION_FIGURES"]
+
+# the per-rank figures a rank's deviation looks at: time first (what a slow rank changes), then
+# the straggler time, then what it issued
+DEVIATION_FIGURES = ("comm_time_s", "straggler_s", "collectives", "bytes")
 
 
 @dataclass
@@ -78,6 +84,19 @@ class OpStats:
         }
 
 
+@dataclass(frozen=True)
+class Deviation:
+    """How far one rank lies from the median rank: the figure furthest from its median, and by
+    how much, relative to that median (+1.5: 150% above; -0.5: half of it)."""
+
+    rank: int
+    figure: str | None  # None: every figure is the median's
+    relative: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rank": self.rank, "figure": self.figure, "relative": self.relative}
+
+
 @dataclass
 class Report:
     ranks: list[RankStats]
@@ -93,7 +112,40 @@ class Report:
         lo, hi = min(values), max(values, key=lambda v: (v[0], -v[1]))
         return {"min": lo[0], "min_rank": lo[1], "median": statistics.median(v for v, _ in values), "max": hi[0], "max_rank": hi[1]}
 
-    def to_dict(self) -> dict[str, Any]:
+    def deviations(self) -> list[Deviation]:
+        """Every rank's :class:`Deviation`, furthest first (ties in rank order). A figure whose
+        median is 0 counts a rank with any of it as 100% away."""
+        medians = {}
+        for figure in DEVIATION_FIGURES:
+            values = [getattr(r, figure) for r in self.ranks if getattr(r, figure) is not None]
+            if values:
+                medians[figure] = statistics.median(values)
+        out = []
+        for r in self.ranks:
+            best: tuple[float, str | None, float] = (0.0, None, 0.0)
+            for figure, med in medians.items():
+                v = getattr(r, figure)
+                if v is None:
+                    continue
+                rel = (v - med) / abs(med) if med else (1.0 if v else 0.0)
+                if abs(rel) > best[0] + 1e-12:
+                    best = (abs(rel), figure, rel)
+            out.append(Deviation(r.rank, best[1], best[2]))
+        out.sort(key=lambda d: (-abs(d.relative), d.rank))
+        return out
+
+    def top(self, k: int) -> list[tuple[RankStats, Deviation]]:
+        """The `k` ranks furthest from the median (:meth:`deviations`), furthest first."""
+        by_rank = {r.rank: r for r in self.ranks}
+        return [(by_rank[d.rank], d) for d in self.deviations()[:k]]
+
+    def to_dict(self, top: int | None = None) -> dict[str, Any]:
+        """Plain data for ``--json``; with `top` (> 0), ``ranks`` holds only the `top` ranks
+        furthest from the median, furthest first, each with its ``deviation``, and
+        ``ranks_total`` says how many there were (the spread still covers every rank)."""
+        if top:
+            shown = [dict(r.to_dict(), deviation=d.to_dict()) for r, d in self.top(top)]
+            return {"ranks": shown, "ranks_total": len(self.ranks), **{k: v for k, v in self.to_dict().items() if k != "ranks"}}
         return {
             "ranks": [r.to_dict() for r in self.ranks],
             "spread": {a: self.spread(a) for a in ("collectives", "bytes", "comm_time_s", "elapsed_s", "share", "straggler_s")},

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from commdebug.errors import CommDebugError, DumpError
+from commdebug.model.aggregates import older_of
 from commdebug.model.trace import CollectiveEvent, Trace
 
 __all__ = ["BY", "RankSpread", "SummaryRow", "Summary", "summarize", "summarize_ranks", "summarize_path",
@@ -164,6 +165,22 @@ class _Tally:
         if busbw is not None:
             self.busbws.add(busbw)
 
+    def add_totals(self, calls: int, nbytes: int, timed: int = 0, time_s: float = 0.0, timed_bytes: int = 0,
+                   bus_bytes: float = 0.0, latency_min: float | None = None, latency_max: float | None = None) -> None:
+        """Calls known only by their totals (older steps of a ``keep_steps`` run): no percentiles."""
+        self.calls += calls
+        self.bytes += nbytes
+        if not timed:
+            return
+        self.timed += timed
+        self.time_s += time_s
+        self.timed_bytes += timed_bytes
+        self.bus_bytes += bus_bytes
+        if latency_min is not None and (self.latency_min is None or latency_min < self.latency_min):
+            self.latency_min = latency_min
+        if latency_max is not None and (self.latency_max is None or latency_max > self.latency_max):
+            self.latency_max = latency_max
+
     def row(self, key: dict[str, Any]) -> SummaryRow:
         row = SummaryRow(key, calls=self.calls, bytes=self.bytes, timed_calls=self.timed)
         if self.timed:
@@ -274,6 +291,21 @@ def _keyed(trace: Trace, key_of: Callable[[CollectiveEvent], tuple], cluster: An
     return prediction, ((key_of(e), e, s) for e, s in zip(trace.events, seconds))
 
 
+def _older_rows(trace: Trace, by: str) -> Iterator[tuple[tuple, list]]:
+    """(row key, totals) of the calls a trace keeps as totals only (``keep_steps``): per step
+    [calls, bytes, timed, seconds], else [calls, bytes, timed, seconds, timed bytes, bus bytes, min, max]."""
+    older = older_of(trace)
+    if older is None:
+        return
+    if by == "step":
+        for step, totals in older.steps.items():
+            yield (step,), totals
+        return
+    for (module, phase, _key, op, group, size), totals in older.rows.items():
+        yield {"op": (op,), "op,size": (op, size), "op,bin": (op, size_bin(size)), "module": (module,),
+               "group": (trace.group(group).label,), "phase": (phase,)}[by], totals
+
+
 def summarize(trace: Trace, by: str = "op", cluster: Any = None, ranks_per_node: int | None = None) -> Summary:
     """Summarise a trace's collective events grouped ``by`` one of :data:`BY`.
 
@@ -292,6 +324,11 @@ def summarize(trace: Trace, by: str = "op", cluster: Any = None, ranks_per_node:
         if tally is None:
             tally = tallies[key] = _Tally(_Exact())
         tally.add(event, seconds)
+    for key, totals in _older_rows(trace, by):
+        tally = tallies.get(key)
+        if tally is None:
+            tally = tallies[key] = _Tally(_Exact())
+        tally.add_totals(*totals)
     rows = sorted((t.row(dict(zip(columns, key))) for key, t in tallies.items()), key=_order(by))
     header = _header(trace)
     if prediction is not None:
@@ -329,6 +366,15 @@ def summarize_ranks(traces: Iterable[Trace], by: str = "op", cluster: Any = None
             mine[0] += 1
             if event.latency_s is not None:
                 mine[1] = (mine[1] or 0.0) + event.latency_s
+        for key, totals in _older_rows(trace, by):
+            tally = tallies.get(key)
+            if tally is None:
+                tally = tallies[key] = _Tally(_Binned())
+            tally.add_totals(*totals)
+            mine = per_rank.setdefault(key, {}).setdefault(rank, [0, None])
+            mine[0] += totals[0]
+            if totals[2]:
+                mine[1] = (mine[1] or 0.0) + totals[3]
         header = _header(trace)
         if prediction is not None:
             header.update(cluster=prediction.cluster.name, predicted_s=prediction.total_s, prediction_notes=prediction.notes)
@@ -347,9 +393,10 @@ def summarize_ranks(traces: Iterable[Trace], by: str = "op", cluster: Any = None
 
 
 def summarize_path(path: str | os.PathLike, by: str = "op", cluster: Any = None,
-                   ranks_per_node: int | None = None) -> Summary:
+                   ranks_per_node: int | None = None, rank: int | None = None) -> Summary:
     """:func:`summarize` of one dump, or :func:`summarize_ranks` of a folder of rank dumps (one
-    run's: a folder mixing runs is refused), each read when its turn comes.
+    run's: a folder mixing runs is refused), each read when its turn comes; with ``rank``, the
+    one file of that rank in the folder (its dump, or its stream while it runs or after a kill).
 
     >>> print(render_summary(summarize_path("traces/", "op")))   # doctest: +SKIP
     """
@@ -366,7 +413,17 @@ def summarize_path(path: str | os.PathLike, by: str = "op", cluster: Any = None,
     if not p.exists():
         raise DumpError(f"{p}: no such file or folder")
     if not p.is_dir():
+        if rank is not None:
+            raise CommDebugError(f"{p}: --rank picks one rank out of a folder; this is one dump already")
         return summarize(load(p), by, cluster, ranks_per_node)
+    if rank is not None:
+        files = {rank_from_name(f): f for f in job_files(p)}
+        if rank not in files:
+            raise DumpError(f"{p}: no dump or stream of rank {rank} (ranks here: {_rank_list(sorted(files))})")
+        trace = load(files[rank])
+        if trace.metadata.get("rank") is None:
+            trace.metadata["rank"] = rank
+        return summarize(trace, by, cluster, ranks_per_node)
 
     def traces() -> Iterator[Trace]:
         for f in job_files(p):
@@ -376,6 +433,12 @@ def summarize_path(path: str | os.PathLike, by: str = "op", cluster: Any = None,
             yield trace
 
     return summarize_ranks(traces(), by, cluster, ranks_per_node)
+
+
+def _rank_list(ranks: list[int]) -> str:
+    from commdebug.analysis.check import who
+
+    return who(ranks).split(" ", 1)[-1]
 
 
 def _order(by: str) -> Callable[[SummaryRow], Any]:
@@ -389,7 +452,10 @@ def _order(by: str) -> Callable[[SummaryRow], Any]:
 def _header(trace: Trace) -> dict[str, Any]:
     meta = trace.metadata
     timed = [e.latency_s for e in trace.events if e.latency_s is not None]
-    comm_s = sum(timed) if timed else None
+    older = older_of(trace)
+    older_timed = sum(r[2] for r in older.rows.values()) if older is not None else 0
+    older_s = (older.time_s or 0.0) if older is not None else 0.0
+    comm_s = sum(timed) + older_s if timed or older_timed else None
     recorded = meta.get("recorded_s", meta.get("elapsed_s"))
     header: dict[str, Any] = {
         "rank": meta.get("rank"),
@@ -397,16 +463,20 @@ def _header(trace: Trace) -> dict[str, Any]:
         "hostname": meta.get("hostname"),
         "timing": meta.get("timing", "off" if not timed else "sync"),
         "steps": trace.steps,
-        "collectives": len(trace.events),
-        "bytes": sum(e.size_bytes for e in trace.events),
-        "timed_collectives": len(timed),
+        "collectives": len(trace.events) + (older.events if older is not None else 0),
+        "bytes": sum(e.size_bytes for e in trace.events) + (older.bytes if older is not None else 0),
+        "timed_collectives": len(timed) + older_timed,
         "elapsed_s": meta.get("elapsed_s"),
         "recorded_s": recorded,
         "comm_time_s": comm_s,
         "comm_share": comm_s / recorded if comm_s is not None and recorded else None,
-        "events_dropped": trace.events_dropped,
+        "events_dropped": max(trace.events_dropped - (older.events if older is not None else 0), 0),
         "timing_notes": list(meta.get("timing_notes") or []),
     }
+    if older is not None and older.events:  # keep_steps: these calls count in the rows, as totals
+        header["totals_only"] = older.events
+    if meta.get("read_notes"):
+        header["read_notes"] = list(meta["read_notes"])
     if meta.get("capture") == "light":  # a full capture's header stays as it was
         every, steps = meta.get("detail_every"), meta.get("detail_steps")
         header.update(capture="light", detail_every=every if isinstance(every, int) else None,
@@ -454,6 +524,10 @@ def _job_header(headers: list[dict[str, Any]], ranks: list[int]) -> dict[str, An
         "events_dropped": total("events_dropped") or 0,
         "timing_notes": notes("timing_notes"),
     }
+    if total("totals_only"):
+        job["totals_only"] = total("totals_only")
+    if any(h.get("read_notes") for h in headers):
+        job["read_notes"] = notes("read_notes")
     light = [h for h in headers if h.get("capture") == "light"]
     if light:
         # ranks of one launch share detail_every; their detail steps differ only where a rank

@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping
 from commdebug import ops as _ops
 from commdebug.errors import CommDebugError
 
-__all__ = ["Options", "ConfigError", "ENV_PREFIX", "TIMING_MODES", "canonical_ops"]
+__all__ = ["Options", "ConfigError", "ENV_PREFIX", "TIMING_MODES", "SESSION_OPTIONS", "canonical_ops", "check_option"]
 
 ENV_PREFIX = "COMMDEBUG_"
 TIMING_MODES = ("off", "sync", "async")
@@ -45,6 +45,11 @@ class Options:
     cluster: str | None = None
     light: bool = False
     detail_every: int | None = None
+    # a recording session's (commdebug run, the start-up hook); the mode itself ignores them
+    stream: bool = True
+    keep_steps: int | None = None
+    metrics_port: int | None = None
+    debug_server: int | None = None
 
     @classmethod
     def resolve(cls, kwargs: Mapping[str, Any], config: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None) -> "Options":
@@ -155,8 +160,26 @@ _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "cluster": _cluster,
     "light": _bool,
     "detail_every": lambda k, v: _int(k, v, 1, allow_none=True),
+    "stream": _bool,
+    "keep_steps": lambda k, v: _int(k, v, 1, allow_none=True),
+    "metrics_port": lambda k, v: _port(k, v),
+    "debug_server": lambda k, v: _port(k, v),
 }
 assert set(_CHECKS) == {f.name for f in fields(Options)}
+# options of a recording session (docs/streaming.md, docs/metrics.md, docs/debug-server.md)
+SESSION_OPTIONS = frozenset({"stream", "keep_steps", "metrics_port", "debug_server"})
+
+
+def _port(key: str, value: Any) -> int | None:
+    port = _int(key, value, 1, allow_none=True)
+    if port is not None and port > 65535:
+        raise ConfigError(f"{key} must be a TCP port, 1-65535, got {value!r}")
+    return port
+
+
+def check_option(key: str, value: Any) -> Any:
+    """One option's value, checked and converted as from a config file; a :class:`ConfigError` naming it."""
+    return _check(key, value)
 
 
 def _check(key: str, value: Any) -> Any:

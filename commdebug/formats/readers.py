@@ -12,6 +12,10 @@ Flight Recorder's, each told by its content.
   ``metadata.run_id`` (a rank copied in from another launch would otherwise be compared as if it
   were this one's; a dump without a run id, such as Flight Recorder's, is never a conflict).
 
+A rank's stream (``rank<R>.jsonl``, written while the program runs: docs/streaming.md) is read
+by all of them, up to a torn last chunk (said in a note); in a folder, a rank with both a dump
+and a stream counts once, by its newer file.
+
 Every problem is a :class:`~commdebug.errors.DumpError` naming the file, never a traceback.
 
     >>> for view in iter_ranks("traces/"):      # doctest: +SKIP
@@ -32,6 +36,7 @@ from commdebug.errors import DumpError
 from commdebug.formats.flight_recorder import from_flight_recorder, is_flight_recorder
 from commdebug.model.dump import from_dump_dict, rank_view_from_dump_dict
 from commdebug.model.rank_view import RankView
+from commdebug.model.stream import STREAM_SUFFIX, is_stream, parse_stream, stream_rank_view, stream_trace
 from commdebug.model.trace import Trace
 
 __all__ = ["load", "load_rank", "read", "read_json", "rank_from_name", "rank_files", "job_files", "run_id_of",
@@ -71,10 +76,12 @@ def read_json(path: str | os.PathLike) -> Any:
 
 
 def _parsed(path: Path) -> tuple[str, Any]:
-    """("flight-recorder" | "json", the file's data): the one place a file's kind is told."""
+    """("flight-recorder" | "stream" | "json", the file's data): the one place a file's kind is told."""
     raw = read_bytes(path)
     if raw[:1] == _PICKLE:
         return "flight-recorder", _plain_unpickle(raw, path)
+    if is_stream(raw):  # a rank's live stream (docs/streaming.md), maybe cut short by a kill
+        return "stream", parse_stream(raw, str(path))
     data = parse_json(raw, path)
     return ("flight-recorder" if is_flight_recorder(data) else "json"), data
 
@@ -88,7 +95,10 @@ def load(path: str | os.PathLike) -> Trace:
     Raises :class:`DumpError` naming the file and the problem: missing, not JSON, not a dump,
     or written by a newer commdebug (unknown schema version).
     """
-    return from_dump_dict(read_json(path), str(path))
+    raw = read_bytes(path)
+    if is_stream(raw):
+        return stream_trace(parse_stream(raw, str(path)))
+    return from_dump_dict(parse_json(raw, path), str(path))
 
 
 def read(path: str | os.PathLike) -> Trace | RankView:
@@ -101,6 +111,8 @@ def read(path: str | os.PathLike) -> Trace | RankView:
     kind, data = _parsed(p)
     if kind == "flight-recorder":
         return from_flight_recorder(data, p, rank_from_name(p))
+    if kind == "stream":
+        return stream_trace(data)
     return from_dump_dict(data, str(p))
 
 
@@ -110,6 +122,8 @@ def load_rank(path: str | os.PathLike) -> RankView:
     kind, data = _parsed(p)
     if kind == "flight-recorder":
         return from_flight_recorder(data, p, rank_from_name(p))
+    if kind == "stream":
+        return stream_rank_view(data, p, lambda: rank_from_name(p))
     return rank_view_from_dump_dict(data, p, lambda: rank_from_name(p))
 
 
@@ -151,7 +165,29 @@ def rank_files(folder: str | os.PathLike) -> list[Path]:
     files = [f for f in d.iterdir() if f.is_file() and not f.name.startswith(".") and f.suffix not in (".html", ".txt", ".log") and _TRAILING_NUMBER.search(f.name)]
     if not files:
         raise DumpError(f"{d}: no rank dumps in this folder (expected rank<N>.json or Flight Recorder files)")
-    return sorted(files, key=lambda f: (int(_TRAILING_NUMBER.search(f.name).group(1)), f.name))
+    return sorted(_newest_of_each_rank(files), key=lambda f: (int(_TRAILING_NUMBER.search(f.name).group(1)), f.name))
+
+
+def _newest_of_each_rank(files: list[Path]) -> list[Path]:
+    """One file per rank where a rank has both a dump and a stream (``rank1.json`` and
+    ``rank1.jsonl``): the dump, unless the stream was written after it (a dump by the hang
+    watchdog, then more progress; the final dump replaces the stream at a normal exit)."""
+    dumps = {f.with_suffix(""): f for f in files if f.suffix == ".json"}
+    streams = {f for f in files if f.suffix == STREAM_SUFFIX}
+    out = []
+    for f in files:
+        if f.suffix == STREAM_SUFFIX and f.with_suffix("") in dumps:
+            dump = dumps[f.with_suffix("")]
+            try:
+                newer = f.stat().st_mtime_ns > dump.stat().st_mtime_ns
+            except OSError:  # one of them vanished meanwhile: keep the other
+                newer = not dump.exists()
+            out.append(f if newer else dump)
+        elif f.suffix == ".json" and f.with_suffix(STREAM_SUFFIX) in streams:
+            continue  # decided with its stream above
+        else:
+            out.append(f)
+    return out
 
 
 def job_files(folder: str | os.PathLike) -> list[Path]:

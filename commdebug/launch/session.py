@@ -3,7 +3,10 @@
 A :class:`RecordingSession` enters a CommDebugMode for a whole program (``commdebug run`` or the
 start-up hook) and writes ``<out>/rank<R>.json`` once, when the program ends normally, raises,
 calls ``sys.exit``, or receives SIGTERM (the handler writes the dump, then lets the signal do
-what it would have done). With a hang timeout, a watchdog thread writes the dump as soon as a
+what it would have done). Meanwhile it streams what it records to ``<out>/rank<R>.jsonl``
+(:mod:`commdebug.launch.stream`), which the final dump replaces: a rank killed with SIGKILL
+leaves its stream. It also serves the live state when asked (Prometheus metrics, torch's
+debug server: :mod:`commdebug.launch.services`). With a hang timeout, a watchdog thread writes the dump as soon as a
 collective has been in flight that long, with that collective marked (``in_flight``), and logs
 which one; it never kills the program: the launcher's or the backend's timeout does that.
 
@@ -18,12 +21,16 @@ import os
 import signal
 import socket
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
+from commdebug.capture.config import SESSION_OPTIONS, check_option as _check_option
 from commdebug.debug_mode import CommDebugMode
 from commdebug.errors import CommDebugError
 from commdebug.fileio import output_folder, write_output
+from commdebug.launch.services import Services
+from commdebug.launch.stream import Streamer
 from commdebug.model.dump import dump_text
 
 __all__ = ["RecordingSession", "rank_of"]
@@ -60,7 +67,13 @@ class RecordingSession:
         self.out = output_folder(out_dir, "trace folder")
         if hang_timeout is not None and hang_timeout <= 0:
             raise CommDebugError(f"hang timeout must be a positive number of seconds, got {hang_timeout}")
-        self.mode = CommDebugMode(**options)
+        # the session's own options (stream, keep_steps, metrics_port, debug_server) resolve with
+        # the mode's (environment, config file, arguments) and are read back from it
+        self.mode = CommDebugMode(**{k: v for k, v in options.items() if k not in SESSION_OPTIONS})
+        given = {k: v for k, v in options.items() if k in SESSION_OPTIONS}
+        self.options = replace(self.mode.options, **{k: _check_option(k, v) for k, v in given.items()}) if given else self.mode.options
+        self.streamer: Streamer | None = None
+        self.services = Services(self)
         self.hang_timeout = hang_timeout
         self.noise_level = noise_level
         self.html = html
@@ -88,6 +101,9 @@ class RecordingSession:
             self._watch_signals()
         if self.hang_timeout is not None:
             threading.Thread(target=self._watch, name="commdebug-hang-watchdog", daemon=True).start()
+        if self.options.stream:
+            self.streamer = Streamer(self.mode, self.out, rank_of=rank_of, keep_steps=self.options.keep_steps).start()
+        self.services.start()
         return self
 
     def finish(self, reason: str = "exit") -> Path | None:
@@ -106,6 +122,9 @@ class RecordingSession:
                     pass
             try:
                 path = self._write(final=True)
+                if self.streamer is not None:  # the dump holds all it held, and more
+                    self.streamer.close(remove=path is not None)
+                self.services.stop()
                 if self.on_finish is not None:
                     self.on_finish(self, path)
                 return path
@@ -181,7 +200,8 @@ class RecordingSession:
         meta["ended_by"] = self.reason if final else "hang"
         rank = rank_of(meta)
         path = self.out / f"rank{rank}.json"
-        write_output(path, dump_text(self.mode.refresh(), self.noise_level))
+        events, older = self.streamer.final() if final and self.streamer is not None else (None, None)
+        write_output(path, dump_text(self.mode.refresh(), self.noise_level, events, older))
         if final and self.html and rank == 0:
             self._write_html(path.with_suffix(".html"), path.name)
         self.written = path

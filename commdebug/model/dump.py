@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 from commdebug import ops as _ops
 from commdebug.errors import DumpError
+from commdebug.model.aggregates import Aggregates, set_older
 from commdebug.model.events import decode_events, encode_events
 from commdebug.model.rank_view import RankView
 from commdebug.model.trace import BACKWARD, CHECKPOINT, FORWARD, GLOBAL, OPTIMIZER, PHASES, TRIVIAL_OPS, CollectiveEvent, GroupInfo, Trace, check_noise_level, ops_at_noise
@@ -27,8 +28,12 @@ _OP_LISTS = {
 }
 
 
-def to_dump_dict(trace: Trace, noise_level: int = 3) -> dict[str, Any]:
-    """The dump of a trace as a JSON-ready dict; op rows filtered by ``noise_level``."""
+def to_dump_dict(trace: Trace, noise_level: int = 3, events: list[CollectiveEvent] | None = None,
+                 older: Aggregates | None = None) -> dict[str, Any]:
+    """The dump of a trace as a JSON-ready dict; op rows filtered by ``noise_level``.
+
+    ``events`` and ``older`` (a recording session with ``keep_steps``): the events to keep one
+    by one instead of the trace's, and the totals of all the others."""
     check_noise_level(noise_level)
 
     def node(fqn: str) -> dict[str, Any]:
@@ -76,10 +81,12 @@ def to_dump_dict(trace: Trace, noise_level: int = 3) -> dict[str, Any]:
         "metadata": {**trace.metadata, "steps": trace.steps},
         "groups": {name: g.to_dict() for name, g in trace.groups.items()},
         "summary": trace.totals(),
-        "events": encode_events(trace.events),
-        "events_dropped": trace.events_dropped,
+        "events": encode_events(trace.events if events is None else events),
+        "events_dropped": trace.events_dropped if events is None else max(trace.events_total - len(events), 0),
         "max_events": trace.max_events,
     }
+    if older is not None:
+        root["commdebug"]["older"] = older.to_dict()
     return root
 
 
@@ -91,9 +98,11 @@ def _merged_counts(trace: Trace, fqn: str, phases: tuple[str, ...]) -> dict[str,
     return out
 
 
-def dump_text(trace: Trace, noise_level: int = 3) -> str:
-    """The dump of a trace as JSON text (what ``generate_json_dump`` and ``commdebug run`` write)."""
-    return json.dumps(to_dump_dict(trace, noise_level), indent=1)
+def dump_text(trace: Trace, noise_level: int = 3, events: list[CollectiveEvent] | None = None,
+              older: Aggregates | None = None) -> str:
+    """The dump of a trace as JSON text (what ``generate_json_dump`` and ``commdebug run`` write);
+    ``events`` and ``older`` as in :func:`to_dump_dict`."""
+    return json.dumps(to_dump_dict(trace, noise_level, events, older), indent=1)
 
 
 def check_schema(section: Any, source: str) -> None:
@@ -155,6 +164,8 @@ def _build(root: dict[str, Any], section: dict[str, Any] | None, source: str) ->
         trace.events.extend(events)
         trace.events_total = len(events) + int(section.get("events_dropped", 0))
         trace.step = int(trace.metadata.get("steps", 0) or 0)
+        if section.get("older") is not None:
+            set_older(trace, Aggregates.from_dict(section["older"]))
     else:
         trace.metadata = {"format": "torch.distributed.tensor.debug.CommDebugMode"}
         trace.bytes_recorded = False
@@ -197,8 +208,13 @@ def rank_view_from_dump_dict(data: Any, path: Path, rank_from_name: Callable[[],
             events = decode_events(raw, groups, str(path))
         rank = meta.get("rank")
         view = RankView(int(rank) if isinstance(rank, int) else rank_from_name(), path, meta, groups, events)
-        if section.get("events_dropped"):
-            view.notes.append(f"{section['events_dropped']} older events were dropped (max_events)")
+        older = Aggregates.from_dict(section["older"]) if section.get("older") is not None else None
+        set_older(view, older)
+        lost = int(section.get("events_dropped") or 0) - (older.events if older is not None else 0)
+        if older is not None and older.events:
+            view.notes.append(f"{older.events} events of older steps are kept as totals only (keep_steps, max_events)")
+        if lost > 0:
+            view.notes.append(f"{lost} older events were dropped (max_events)")
         return view
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
         # a dump that parses but holds the wrong types somewhere: one line, never a traceback

@@ -16,7 +16,15 @@ for Perfetto (ui.perfetto.dev) and chrome://tracing.
   prediction says how long, not when (the recorded times are the recording machine's, often a
   laptop with the fake backend), and the track's length is then the predicted communication
   time as the model adds it up (serially). Calls of unknown group size are left off it; calls
-  with no recorded time are on it. Measured tracks never carry predicted spans.
+  with no recorded time are on it. Measured tracks never carry predicted spans;
+- flows (``ph`` ``s``/``t``/``f``, Chrome trace flow events) link the timed calls of one
+  collective, the same (group name, sequence number), across the ranks in the trace: Perfetto
+  draws an arrow from the rank that arrived first to the one that arrived last. Arrival is told
+  by latency, not by position: the first to arrive waited longest, the last waited least (the
+  ranks' clocks are not aligned, their latencies are comparable);
+- ``steps=`` keeps only those steps' calls; the ranks to show are the views passed in (see
+  :func:`commdebug.formats.selection.iter_selected`). ``counts`` says what was written and what
+  was left out, and why.
 
 Timestamps count from each rank's own start (entering CommDebugMode): clocks of different hosts
 are not aligned, and ranks do not start at the same instant, so compare durations across ranks,
@@ -33,20 +41,73 @@ not positions.
 from __future__ import annotations
 
 import json
+from array import array
 from typing import Any, Iterable, Iterator
 
 from commdebug.estimate import Cluster, predict_events, resolve_cluster
 from commdebug.model.rank_view import RankView
 from commdebug.model.trace import CollectiveEvent
 
-__all__ = ["ChromeTrace", "rank_trace_events"]
+__all__ = ["ChromeTrace", "rank_trace_events", "trace_summary"]
 
 _US = 1e6
+# flow events of one chain share their category, name and id (how Perfetto joins them)
+_FLOW_CAT, _FLOW_NAME = "collective", "collective"
 
 
-def rank_trace_events(view: RankView, cluster: Cluster | None = None) -> Iterable[dict[str, Any]]:
+def _us(seconds: float) -> float:
+    # nanosecond resolution: a full float repeats 17 digits per time in a file of millions
+    return round(seconds * _US, 3)
+
+
+class _Flows:
+    """Where each timed call of a collective landed in the trace, per group, in flat arrays
+    (a thousand ranks' calls in tens of bytes each), to chain once every rank is written."""
+
+    def __init__(self) -> None:
+        self.groups: dict[str, tuple[array, array, array, array, array]] = {}
+        self.chains = 0
+
+    def add(self, group: str, seq: int, pid: int, tid: int, ts: float, latency: float) -> None:
+        cols = self.groups.get(group)
+        if cols is None:
+            cols = self.groups[group] = (array("q"), array("q"), array("q"), array("d"), array("d"))
+        seqs, pids, tids, starts, latencies = cols
+        seqs.append(seq)
+        pids.append(pid)
+        tids.append(tid)
+        starts.append(ts)
+        latencies.append(latency)
+
+    def events(self) -> Iterator[dict[str, Any]]:
+        """One chain per (group, seq) timed on two ranks or more: start on the rank that waited
+        longest (it arrived first), a step on each rank after it, the end on the one that
+        waited least. Each point sits inside its call's span and binds to it (``bp: e``)."""
+        flow_id = 0
+        for group in sorted(self.groups):
+            seqs, pids, tids, starts, latencies = self.groups.pop(group)
+            by_seq: dict[int, list[int]] = {}
+            for i, seq in enumerate(seqs):
+                by_seq.setdefault(seq, []).append(i)
+            for seq in sorted(by_seq):
+                calls = by_seq[seq]
+                if len({pids[i] for i in calls}) < 2:
+                    continue
+                flow_id += 1
+                self.chains += 1
+                calls.sort(key=lambda i: (-latencies[i], pids[i]))
+                last = len(calls) - 1
+                for k, i in enumerate(calls):
+                    ph = "s" if k == 0 else "f" if k == last else "t"
+                    yield {"ph": ph, "bp": "e", "cat": _FLOW_CAT, "name": _FLOW_NAME, "id": flow_id, "pid": pids[i],
+                           "tid": tids[i], "ts": round(starts[i] + latencies[i] * _US / 2, 3)}
+
+
+def rank_trace_events(view: RankView, cluster: Cluster | None = None, *, flows: _Flows | None = None,
+                      steps: Any = None) -> Iterable[dict[str, Any]]:
     """The trace events of one rank, metadata first; then its predicted track when ``cluster``
-    (default: the rank's ``metadata.cluster``) is known."""
+    (default: the rank's ``metadata.cluster``) is known. ``steps`` (a container of step
+    numbers) keeps only those steps' calls; ``flows`` collects where timed calls landed."""
     pid = view.rank
     host = view.metadata.get("hostname")
     yield {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": f"rank {pid}" + (f" ({host})" if host else "")}}
@@ -54,48 +115,54 @@ def rank_trace_events(view: RankView, cluster: Cluster | None = None) -> Iterabl
     yield {"ph": "M", "name": "thread_name", "pid": pid, "tid": 0, "args": {"name": "steps"}}
     lanes: dict[str, list[float]] = {}  # group label -> end time of the last event on each lane
     tids: dict[tuple[str, int], int] = {}
-    steps: dict[int, list[float]] = {}
-    for e in view.events:
+    span_of: dict[int, list[float]] = {}
+    labels: dict[Any, str] = {}  # a group's label, worked out once per group, not per call
+    events = view.events if steps is None else [e for e in view.events if e.step in steps]
+    for e in events:
         if e.start_s is None:
             continue
-        ts = e.start_s * _US
-        dur = (e.latency_s or 0.0) * _US
-        label = e.group.label
+        ts = _us(e.start_s)
+        end = _us(e.start_s + (e.latency_s or 0.0))
+        label = labels.get(e.group)
+        if label is None:
+            label = labels[e.group] = e.group.label
         ends = lanes.setdefault(label, [])
-        lane = next((i for i, end in enumerate(ends) if end <= ts), len(ends))
+        lane = next((i for i, last in enumerate(ends) if last <= ts), len(ends))
         if lane == len(ends):
             ends.append(0.0)
-        ends[lane] = ts + dur
+        ends[lane] = end
         tid = tids.get((label, lane))
         if tid is None:
             tid = tids[(label, lane)] = len(tids) + 1
             name = label if lane == 0 else f"{label} ({lane + 1})"
             yield {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}}
             yield {"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": tid}}
-        span = steps.setdefault(e.step, [ts, ts + dur])
-        span[0], span[1] = min(span[0], ts), max(span[1], ts + dur)
+        span = span_of.setdefault(e.step, [ts, end])
+        span[0], span[1] = min(span[0], ts), max(span[1], end)
         if e.latency_s is not None:
-            yield {"ph": "X", "name": e.op, "cat": "collective", "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": _args(e)}
+            yield {"ph": "X", "name": e.op, "cat": "collective", "pid": pid, "tid": tid, "ts": ts, "dur": round(end - ts, 3), "args": _args(e)}
+            if flows is not None and e.seq is not None and e.peer is None:
+                flows.add(e.group.name, e.seq, pid, tid, ts, e.latency_s)
         else:
             yield {"ph": "i", "s": "t", "name": e.op, "cat": "collective", "pid": pid, "tid": tid, "ts": ts, "args": _args(e)}
-    spans = sorted(steps.items())
+    spans = sorted(span_of.items())
     for i, (step, (start, end)) in enumerate(spans):
         if i + 1 < len(spans):  # a step's last collective may finish after the next one began
             end = min(end, spans[i + 1][1][0])
-        yield {"ph": "X", "name": f"step {step}", "cat": "step", "pid": pid, "tid": 0, "ts": start, "dur": max(end - start, 0.0), "args": {"step": step}}
+        yield {"ph": "X", "name": f"step {step}", "cat": "step", "pid": pid, "tid": 0, "ts": start, "dur": round(max(end - start, 0.0), 3), "args": {"step": step}}
     resolved = resolve_cluster(cluster, view.metadata)
     if resolved is not None:
-        yield from _predicted_track(view, resolved, len(tids) + 1)
+        yield from _predicted_track(view, resolved, len(tids) + 1, events)
 
 
-def _predicted_track(view: RankView, cluster: Cluster, tid: int) -> Iterable[dict[str, Any]]:
+def _predicted_track(view: RankView, cluster: Cluster, tid: int, events: list[CollectiveEvent]) -> Iterable[dict[str, Any]]:
     """The rank's calls at their predicted durations, back to back from 0 on their own track."""
     pid = view.rank
     yield {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": f"predicted on {cluster.name}"}}
     yield {"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": tid}}
     ts = 0.0
-    prediction = predict_events(view.events, cluster, rank=view.rank)
-    for e, seconds in zip(view.events, prediction.seconds):
+    prediction = predict_events(events, cluster, rank=view.rank)
+    for e, seconds in zip(events, prediction.seconds):
         if seconds is None:
             continue
         dur = seconds * _US
@@ -127,32 +194,86 @@ def _args(e: CollectiveEvent, with_busbw: bool = True) -> dict[str, Any]:
 
 class ChromeTrace:
     """The Chrome Trace renderer: ``render(views)`` yields the JSON text of the ranks' events;
-    ``counts`` then says what it held (ranks, complete, instant, predicted events, and calls
-    without a recorded time, skipped).
+    ``counts`` then says what it held: ``ranks``, ``complete``, ``instant``, ``predicted``,
+    ``flows`` (chains, one per collective call timed on two ranks or more) and ``flow_events``
+    written; calls left out because they have no recorded start (``skipped``) or lie outside
+    ``steps`` (``outside_steps``).
 
     ``cluster`` (a preset name, cluster file, dict or :class:`~commdebug.estimate.Cluster`)
     adds every rank's predicted track on it; without it, ranks whose dump stored a cluster get
-    theirs.
+    theirs. ``steps`` (a container of step numbers, e.g. a
+    :class:`~commdebug.formats.selection.Selection`; None: all) keeps only those steps' calls.
+    ``flows=False`` leaves the flow arrows out.
     """
 
-    def __init__(self, cluster: Any = None) -> None:
+    def __init__(self, cluster: Any = None, *, steps: Any = None, flows: bool = True) -> None:
         self.cluster = None if cluster is None else resolve_cluster(cluster, {})
-        self.counts = {"ranks": 0, "complete": 0, "instant": 0, "skipped": 0, "predicted": 0}
+        self.steps = steps
+        self.flows = flows
+        self.counts = {"ranks": 0, "complete": 0, "instant": 0, "skipped": 0, "predicted": 0, "flows": 0,
+                       "flow_events": 0, "outside_steps": 0}
 
     def render(self, views: Iterable[RankView]) -> Iterator[str]:
         counts = self.counts
+        flows = _Flows() if self.flows else None
+        dumps = json.JSONEncoder(separators=(",", ":")).encode
         yield '{"displayTimeUnit":"ms","traceEvents":[\n'
         separator = ""
         for view in views:
             counts["ranks"] += 1
-            counts["skipped"] += sum(1 for e in view.events if e.start_s is None)
-            for event in rank_trace_events(view, self.cluster):
-                if event["ph"] == "X" and event.get("cat") == "collective":
-                    counts["complete"] += 1
-                elif event["ph"] == "X" and event.get("cat") == "predicted":
-                    counts["predicted"] += 1
+            kept = view.events if self.steps is None else [e for e in view.events if e.step in self.steps]
+            counts["outside_steps"] += len(view.events) - len(kept)
+            counts["skipped"] += sum(1 for e in kept if e.start_s is None)
+            chunk = list(rank_trace_events(view, self.cluster, flows=flows, steps=self.steps))
+            for event in chunk:
+                if event["ph"] == "X":
+                    cat = event.get("cat")
+                    if cat == "collective":
+                        counts["complete"] += 1
+                    elif cat == "predicted":
+                        counts["predicted"] += 1
                 elif event["ph"] == "i":
                     counts["instant"] += 1
-                yield separator + json.dumps(event, separators=(",", ":"))
+            if chunk:
+                # one rank's events encoded in one call, one line: per event costs twice as much
+                yield separator + dumps(chunk)[1:-1]
                 separator = ",\n"
+        if flows is not None:
+            chunk = []
+            for event in flows.events():
+                chunk.append(event)
+                if len(chunk) == 10_000:  # a million arrows need not sit in memory at once
+                    counts["flow_events"] += len(chunk)
+                    yield separator + dumps(chunk)[1:-1]
+                    separator, chunk = ",\n", []
+            if chunk:
+                counts["flow_events"] += len(chunk)
+                yield separator + dumps(chunk)[1:-1]
+            counts["flows"] = flows.chains
         yield "\n]}\n"
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
+def trace_summary(counts: dict[str, int], out: Any, *, ranks_in_folder: int | None = None, ranks: str = "all",
+                  steps: str = "all") -> list[str]:
+    """What ``commdebug trace`` prints once written: the events written, then (only when some
+    were) what was left out and why. `counts` is :attr:`ChromeTrace.counts`."""
+    timed = f"{counts['complete']:,} timed collectives, {counts['instant']:,} untimed (instant events)"
+    if counts["predicted"]:
+        timed += f", {counts['predicted']:,} predicted spans"
+    if counts.get("flows"):
+        timed += f", {_n(counts['flows'], 'flow')} joining the ranks of one call"
+    lines = [f"wrote {out}: {_n(counts['ranks'], 'rank')}, {timed}; open it in https://ui.perfetto.dev"]
+    left = []
+    if ranks_in_folder is not None and ranks_in_folder > counts["ranks"]:
+        left.append(f"{ranks_in_folder - counts['ranks']:,} of {ranks_in_folder:,} ranks (not in --ranks {ranks})")
+    if counts.get("outside_steps"):
+        left.append(f"{_n(counts['outside_steps'], 'call')} outside --steps {steps}")
+    if counts.get("skipped"):
+        left.append(f"{_n(counts['skipped'], 'call')} with no recorded start time")
+    if left:
+        lines.append("left out: " + "; ".join(left))
+    return lines

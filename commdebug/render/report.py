@@ -1,14 +1,29 @@
-"""``commdebug report`` as text: per-rank table with min / median / max rows, then per op."""
+"""``commdebug report`` as text: per-rank table with min / median / max rows, then per op.
+
+A thousand ranks make a table nobody reads: from :data:`TOP_FROM` ranks on, the table lists only
+the :data:`TOP_DEFAULT` ranks furthest from the median (``--top K`` chooses K; ``--top 0`` all),
+each with the figure that sets it apart; the min / median / max rows still cover every rank."""
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
-from commdebug.analysis.report import Report
+from commdebug.analysis.report import Deviation, Report
 from commdebug.render.columns import align
 from commdebug.units import format_bytes, format_gbps, format_s, format_share
 
-__all__ = ["render_report"]
+__all__ = ["render_report", "shown_ranks", "TOP_FROM", "TOP_DEFAULT"]
+
+TOP_FROM = 64  # from this many ranks on, the table lists the furthest ranks only
+TOP_DEFAULT = 16
+
+
+def shown_ranks(ranks: int, top: int | None) -> int | None:
+    """How many ranks the table lists for `ranks` ranks and ``--top`` `top` (None: not given):
+    None for all of them."""
+    if top is None:
+        top = TOP_DEFAULT if ranks >= TOP_FROM else 0
+    return top if 0 < top < ranks else None
 
 
 _RANK_COLUMNS: list[tuple[str, str, Callable[[Any], str]]] = [
@@ -21,13 +36,28 @@ _RANK_COLUMNS: list[tuple[str, str, Callable[[Any], str]]] = [
 ]
 
 
-def render_report(rep: Report) -> str:
-    """The report as text, ending with a newline."""
+_FIGURE_TITLES = {attr: title for attr, title, _ in _RANK_COLUMNS}
+
+
+def _deviation(d: Deviation) -> str:
+    if d.figure is None:
+        return "median"
+    return f"{_FIGURE_TITLES[d.figure]} {d.relative * 100:+.0f}%"
+
+
+def render_report(rep: Report, top: int | None = None) -> str:
+    """The report as text, ending with a newline; with `top`, the rank table lists only the
+    `top` ranks furthest from the median, furthest first, with a ``deviation`` column."""
     lines = [f"commdebug report: {len(rep.ranks)} rank{'s' if len(rep.ranks) != 1 else ''}"
-             + ("" if rep.timed else "; no timing was recorded (record with --timing): counts and bytes only"), ""]
-    rows = [["rank", "host"] + [title for _, title, _ in _RANK_COLUMNS]]
-    for r in rep.ranks:
-        rows.append([str(r.rank), r.host or "?"] + [fmt(getattr(r, attr) if attr != "share" else r.share) for attr, _, fmt in _RANK_COLUMNS])
+             + ("" if rep.timed else "; no timing was recorded (record with --timing): counts and bytes only")]
+    if top:
+        lines.append(f"ranks: the {top} of {len(rep.ranks):,} furthest from the median (--top K to change, --top 0 for all)")
+    lines.append("")
+    rows = [["rank", "host"] + [title for _, title, _ in _RANK_COLUMNS] + (["deviation"] if top else [])]
+    listed = rep.top(top) if top else [(r, None) for r in rep.ranks]
+    for r, d in listed:
+        rows.append([str(r.rank), r.host or "?"] + [fmt(getattr(r, attr) if attr != "share" else r.share) for attr, _, fmt in _RANK_COLUMNS]
+                    + ([_deviation(d)] if d is not None else []))
     spread = {attr: rep.spread(attr) for attr, _, _ in _RANK_COLUMNS}
     for which in ("min", "median", "max"):
         row = [which, ""]
@@ -38,7 +68,7 @@ def render_report(rep: Report) -> str:
             else:
                 holder = f" (r{s[which + '_rank']})" if which != "median" else ""
                 row.append(fmt(s[which]) + holder)
-        rows.append(row)
+        rows.append(row + ([""] if top else []))
     lines += align(rows, left=2)
     lines.append("")
     rows = [["op", "calls", "bytes", "timed", "time s", "algbw GB/s", "busbw GB/s", "straggler s"]]

@@ -116,6 +116,10 @@ def _header_lines(summary: Summary) -> list[str]:
     lines += [f"note: {note}" for note in h.get("timing_notes") or []]
     if h.get("events_dropped"):
         lines.append(f"note: {h['events_dropped']} older calls were dropped (max_events); rows cover the calls kept")
+    if h.get("totals_only"):
+        lines.append(f"note: {h['totals_only']} calls of older steps are kept as totals (keep_steps, max_events): counted in every row, "
+                     "not in the busbw percentiles")
+    lines += [f"note: {note}" for note in h.get("read_notes") or []]
     return lines
 
 

@@ -123,8 +123,13 @@ def test_page_embeds_numbers_not_events(folder):
     assert html.count("train.py:40") == 2
     index, blocks = ranks_data(folder)
     n = len(index["modules"]["fqn"])
-    assert all(len(json.loads(b)) in (n, 4 * n) for b in blocks)
-    assert len(blocks) < 3 * len(index["ranks"])  # counts agree across ranks: stored once
+    per_module = {i for r in index["ranks"] for i in r["blocks"].values() if i is not None}
+    assert all(len(json.loads(blocks[i])) in (n, 4 * n) for i in per_module)
+    assert len(per_module) < 3 * len(index["ranks"])  # counts agree across ranks: stored once
+    # the rest: each rank's numbers per (step, op), and the heatmap's matrices; numbers only
+    per_cell = {i for r in index["ranks"] for i in r["cells"].values() if i is not None}
+    assert set(range(len(blocks))) == per_module | per_cell | {index["heat"]["block"]}
+    assert all(isinstance(v, (int, float)) or v is None for i in per_cell for v in json.loads(blocks[i]))
     assert html.count('type="application/json"') == 1 + len(blocks)
     policy = re.search(r'http-equiv="Content-Security-Policy" content="([^"]*)"', html).group(1)
     assert "default-src &#39;none&#39;" in policy and "script-src &#39;sha256-" in policy  # as one dump's page

@@ -7,6 +7,7 @@
 function showMode(ranks) {
   $("rank-picker").hidden = !ranks;
   $("findings").hidden = !ranks;
+  if (!ranks) $("heatmap-section").hidden = true;
   $("op-filter").hidden = ranks;
   $("ops-section").hidden = ranks;
   if (ranks) $("events").hidden = true;

@@ -76,7 +76,18 @@ class RanksViewer extends BaseViewer {
     this.useRank(this.withTree[0]);
     this.renderSummary();
     this.renderFindings();
+    this.heatmap = new Heatmap(this, index);
+    this.heatmap.render();
     this.showTree("share of this rank's bytes (Global = 100%)");
+  }
+
+  /** A heatmap cell (or a rank named by the per-op spread, `step` null) clicked: show that
+   * rank in the tree and the rank panel, and the cell's calls by op. */
+  selectCell(rank, step) {
+    const entry = this.withTree.find((r) => r.rank === rank);
+    if (entry && entry !== this.rank) this.setRank(entry);
+    this.heatmap.mark(rank, step);
+    this.heatmap.showSelection(rank, step);
   }
 
   /** A block of numbers (one rank's counts, bytes or times), parsed once. */
@@ -121,6 +132,10 @@ class RanksViewer extends BaseViewer {
 
   setRank(rank) {
     this.useRank(rank);
+    if (this.heatmap) {  // chosen elsewhere (the selector, the rank panel): its row, no step
+      this.heatmap.mark(rank.rank, null);
+      this.heatmap.showSelection(rank.rank, null);
+    }
     this.renderSummary();
     this.tree.render();
     if (this.tree.selected) this.renderDetail(this.tree.selected);

@@ -1,0 +1,202 @@
+"""The live state of a running job, and its verdict: ``commdebug watch`` over a folder of rank
+streams (a shared file system is enough: no socket between ranks), and the ``/commdebug`` page
+of torch's debug server over the ranks' answers. Data only; the wording is
+:mod:`commdebug.render.watch`'s.
+
+Per rank: its step, its communication per recent step (seconds when timed, else calls), its
+last collective, and the collective it has been waiting in, if any. Then:
+
+- a rank **waits** when a collective of its own has been unfinished for a while (the stream
+  flags it);
+- a rank is **stalled** when it made no progress (no new collective, no new step) for
+  ``stall_after`` seconds, waits in nothing, and other ranks wait in a collective: they wait
+  for it. A rank whose stream ended without a final dump and whose file is no longer touched
+  is stalled too (it is probably gone: killed, or its node lost);
+- every live rank waiting for ``stall_after`` seconds, none stalled, is a **hang**
+  (``commdebug check`` on the folder says which calls differ);
+- a rank is a **straggler** when it is behind the median step by at least one step and by
+  more than ``behind_pct`` percent.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from commdebug.model.aggregates import older_of
+from commdebug.model.rank_view import RankView
+from commdebug.model.trace import CollectiveEvent
+
+__all__ = ["Call", "RankLive", "WatchResult", "live_state", "watch", "watch_path", "RECENT_STEPS"]
+
+RECENT_STEPS = 3  # steps whose communication is shown
+
+
+@dataclass
+class Call:
+    """A collective as the live view names it."""
+
+    op: str
+    group: str  # label
+    seq: int | None
+    module: str | None
+    source: str | None
+    step: int
+    in_flight: bool = False
+    since: float | None = None  # wall time it has been unfinished since, when it is
+
+    @classmethod
+    def of(cls, e: CollectiveEvent, since: float | None = None) -> "Call":
+        return cls(e.op, e.group.label, e.seq, e.module if e.module not in ("?", "") else None, e.source, e.step,
+                   e.in_flight or since is not None, since)
+
+
+@dataclass
+class RankLive:
+    """One rank now: enough to say whether it moves, never its events."""
+
+    rank: int
+    file: str | None
+    step: int
+    progress: float | None  # wall time of its last new collective or step
+    heartbeat: float | None  # wall time its recording was last seen alive (file touched, server answered)
+    ended_by: str | None  # set once its final dump is written
+    last: Call | None
+    waiting: Call | None
+    recent: list[tuple[int, int, float | None]] = field(default_factory=list)  # (step, calls, seconds or None)
+    hostname: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "RankLive":
+        """From :meth:`to_dict`'s form (a rank's answer to the debug server)."""
+        d = dict(d)
+        d["last"] = Call(**d["last"]) if d.get("last") else None
+        d["waiting"] = Call(**d["waiting"]) if d.get("waiting") else None
+        d["recent"] = [tuple(r) for r in d.get("recent") or []]
+        return cls(**d)
+
+
+def live_state(events: list[CollectiveEvent], *, rank: int, step: int, progress: float | None, heartbeat: float | None,
+               in_flight: dict[int, float], ended_by: str | None = None, file: str | None = None,
+               hostname: str | None = None, older_steps: dict[int, list] | None = None) -> RankLive:
+    """A rank's :class:`RankLive` from its latest events (in call order) and its stream's facts."""
+    last = Call.of(events[-1], in_flight.get(events[-1].index)) if events else None
+    waiting = None
+    if in_flight:  # the oldest of the unfinished ones is what it waits in
+        first = min(in_flight)
+        waiting = next((Call.of(e, in_flight[e.index]) for e in reversed(events) if e.index == first), None)
+    per_step: dict[int, list] = {}
+    for e in events:
+        if e.step < step - RECENT_STEPS:
+            continue
+        cell = per_step.setdefault(e.step, [0, None])
+        cell[0] += 1
+        if e.latency_s is not None:
+            cell[1] = (cell[1] or 0.0) + e.latency_s
+    for s, totals in (older_steps or {}).items():
+        if s >= step - RECENT_STEPS and s not in per_step:
+            per_step[s] = [totals[0], totals[3] if totals[2] else None]
+    recent = [(s, c, t) for s, (c, t) in sorted(per_step.items())][-RECENT_STEPS:]
+    return RankLive(rank, file, step, progress, heartbeat, ended_by, last, waiting, recent, hostname)
+
+
+def _from_view(view: RankView) -> RankLive:
+    meta = view.metadata
+    stream = meta.get("stream") or {}
+    try:
+        heartbeat = os.stat(view.path).st_mtime
+    except OSError:
+        heartbeat = None
+    in_flight = {int(i): float(t) for i, t in (stream.get("in_flight") or {}).items()}
+    if not stream:  # a final (or hang) dump: its flags, no times
+        in_flight = {e.index: 0.0 for e in view.events if e.in_flight} if meta.get("ended_by") == "hang" else {}
+    older = older_of(view)
+    step = stream.get("step", meta.get("steps") or 0)
+    ended = meta.get("ended_by")
+    return live_state(view.events, rank=view.rank, step=int(step or 0), progress=stream.get("progress"), heartbeat=heartbeat,
+                      in_flight=in_flight, ended_by=None if ended in (None, "hang") else str(ended), file=str(view.path),
+                      hostname=meta.get("hostname"), older_steps=older.steps if older is not None else None)
+
+
+@dataclass
+class WatchResult:
+    """The job now: each rank's state and the verdict."""
+
+    now: float
+    stall_after: float
+    behind_pct: float
+    ranks: list[RankLive]
+    median_step: float | None
+    stalled: list[int] = field(default_factory=list)
+    stragglers: list[int] = field(default_factory=list)
+    waiting: list[int] = field(default_factory=list)
+    finished: list[int] = field(default_factory=list)
+    gone: list[int] = field(default_factory=list)  # stalled ranks whose recording is no longer alive
+    hung: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def healthy(self) -> bool:
+        return not (self.stalled or self.stragglers or self.hung)
+
+    def waited_in(self) -> list[tuple[int, Call]]:
+        """(rank, call) of every rank waiting in a collective."""
+        return [(r.rank, r.waiting) for r in self.ranks if r.waiting is not None and r.ended_by is None]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"healthy": self.healthy, "now": self.now, "stall_after": self.stall_after, "behind_pct": self.behind_pct,
+                "median_step": self.median_step, "stalled": self.stalled, "stragglers": self.stragglers,
+                "waiting": self.waiting, "finished": self.finished, "gone": self.gone, "hung": self.hung,
+                "notes": self.notes, "ranks": [r.to_dict() for r in self.ranks]}
+
+
+def watch(ranks: Iterable[RankLive], *, now: float | None = None, stall_after: float = 60.0, behind_pct: float = 10.0) -> WatchResult:
+    """The verdict on the ranks' states (see the module docstring)."""
+    states = sorted(ranks, key=lambda r: r.rank)
+    now = time.time() if now is None else now
+    live = [r for r in states if r.ended_by is None]
+    median = statistics.median(r.step for r in live) if live else None
+    result = WatchResult(now, stall_after, behind_pct, states, median)
+    result.finished = [r.rank for r in states if r.ended_by is not None]
+    result.waiting = [r.rank for r in live if r.waiting is not None]
+    idle = {r.rank: now - r.progress for r in live if r.waiting is None and r.progress is not None}
+    if result.waiting:
+        result.stalled = sorted(rank for rank, age in idle.items() if age >= stall_after)
+    for r in live:
+        if r.waiting is None and r.heartbeat is not None and now - r.heartbeat >= stall_after and r.rank in idle:
+            result.gone.append(r.rank)  # no heartbeat either: stalled whoever waits
+            if r.rank not in result.stalled:
+                result.stalled.append(r.rank)
+    result.stalled.sort()
+    if live and not result.stalled and len(result.waiting) == len(live):
+        result.hung = all(now - r.waiting.since >= stall_after for r in live if r.waiting.since is not None)
+    if median is not None:
+        result.stragglers = [r.rank for r in live if r.rank not in result.stalled
+                             and median - r.step >= 1 and median - r.step > median * behind_pct / 100]
+    return result
+
+
+def watch_path(path: str | os.PathLike, *, now: float | None = None, stall_after: float = 60.0,
+               behind_pct: float = 10.0) -> WatchResult:
+    """:func:`watch` over a folder of rank streams and dumps (whatever each rank wrote so far)."""
+    from commdebug.formats.readers import iter_ranks
+
+    states, notes, world = [], [], 0
+    for view in iter_ranks(Path(path)):
+        states.append(_from_view(view))
+        notes += [f"rank {view.rank}: {n}" for n in view.notes if "cut short" in n]
+        world = max(world, int(view.metadata.get("world_size") or 0))
+    result = watch(states, now=now, stall_after=stall_after, behind_pct=behind_pct)
+    missing = sorted(set(range(world)) - {r.rank for r in states}) if world else []
+    if missing:
+        result.notes.append(f"no stream yet from rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}")
+    result.notes += notes
+    return result
+

@@ -1,0 +1,92 @@
+"""``commdebug watch`` as text: a frame per refresh, one line per rank, then the verdict.
+
+    commdebug watch traces/: 2 ranks, median step 2, 14:03:07
+    rank  step  comm (last steps)  last collective                            state
+    0     2     4 / 4 / 1 calls    all_reduce #4 on default_pg[2] at job.py:21  waits 31 s in all_reduce #4 ...
+    1     2     4 / 4 calls        all_reduce #3 on default_pg[2] at job.py:21  STALLED: no progress for 31 s
+    STALLED: rank 1 (no progress for 31 s) while rank 0 waits in all_reduce #4 on default_pg[2] at job.py:21
+"""
+
+from __future__ import annotations
+
+import time as _time
+
+from commdebug.analysis.check import who
+from commdebug.analysis.watch import Call, RankLive, WatchResult
+from commdebug.render.columns import align
+from commdebug.units import format_ms
+
+__all__ = ["render_watch", "describe_call"]
+
+
+def describe_call(call: Call | None) -> str:
+    """"all_reduce #4 on default_pg[2] in Linear at job.py:21"."""
+    if call is None:
+        return "no collective yet"
+    what = f"{call.op} #{call.seq}" if call.seq is not None else call.op
+    where = "".join(f" {k} {v}" for k, v in (("in", call.module), ("at", call.source)) if v)
+    return f"{what} on {call.group}{where}"
+
+
+def _comm(r: RankLive) -> str:
+    if not r.recent:
+        return "-"
+    if all(t is not None for _, _, t in r.recent):
+        return " / ".join(f"{format_ms(t)}" for _, _, t in r.recent) + " ms"
+    return " / ".join(str(c) for _, c, _ in r.recent) + " calls"
+
+
+def _age(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds >= 1 else f"{seconds:.1f} s"
+
+
+def _state(r: RankLive, result: WatchResult) -> str:
+    now = result.now
+    if r.ended_by is not None:
+        return f"finished ({r.ended_by})"
+    if r.rank in result.stalled:
+        idle = _age(now - r.progress) if r.progress is not None else "a while"
+        gone = " and no sign of life: the process may be gone" if r.rank in result.gone else ""
+        return f"STALLED: no progress for {idle}{gone}"
+    if r.waiting is not None:
+        since = f" {_age(now - r.waiting.since)}" if r.waiting.since else ""
+        return f"waits{since} in {describe_call(r.waiting)}"
+    if r.rank in result.stragglers:
+        return f"STRAGGLER: {result.median_step - r.step:g} steps behind the median"
+    return "running"
+
+
+def render_watch(result: WatchResult, title: str = "") -> str:
+    """One frame: a header, a line per rank, the verdict and notes, ending with a newline."""
+    n = len(result.ranks)
+    median = "-" if result.median_step is None else f"{result.median_step:g}"
+    clock = _time.strftime("%H:%M:%S", _time.localtime(result.now))
+    lines = [f"commdebug watch{' ' + title if title else ''}: {n} rank{'s' if n != 1 else ''}, median step {median}, {clock}"]
+    rows = [["rank", "step", "comm (last steps)", "last collective", "state"]]
+    for r in result.ranks:
+        rows.append([str(r.rank), str(r.step), _comm(r), describe_call(r.last), _state(r, result)])
+    lines += align(rows, left=5)
+    lines += _verdict(result)
+    lines += [f"note: {note}" for note in result.notes]
+    return "\n".join(lines) + "\n"
+
+
+def _verdict(result: WatchResult) -> list[str]:
+    out = []
+    waiting = result.waited_in()
+    if result.stalled:
+        for rank in result.stalled:
+            r = next(x for x in result.ranks if x.rank == rank)
+            idle = f"no progress for {_age(result.now - r.progress)}" if r.progress is not None else "no progress"
+            last = f"; its last collective: {describe_call(r.last)} (step {r.last.step})" if r.last else ""
+            others = "; ".join(f"{who([w])} waits in {describe_call(c)}" for w, c in waiting)
+            out.append(f"STALLED: rank {rank} ({idle}{last})" + (f" while {others}" if others else ""))
+    if result.hung:
+        calls = "; ".join(f"{who([w])} in {describe_call(c)}" for w, c in waiting)
+        out.append(f"HUNG: every rank waits in a collective ({calls}); `commdebug check` names the calls that differ")
+    if result.stragglers:
+        out.append(f"STRAGGLING: {who(result.stragglers)} more than {result.behind_pct:g}% behind the median step {result.median_step:g}")
+    if not out:
+        live = len(result.ranks) - len(result.finished)
+        out.append("healthy" + (f": {live} running" if live else "") + (f", {len(result.finished)} finished" if result.finished else ""))
+    return out

@@ -1,0 +1,38 @@
+"""A training loop for the streaming tests, run under torchrun with gloo and `commdebug run`.
+
+Each step: a forward and backward, one all_reduce per gradient, ``optimizer.step()`` (which
+marks the step). Behaviour from the environment:
+  LIVE_STEPS      steps (default 6)
+  LIVE_BAD        unset (healthy), kill (rank 1 SIGKILLs itself as step LIVE_AT starts),
+                  sleep (rank 1 sleeps LIVE_SLEEP seconds as step LIVE_AT starts; the others wait)
+  LIVE_AT         the step (default 3)
+  LIVE_SLEEP      seconds (default 600)
+  LIVE_PG_TIMEOUT seconds before gloo gives up on a stuck collective (default 60)
+"""
+
+import datetime
+import os
+import signal
+import time
+
+import torch
+import torch.distributed as dist
+
+bad = os.environ.get("LIVE_BAD", "")
+at = int(os.environ.get("LIVE_AT", "3"))
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=float(os.environ.get("LIVE_PG_TIMEOUT", "60"))))
+rank = dist.get_rank()
+model = torch.nn.Linear(8, 8)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(int(os.environ.get("LIVE_STEPS", "6"))):
+    if rank == 1 and step == at and bad == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if rank == 1 and step == at and bad == "sleep":
+        time.sleep(float(os.environ.get("LIVE_SLEEP", "600")))
+    model(torch.randn(4, 8)).sum().backward()
+    for p in model.parameters():
+        dist.all_reduce(p.grad)  # GRAD_ALL_REDUCE
+    opt.step()
+    opt.zero_grad()
+dist.barrier()
+dist.destroy_process_group()

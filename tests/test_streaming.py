@@ -1,0 +1,135 @@
+"""Streaming (docs/streaming.md): each rank appends what it records to OUT/rank<R>.jsonl while
+it runs. A rank killed with SIGKILL leaves its stream, which every verb reads; a torn last chunk
+reads with one note; --keep-steps bounds the files of a long run and summary still counts
+every collective. Real gloo jobs under torchrun (tests/programs/live_job.py), a fake-PG loop
+under `commdebug run` (tests/programs/long_fake.py), and streams written here."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import commdebug
+from commdebug.model.stream import chunk_line, header_line
+
+ROOT = Path(__file__).resolve().parents[1]
+LIVE = ROOT / "tests" / "programs" / "live_job.py"
+LONG = ROOT / "tests" / "programs" / "long_fake.py"
+GRAD_LINE = next(i for i, line in enumerate(LIVE.read_text().splitlines(), 1) if "GRAD_ALL_REDUCE" in line)
+DEADLINE_S = 120
+
+
+def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "commdebug", *args], capture_output=True, text=True, cwd=cwd or ROOT, timeout=120)
+
+
+def torchrun_live(cwd: Path, env: dict[str, str], *options: str) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **env}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+           "-m", "commdebug", "run", "--out", "traces", *options, "--", str(LIVE)]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=full_env, timeout=DEADLINE_S)
+
+
+@pytest.mark.timeout(DEADLINE_S + 60)
+def test_a_rank_killed_with_sigkill_leaves_its_stream_and_check_names_it(tmp_path):
+    proc = torchrun_live(tmp_path, {"LIVE_BAD": "kill", "LIVE_AT": "3", "LIVE_STEPS": "6"})
+    assert proc.returncode != 0
+    traces = tmp_path / "traces"
+    # rank 0 ended (its peer vanished) and wrote its dump; rank 1 left only its stream
+    assert (traces / "rank0.json").is_file() and not (traces / "rank0.jsonl").exists()
+    assert (traces / "rank1.jsonl").is_file() and not (traces / "rank1.json").exists(), proc.stderr[-3000:]
+
+    summary = cli("summary", str(traces), "--rank", "1", "--by", "step", "--json")
+    assert summary.returncode == 0, summary.stderr
+    rows = {r["step"]: r["calls"] for r in json.loads(summary.stdout)["rows"]}
+    assert rows == {0: 2, 1: 2, 2: 2}  # weight and bias all_reduce per step, steps 0-2 complete
+
+    check = cli("check", str(traces))
+    assert check.returncode == 1, check.stdout + check.stderr
+    text = check.stdout
+    assert "  rank 1: no final dump, only its stream: it stops in step 3, its last collective in step 2" in text
+    assert f"last all_reduce #5 on default_pg[2] at {LIVE}:{GRAD_LINE}" in text
+    # what rank 0 was in when rank 1 vanished: the first all_reduce of step 3
+    assert "[missing] group default_pg[2] seq 6: rank 1 never issued it" in text
+    assert f"rank 0: all_reduce 256 B float32 in Global at {LIVE}:{GRAD_LINE}" in text
+
+    for verb in ("report", "trace", "view"):  # every folder verb reads what rank 1 wrote so far
+        out = cli(verb, str(traces), *(["-o", str(tmp_path / f"{verb}.out")] if verb != "report" else []))
+        assert out.returncode == 0, (verb, out.stdout, out.stderr)
+    watch = cli("watch", str(traces), "--once", "--json")
+    assert watch.returncode in (0, 1) and {r["rank"] for r in json.loads(watch.stdout)["ranks"]} == {0, 1}
+
+
+def _events(world: int, n: int) -> list:
+    """`n` recorded all_reduces of a fake world, steps of 2."""
+    mode = commdebug.CommDebugMode()
+    with mode:
+        for i in range(n):
+            torch.distributed.all_reduce(torch.ones(16))
+            if i % 2:
+                mode.step()
+    return list(mode.trace.events)
+
+
+def test_a_torn_last_chunk_reads_up_to_it_with_one_note(tmp_path, world):
+    events = _events(world, 6)
+    meta = {"rank": 1, "world_size": world, "backend": "fake", "hostname": "h", "run_id": "r1"}
+    whole = header_line(meta, 2, 1.0) + chunk_line(events[:4], time=2.0, step=2, events_total=4) + chunk_line(events[4:], time=3.0, step=3, events_total=6)
+    stream = tmp_path / "rank1.jsonl"
+    stream.write_text(whole[: len(whole) - 25])  # killed in the middle of writing the last chunk
+
+    trace = commdebug.load(stream)
+    assert [e.index for e in trace.events] == [0, 1, 2, 3]
+    assert trace.metadata["read_notes"] == ["its stream's last chunk was cut short (the process was killed while writing it): read up to it"]
+    summary = cli("summary", str(stream), "--by", "op")
+    assert summary.returncode == 0, summary.stderr
+    assert summary.stdout.count("cut short") == 1 and "all_reduce" in summary.stdout
+    check = cli("check", str(tmp_path))
+    assert check.returncode == 1  # rank 0 never wrote anything: no_dump
+    assert check.stdout.count("cut short") == 1
+    # a bad line before the last one is a malformed file: one line, exit 2
+    stream.write_text(whole.replace('"kind":"chunk"', '"kind":"chunk",,', 1))
+    bad = cli("summary", str(stream))
+    assert bad.returncode == 2 and bad.stderr.startswith(f"commdebug: error: {stream}: line 2 of the stream is not valid JSON")
+
+
+def test_a_stream_newer_than_the_hang_dump_of_its_rank_is_the_one_read(tmp_path, world):
+    events = _events(world, 4)
+    meta = {"rank": 0, "world_size": 1, "backend": "fake", "ended_by": "hang"}
+    from commdebug.model.dump import dump_text
+
+    mode = commdebug.CommDebugMode()
+    dump = tmp_path / "rank0.json"
+    dump.write_text(dump_text(mode.trace))
+    stream = tmp_path / "rank0.jsonl"
+    stream.write_text(header_line(meta, 2, 1.0) + chunk_line(events, time=2.0, step=2, events_total=4))
+    os.utime(dump, (1, 1))
+    assert commdebug.formats.readers.job_files(tmp_path) == [stream]
+    os.utime(stream, (0, 0))
+    assert commdebug.formats.readers.job_files(tmp_path) == [dump]
+
+
+@pytest.mark.timeout(DEADLINE_S)
+def test_keep_steps_bounds_a_3000_step_run_and_summary_counts_every_collective(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "commdebug", "run", "--light", "--keep-steps", "50", "--out", "traces", "--",
+                           str(LONG), "3000", "traces/rank0.jsonl"], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=DEADLINE_S)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    largest = int(proc.stdout.split("largest stream: ")[1])
+    dump = tmp_path / "traces" / "rank0.json"
+    assert 0 < largest < 3 * 2**20 and dump.stat().st_size < 3 * 2**20
+    summary = json.loads(cli("summary", str(dump), "--by", "op", "--json").stdout)
+    assert summary["header"]["collectives"] == 30_000 and summary["header"]["steps"] == 3000
+    (row,) = summary["rows"]
+    assert (row["op"], row["calls"], row["bytes"]) == ("all_reduce", 30_000, 30_000 * 1024)
+    steps = json.loads(cli("summary", str(dump), "--by", "step", "--json").stdout)["rows"]
+    assert len(steps) == 3000 and all(r["calls"] == 10 for r in steps)
+    # raw events of the last 50 steps only
+    trace = commdebug.load(dump)
+    assert {e.step for e in trace.events} == set(range(2950, 3000))

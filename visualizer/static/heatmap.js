@@ -1,0 +1,324 @@
+/* The folder page's rank x step heatmap and per-op spread (visualizer.heat_data): communication
+ * time per rank and step (bytes or calls when the run was not timed, or on the switch), outliers
+ * marked, and per op the spread across ranks with the slowest ranks named. A thousand ranks do
+ * not fit as rows of a readable height: wide worlds show groups of ranks per row (the group's
+ * largest value, so one slow rank still shows), and the page says so.
+ */
+
+const HEAT_METRICS = {
+  time: {label: "time", fmt: (v) => fmtSeconds(v), what: "communication time (sum of latencies)"},
+  bytes: {label: "bytes", fmt: (v) => fmtBytes(v), what: "message bytes"},
+  calls: {label: "calls", fmt: (v) => fmtCount(v), what: "collective calls"},
+};
+const HEAT_LEVELS = 9;      // colour classes .h0 (least) to .h8 (most), in viewer.css
+const HEAT_MAX_ROWS = 128;  // more ranks than this: several per row
+const HEAT_MAX_COLS = 128;  // more steps than this: several per column
+const HEAT_HEIGHT = 480;    // px the grid aims to fill at most
+
+/** A matrix of visualizer.heat_data (distinct rows and a row per rank) as one row per rank;
+ * `scale` multiplies every value (times come in microseconds). */
+function heatRows(m, scale = 1) {
+  if (!isObj(m)) return [];
+  const rows = arr(m.rows).map((r) => (scale === 1 ? arr(r) : arr(r).map((v) => (v == null ? null : v * scale))));
+  return arr(m.of).map((i) => rows[i] || []);
+}
+/** A rank x step or rank x op matrix of one metric, times in seconds. */
+const metricRows = (m, axis, metric) => heatRows(m[`${axis}_${metric}`], metric === "time" ? 1e-6 : 1);
+
+/** Median and a robust standard deviation (1.4826 x the median absolute deviation). */
+function robustStats(values) {
+  const known = values.filter((v) => v != null).sort((a, b) => a - b);
+  if (known.length === 0) return null;
+  const mid = (xs) => (xs.length % 2 ? xs[(xs.length - 1) / 2] : (xs[xs.length / 2 - 1] + xs[xs.length / 2]) / 2);
+  const med = mid(known);
+  const dev = known.map((v) => Math.abs(v - med)).sort((a, b) => a - b);
+  return {med, sd: 1.4826 * mid(dev), n: known.length};
+}
+
+/**
+ * +1 (far above), -1 (far below) or 0: `v` against its column's stats. Far means beyond 3.5
+ * robust deviations and a quarter of the median, so the ordinary spread of a job (a few per
+ * cent) is never marked. Both ways count: a rank that arrives late waits least.
+ */
+function outlierSide(v, st) {
+  if (v == null || !st || st.n < 3) return 0;
+  const d = v - st.med, limit = Math.max(3.5 * st.sd, 0.25 * Math.abs(st.med));
+  if (limit === 0 ? d === 0 : Math.abs(d) <= limit) return 0;
+  return d > 0 ? 1 : -1;
+}
+
+/** `n` items in groups of `size`: [first, last] index of each group. */
+function buckets(n, size) {
+  const out = [];
+  for (let i = 0; i < n; i += size) out.push([i, Math.min(n, i + size) - 1]);
+  return out;
+}
+
+/** The value at quantile `q` of sorted numbers (nearest rank). */
+const quantile = (sorted, q) => sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))];
+
+class Heatmap {
+  /** `viewer`: the RanksViewer (its block cache and selectCell); `index`: the page's index. */
+  constructor(viewer, index) {
+    this.viewer = viewer;
+    const heat = isObj(index.heat) ? index.heat : {};
+    this.steps = arr(heat.steps);
+    this.ops = arr(heat.ops).map(str);
+    this.chosen = isObj(heat.chosen) ? heat.chosen : {};
+    this.ranks = arr(index.ranks).filter(isObj);
+    this.m = {};
+    const el = Number.isInteger(heat.block) ? $(`block-${heat.block}`) : null;
+    try { if (el) this.m = JSON.parse(el.textContent); } catch (e) { console.warn("heatmap not shown:", e); }
+    if (!isObj(this.m)) this.m = {};
+    const any = (name) => heatRows(this.m[name]).some((row) => row.some((v) => v != null && v > 0));
+    this.timed = !!heat.timed && any("step_time");
+    this.metric = this.timed ? "time" : any("step_bytes") ? "bytes" : "calls";
+    this.selected = null;  // {rank, step}
+  }
+
+  /** Rank x step values of the metric, and per step the stats and the outliers' sides. */
+  compute() {
+    const rows = metricRows(this.m, "step", this.metric);
+    const stats = this.steps.map((_, j) => robustStats(rows.map((r) => r[j] ?? null)));
+    const sides = rows.map((r) => this.steps.map((_, j) => outlierSide(r[j] ?? null, stats[j])));
+    const totals = rows.map((r) => (r.some((v) => v != null) ? sum(r) : null));
+    const rankStats = robustStats(totals);
+    const stepTotals = this.steps.map((_, j) => stats[j] && stats[j].med);
+    const stepStats = robustStats(stepTotals);
+    return {
+      rows, stats, sides,
+      rankOut: rows.map((r, i) => sides[i].some((s) => s !== 0) || outlierSide(totals[i], rankStats) !== 0),
+      stepOut: this.steps.map((_, j) => sides.some((s) => s[j] !== 0) || outlierSide(stepTotals[j], stepStats) !== 0),
+    };
+  }
+
+  render() {
+    const section = $("heatmap-section");
+    if (this.steps.length === 0 || this.ranks.length === 0) {
+      section.hidden = true;
+      return;
+    }
+    section.hidden = false;
+    const switcher = h("span", {id: "heat-metric", role: "radiogroup", "aria-label": "What the heatmap shows"},
+      ...Object.entries(HEAT_METRICS).map(([key, m]) => h("label", {title: key === "time" && !this.timed ? "not timed" : m.what},
+        h("input", {type: "radio", name: "heat-metric", value: key, checked: key === this.metric, disabled: key === "time" && !this.timed,
+          onchange: () => { this.metric = key; this.draw(); }}), h("span", null, m.label))));
+    this.grid = h("div", {id: "rank-step-heatmap", "data-testid": "rank-step-heatmap", class: "heatmap", role: "grid",
+      "aria-label": "ranks by steps"});
+    this.grid.addEventListener("click", (ev) => this.onClick(ev));
+    this.grid.addEventListener("mouseover", (ev) => this.onHover(ev));
+    section.replaceChildren(
+      h("div", {class: "section-head"}, h("h2", null, "Ranks × steps ", h("span", {id: "heat-what", class: "muted"})), switcher),
+      h("p", {id: "heat-note", class: "note"}),
+      h("div", {class: "heat-body"},
+        h("div", {class: "heat-left"}, this.grid, h("div", {id: "heat-legend", class: "legend"}),
+          h("p", {id: "heatmap-hover", class: "muted", "aria-live": "polite"}, "Point at a cell for its figures; click it to show that rank."),
+          h("div", {id: "heatmap-selection"})),
+        h("div", {id: "op-spread-wrap", class: "heat-right"})));
+    this.draw();
+  }
+
+  /** (Re)draw the grid, legend and per-op spread for the current metric. */
+  draw() {
+    const t0 = performance.now();
+    const c = this.c = this.compute();
+    const nr = this.ranks.length, ns = this.steps.length;
+    const rowSize = Math.ceil(nr / HEAT_MAX_ROWS), colSize = Math.ceil(ns / HEAT_MAX_COLS);
+    this.rowGroups = buckets(nr, rowSize);
+    this.colGroups = buckets(ns, colSize);
+    let lo = Infinity, hi = -Infinity;
+    for (const row of c.rows) {
+      for (const v of row) {
+        if (v == null) continue;
+        if (v < lo) lo = v;
+        if (v > hi) hi = v;
+      }
+    }
+    if (lo > hi) lo = hi = 0;
+    lo = Math.min(lo, 0);  // from zero: a pale cell is little, not merely the least
+    this.scale = {lo, hi};
+    const level = (v) => (hi > lo ? Math.min(HEAT_LEVELS - 1, Math.floor(((v - lo) / (hi - lo)) * HEAT_LEVELS)) : HEAT_LEVELS - 1);
+    const rowH = Math.max(4, Math.min(18, Math.floor(HEAT_HEIGHT / this.rowGroups.length)));
+    const labelEvery = Math.ceil(12 / rowH);
+    const colLabelEvery = Math.max(1, Math.ceil(this.colGroups.length / 25));
+    const grid = this.grid;
+    grid.style.setProperty("--cols", String(this.colGroups.length));
+    grid.style.setProperty("--row-h", `${rowH}px`);
+    const frag = document.createDocumentFragment();
+    const label = (cls, text, out) => {
+      const el = document.createElement("div");
+      el.className = cls + (out ? " outlier" : "");
+      el.textContent = text;
+      return el;
+    };
+    frag.append(label("corner", "rank \\ step"));
+    this.colGroups.forEach(([a, b], j) => {
+      const el = label("col-label", j % colLabelEvery ? "" : str(this.steps[a]), this.stepRange(a, b).some((k) => c.stepOut[k]));
+      el.dataset.step = str(this.steps[a]);
+      frag.append(el);
+    });
+    this.rowGroups.forEach(([a, b], i) => {
+      const ranksHere = this.rankRange(a, b);
+      const rowOut = ranksHere.some((k) => c.rankOut[k]);
+      const el = label("row-label", i % labelEvery ? "" : a === b ? str(this.ranks[a].rank) : `${str(this.ranks[a].rank)}–${str(this.ranks[b].rank)}`, rowOut);
+      el.dataset.rank = str(this.ranks[a].rank);
+      frag.append(el);
+      this.colGroups.forEach(([sa, sb]) => {
+        // the block's largest value (one slow rank must show); it names an outlier rank when
+        // it holds one, else the rank with that largest value
+        let value = null, who = a, side = 0;
+        for (let r = a; r <= b; r++) {
+          let v = null, s = 0;
+          for (let k = sa; k <= sb; k++) {
+            const x = c.rows[r][k];
+            if (x != null) v = (v ?? 0) + x;
+            if (c.sides[r][k] !== 0 && s === 0) s = c.sides[r][k];
+          }
+          if (s !== 0 && side === 0) { side = s; who = r; }
+          if (v != null && (value == null || v > value)) { value = v; if (side === 0) who = r; }
+        }
+        const cell = document.createElement("div");
+        cell.className = value == null ? "cell none" : `cell h${level(value)}` + (side ? ` outlier ${side > 0 ? "high" : "low"}` : "");
+        cell.dataset.rank = str(this.ranks[who].rank);
+        cell.dataset.step = str(this.steps[sa]);
+        if (a !== b) cell.dataset.ranks = `${str(this.ranks[a].rank)}-${str(this.ranks[b].rank)}`;
+        if (sa !== sb) cell.dataset.steps = `${str(this.steps[sa])}-${str(this.steps[sb])}`;
+        cell.dataset.col = String(sa);
+        frag.append(cell);
+      });
+    });
+    grid.replaceChildren(frag);
+    const m = HEAT_METRICS[this.metric];
+    $("heat-what").textContent = `${m.what} per rank and step`;
+    const notes = [];
+    if (rowSize > 1) notes.push(`${fmtCount(nr)} ranks: each row is ${rowSize} consecutive ranks and shows the largest of them (outliers name their rank).`);
+    if (colSize > 1) notes.push(`${fmtCount(ns)} steps: each column sums ${colSize} consecutive steps.`);
+    if (this.chosen.ranks && this.chosen.ranks !== "all") notes.push(`Ranks ${str(this.chosen.ranks)} only (--ranks).`);
+    if (this.chosen.steps && this.chosen.steps !== "all") notes.push(`Steps ${str(this.chosen.steps)} only (--steps); the tree's numbers cover every step.`);
+    if (!this.timed) notes.push("Not timed: bytes and calls only (record with --timing).");
+    $("heat-note").textContent = notes.join(" ");
+    this.drawLegend();
+    this.drawSpread();
+    if (this.selected) this.mark(this.selected.rank, this.selected.step);
+    performance.measure?.("commdebug:heatmap", {start: t0});
+  }
+
+  /** Indices a..b, both included. */
+  rankRange(a, b) { return Array.from({length: b - a + 1}, (_, i) => a + i); }
+  stepRange(a, b) { return this.rankRange(a, b); }
+
+  drawLegend() {
+    const {lo, hi} = this.scale, fmt = HEAT_METRICS[this.metric].fmt;
+    const swatches = [];
+    for (let i = 0; i < HEAT_LEVELS; i++) {
+      swatches.push(h("span", {class: `swatch h${i}`, title: `${fmt(lo + ((hi - lo) * i) / HEAT_LEVELS)} – ${fmt(lo + ((hi - lo) * (i + 1)) / HEAT_LEVELS)}`}));
+    }
+    $("heat-legend").replaceChildren(h("span", {class: "muted"}, fmt(lo)), ...swatches, h("span", {class: "muted"}, fmt(hi)),
+      h("span", {class: "swatch outlier high"}), h("span", {class: "muted"}, "outlier: far from the step's median across ranks (high or low: a late rank waits least)"),
+      h("span", {class: "swatch none"}), h("span", {class: "muted"}, "no calls"));
+  }
+
+  /** Per op, the metric's spread across ranks: min, median, p90, max, and the top ranks. */
+  drawSpread() {
+    const rows = metricRows(this.m, "op", this.metric), calls = heatRows(this.m.op_calls);
+    const fmt = HEAT_METRICS[this.metric].fmt;
+    const body = this.ops.map((op, j) => {
+      const values = rows.map((r, i) => ({v: r[j] ?? null, i})).filter((x) => x.v != null);
+      const sorted = values.map((x) => x.v).sort((a, b) => a - b);
+      const perRank = calls.map((r) => r[j]).filter((v) => v != null);
+      const top = values.sort((a, b) => b.v - a.v || a.i - b.i).slice(0, 3);
+      const cells = sorted.length ? [sorted[0], quantile(sorted, 0.5), quantile(sorted, 0.9), sorted.at(-1)] : [null, null, null, null];
+      const callSpan = perRank.length ? (Math.min(...perRank) === Math.max(...perRank) ? fmtCount(perRank[0])
+        : `${fmtCount(Math.min(...perRank))}–${fmtCount(Math.max(...perRank))}`) : "—";
+      return h("tr", {"data-op": op}, h("td", null, opTag(op)), h("td", {class: "num"}, fmtCount(values.length)),
+        h("td", {class: "num"}, callSpan), ...cells.map((v) => h("td", {class: "num"}, v == null ? "—" : fmt(v))),
+        h("td", {class: "top-ranks"}, ...top.flatMap((x, k) => [k ? ", " : "", h("a", {href: "#", class: "rank-link",
+          "data-rank": str(this.ranks[x.i].rank), title: `rank ${str(this.ranks[x.i].rank)}: ${fmt(x.v)}`,
+          onclick: (ev) => { ev.preventDefault(); this.viewer.selectCell(this.ranks[x.i].rank, null); }},
+        str(this.ranks[x.i].rank))])));
+    });
+    $("op-spread-wrap").replaceChildren(
+      h("h3", null, "Per op across ranks ", h("span", {class: "muted"}, `${HEAT_METRICS[this.metric].label} per rank, all steps shown`)),
+      h("div", {class: "table-wrap"}, h("table", {id: "op-spread", class: "grid compact"},
+        h("thead", null, h("tr", null, ...["op", "ranks", "calls per rank", "min", "median", "p90", "max", "top ranks"].map((t, k) =>
+          h("th", {class: k && k < 7 ? "num" : null}, t)))),
+        h("tbody", null, ...body))));
+  }
+
+  /** The figures of the cell under the pointer, in the line below the grid. */
+  onHover(ev) {
+    const cell = ev.target.closest && ev.target.closest(".cell");
+    if (!cell) return;
+    $("heatmap-hover").textContent = this.describe(cell);
+  }
+
+  describe(cell) {
+    const k = Number(cell.dataset.col), fmt = HEAT_METRICS[this.metric].fmt;
+    const rankIdx = this.ranks.findIndex((x) => str(x.rank) === cell.dataset.rank);
+    const [sa, sb] = this.colGroups.find(([a, b]) => a <= k && k <= b) || [k, k];
+    let v = null;
+    for (let j = sa; rankIdx >= 0 && j <= sb; j++) {
+      const x = this.c.rows[rankIdx][j];
+      if (x != null) v = (v ?? 0) + x;
+    }
+    const st = sa === sb ? this.c.stats[k] : null;  // a step's median; none for a block of steps
+    const who = cell.dataset.ranks ? `ranks ${cell.dataset.ranks} (rank ${cell.dataset.rank} shown)` : `rank ${cell.dataset.rank}`;
+    const when = cell.dataset.steps ? `steps ${cell.dataset.steps}` : `step ${cell.dataset.step}`;
+    const ratio = v != null && st && st.med > 0 ? `, ${(v / st.med).toFixed(1)}× the step's median ${fmt(st.med)}` : st ? `, step median ${fmt(st.med)}` : "";
+    const out = cell.classList.contains("outlier") ? (cell.classList.contains("high") ? " — outlier (high)" : " — outlier (low)") : "";
+    return `${who} · ${when} · ${HEAT_METRICS[this.metric].label} ${v == null ? "no calls" : fmt(v)}${ratio}${out}`;
+  }
+
+  onClick(ev) {
+    const cell = ev.target.closest && ev.target.closest(".cell");
+    if (!cell) return;
+    this.viewer.selectCell(Number(cell.dataset.rank), Number(cell.dataset.step));
+  }
+
+  /** Mark the cell of (rank, step) (step null: the rank's row) as selected. */
+  mark(rank, step) {
+    this.selected = {rank, step};
+    const grid = this.grid;
+    if (!grid) return;
+    for (const el of grid.querySelectorAll(".selected")) el.classList.remove("selected");
+    grid.dataset.selectedRank = str(rank);
+    if (step == null) delete grid.dataset.selectedStep;
+    else grid.dataset.selectedStep = str(step);
+    const i = this.ranks.findIndex((x) => x.rank === rank);
+    const row = this.rowGroups.findIndex(([a, b]) => a <= i && i <= b);
+    const k = step == null ? -1 : this.steps.indexOf(step);
+    const col = this.colGroups.findIndex(([a, b]) => a <= k && k <= b);
+    const stride = this.colGroups.length + 1;
+    const children = grid.children;
+    if (row >= 0) children[stride * (row + 1)].classList.add("selected");
+    if (col >= 0) children[col + 1].classList.add("selected");
+    if (row >= 0 && col >= 0) children[stride * (row + 1) + col + 1].classList.add("selected");
+  }
+
+  /** What the selected (rank, step) holds, by op: calls, bytes and time. */
+  showSelection(rank, step) {
+    const entry = this.ranks.find((x) => x.rank === rank);
+    const box = $("heatmap-selection");
+    if (!entry || step == null) {
+      box.replaceChildren();
+      return;
+    }
+    const cells = isObj(entry.cells) ? entry.cells : {};
+    const keys = this.viewer.block(cells.keys) || [], calls = this.viewer.block(cells.calls) || [];
+    const bytes = this.viewer.block(cells.bytes) || [], micros = this.viewer.block(cells.time_us);
+    const rows = [];
+    for (let i = 0; 2 * i + 1 < keys.length; i++) {
+      if (keys[2 * i] !== step) continue;
+      rows.push({op: str(this.ops[keys[2 * i + 1]]), calls: optNum(calls[i]), bytes: optNum(bytes[i]), seconds: micros && optNum(micros[i]) != null ? micros[i] * 1e-6 : null});
+    }
+    const k = this.steps.indexOf(step), st = k >= 0 ? this.c.stats[k] : null, fmt = HEAT_METRICS[this.metric].fmt;
+    box.replaceChildren(
+      h("h3", null, `Rank ${str(rank)}, step ${str(step)} `, h("span", {class: "muted"},
+        st ? `the step's median across ranks: ${fmt(st.med)} (${HEAT_METRICS[this.metric].label})` : "")),
+      rows.length ? h("table", {id: "cell-ops", class: "grid compact"},
+        h("thead", null, h("tr", null, ...["op", "calls", "bytes", "time"].map((t, j) => h("th", {class: j ? "num" : null}, t)))),
+        h("tbody", null, ...rows.map((r) => h("tr", {"data-op": r.op}, h("td", null, opTag(r.op)), h("td", {class: "num"}, fmtCount(r.calls)),
+          h("td", {class: "num"}, fmtBytes(r.bytes)), h("td", {class: "num"}, fmtSeconds(r.seconds))))))
+        : h("p", {class: "muted empty"}, "No calls on this rank at this step."));
+  }
+}
