@@ -72,10 +72,12 @@ def main() -> None:
             print(f"{label:>8} {name:>5}: {statistics.median(v) * 1e3:8.2f} ms/step (median of {args.rounds})")
         for name in ("full", "light"):
             results[(label, name)] = statistics.median(x / y for x, y in zip(times[name], times["bare"]))
+            results[(label, name, "ms")] = statistics.median(x - y for x, y in zip(times[name], times["bare"])) * 1e3
         if compiled:
             print(f"graphs the recordings added to the compiled program: {added} (0: no recompilation)")
     for name in ("full", "light"):
-        print(f"{name}/bare: eager {results[('eager', name)]:.3f}, compiled {results[('compiled', name)]:.3f}")
+        print(f"{name}/bare: eager {results[('eager', name)]:.3f}, compiled {results[('compiled', name)]:.3f}; "
+              f"added per step: eager {results[('eager', name, 'ms')]:.2f} ms, compiled {results[('compiled', name, 'ms')]:.2f} ms")
 
 
 class _Nothing:

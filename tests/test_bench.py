@@ -40,3 +40,14 @@ def test_ranks_scale_bench_finds_the_planted_mismatch():
     assert "planted mismatch on rank 8: found" in proc.stdout
     assert re.search(r"^trace, every rank *: \d+\.\d MB as \.json\.gz .* written in", proc.stdout, flags=re.M), proc.stdout
     assert re.search(r"^trace --ranks 0-7 *: .*\n  wrote .*: 8 ranks", proc.stdout, flags=re.M), proc.stdout
+
+
+def test_compiled_overhead_bench_prints_its_ratios_and_no_added_graph():
+    proc = subprocess.run(
+        [sys.executable, "bench/compiled_overhead.py", "--rounds", "1", "--layers", "1", "--steps", "1"],
+        capture_output=True, text=True, cwd=ROOT, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    for name in ("full/bare", "light/bare"):
+        assert re.search(rf"^{name}: eager \d+\.\d+, compiled \d+\.\d+; added per step", proc.stdout, flags=re.M), proc.stdout
+    assert "graphs the recordings added to the compiled program: 0 " in proc.stdout
