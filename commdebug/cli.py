@@ -149,6 +149,7 @@ def _parser() -> argparse.ArgumentParser:
     summary.add_argument("--no-header", dest="header", action="store_false", help="leave out the header (host, times, notes): only the rows (default: with header)")
     summary.add_argument("--cluster", default=None, help="also predict each row's time on this preset or cluster JSON file (default: the dump's own metadata.cluster, if any)")
     summary.add_argument("--rank", type=step_number, default=None, metavar="R", help="with a folder, summarise rank R's dump (or stream) alone (default: every rank)")
+    _quiet_option(summary)
 
     estimate = verb("estimate", "predict the communication time of a dump's collectives on a target cluster (a model, not a measurement)")
     estimate.add_argument("dump", nargs="?", metavar="DUMP", help="a JSON dump written by commdebug (fake process group plans too)")
@@ -211,6 +212,7 @@ def _parser() -> argparse.ArgumentParser:
     diff.add_argument("--json", action="store_true", help="print JSON (default text)")
     diff.add_argument("--ignore-groups", action="store_true",
                       help="compare without process groups, for a dump written by torch's own CommDebugMode, which has none (default: compare groups too)")
+    _quiet_option(diff)
 
     watch = verb("watch", "live view of a running job from its folder: each rank's step, communication, last collective; stalled ranks and stragglers; exit 0 healthy, 1 stalled or straggling, 2 bad input")
     watch.add_argument("dumps", metavar="DUMPS", help="the folder of rank dumps a running job streams into (commdebug run --out); a shared file system is enough")
@@ -356,7 +358,8 @@ def _summary(args: argparse.Namespace) -> int:
 
     by = parse_by(args.by)  # a bad --by fails before the file is read
     cluster = _cluster(args.cluster)
-    summary = summarize_path(args.dumps, by, cluster, rank=args.rank)
+    with _meter(args) as meter:
+        summary = summarize_path(args.dumps, by, cluster, rank=args.rank, progress=meter)
     if args.json:
         _print_json(summary_dict(summary, header=args.header))
     else:
@@ -493,7 +496,8 @@ def _diff(args: argparse.Namespace) -> int:
     from commdebug.analysis.diff import diff_paths
     from commdebug.render.diff import render_diff
 
-    diffs = list(diff_paths(args.before, args.after, ignore_groups=args.ignore_groups))
+    with _meter(args) as meter:
+        diffs = list(diff_paths(args.before, args.after, ignore_groups=args.ignore_groups, progress=meter))
     found = any(diffs)
     if args.json:
         rows = [c.to_dict() for d in diffs for c in d.changes]

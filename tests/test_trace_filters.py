@@ -189,7 +189,7 @@ def test_progress_goes_to_a_terminal_only(job, tmp_path):
     piped = cli("check", str(job))  # stderr a pipe: scripts see what they saw before
     assert piped.returncode == 0 and piped.stderr == ""
     for verb in (["report", str(job)], ["trace", str(job), "-o", str(tmp_path / "t.json")],
-                 ["view", str(job), "-o", str(tmp_path / "v.html")]):
+                 ["view", str(job), "-o", str(tmp_path / "v.html")], ["summary", str(job)], ["diff", str(job), str(job)]):
         status, seen = _on_a_terminal(*verb)
         assert status == 0 and "ranks read 4/4" in seen, verb
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from commdebug.errors import CommDebugError, DumpError
 from commdebug.formats.readers import job_files, load, rank_from_name
@@ -202,8 +202,10 @@ def diff_traces(a: Trace, b: Trace, rank: int | None = None, *, ignore_groups: b
     return Diff(changes, reorders, moved_a + moved_b)
 
 
-def diff_paths(a: str | os.PathLike, b: str | os.PathLike, *, ignore_groups: bool = False) -> Iterator[Diff]:
-    """Differences between two dumps, or two folders of rank dumps, rank by rank."""
+def diff_paths(a: str | os.PathLike, b: str | os.PathLike, *, ignore_groups: bool = False,
+               progress: Callable[[int, int], None] | None = None) -> Iterator[Diff]:
+    """Differences between two dumps, or two folders of rank dumps, rank by rank;
+    ``progress(done, total)`` is told after each rank of two folders is compared."""
     pa, pb = Path(a), Path(b)
     for p in (pa, pb):  # before comparing kinds: a missing path is neither
         if not p.exists():
@@ -216,7 +218,10 @@ def diff_paths(a: str | os.PathLike, b: str | os.PathLike, *, ignore_groups: boo
     fa = {rank_from_name(f): f for f in job_files(pa)}  # each folder must be one run
     fb = {rank_from_name(f): f for f in job_files(pb)}
     empty = Trace()
-    for rank in sorted(set(fa) | set(fb)):
+    ranks = sorted(set(fa) | set(fb))
+    for done, rank in enumerate(ranks, 1):
         ta = load(fa[rank]) if rank in fa else empty
         tb = load(fb[rank]) if rank in fb else empty
         yield diff_traces(ta, tb, rank, ignore_groups=ignore_groups)
+        if progress is not None:
+            progress(done, len(ranks))

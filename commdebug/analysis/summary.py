@@ -393,10 +393,12 @@ def summarize_ranks(traces: Iterable[Trace], by: str = "op", cluster: Any = None
 
 
 def summarize_path(path: str | os.PathLike, by: str = "op", cluster: Any = None,
-                   ranks_per_node: int | None = None, rank: int | None = None) -> Summary:
+                   ranks_per_node: int | None = None, rank: int | None = None,
+                   progress: Callable[[int, int], None] | None = None) -> Summary:
     """:func:`summarize` of one dump, or :func:`summarize_ranks` of a folder of rank dumps (one
     run's: a folder mixing runs is refused), each read when its turn comes; with ``rank``, the
     one file of that rank in the folder (its dump, or its stream while it runs or after a kill).
+    ``progress(done, total)`` is told after each rank of a folder is read.
 
     >>> print(render_summary(summarize_path("traces/", "op")))   # doctest: +SKIP
     """
@@ -426,10 +428,13 @@ def summarize_path(path: str | os.PathLike, by: str = "op", cluster: Any = None,
         return summarize(trace, by, cluster, ranks_per_node)
 
     def traces() -> Iterator[Trace]:
-        for f in job_files(p):
+        files = job_files(p)
+        for done, f in enumerate(files, 1):
             trace = load(f)
             if trace.metadata.get("rank") is None:  # torch's own dumps say no rank; the file name does
                 trace.metadata["rank"] = rank_from_name(f)
+            if progress is not None:
+                progress(done, len(files))
             yield trace
 
     return summarize_ranks(traces(), by, cluster, ranks_per_node)
