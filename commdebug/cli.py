@@ -25,7 +25,7 @@ EXIT_STATUS_DOC = """
 | status | meaning |
 |---|---|
 | 0 | done; `check`: consistent; `diff`: no difference |
-| 1 | `check`: inconsistent; `diff`: differences; `watch --once`: a rank stalled or straggling, or every rank hung. No other verb exits 1 on its own, so CI can tell a regression from a broken job |
+| 1 | `check`: inconsistent; `diff`: differences; `watch --once`: a rank stalled, straggling, failed or gone, or every rank hung. No other verb exits 1 on its own, so CI can tell a regression from a broken job |
 | 2 | an error, in every verb: a usage error (unknown verb or option, a value out of range, a `--cluster` or `--base` naming no preset and no valid cluster file), input that cannot be read (a missing file or folder, a corrupt dump, an unknown schema, a folder mixing dumps of two runs), or an output that cannot be written |
 | 130 | interrupted (Ctrl-C) |
 | the program's | `run` exits with the status of the program it ran (1 for an uncaught exception) |
@@ -214,7 +214,7 @@ def _parser() -> argparse.ArgumentParser:
                       help="compare without process groups, for a dump written by torch's own CommDebugMode, which has none (default: compare groups too)")
     _quiet_option(diff)
 
-    watch = verb("watch", "live view of a running job from its folder: each rank's step, communication, last collective; stalled ranks and stragglers; exit 0 healthy, 1 stalled or straggling, 2 bad input")
+    watch = verb("watch", "live view of a running job from its folder: each rank's step, communication, last collective; stalled, straggling, failed and gone ranks; exit 0 healthy, 1 not, 2 bad input")
     watch.add_argument("dumps", metavar="DUMPS", help="the folder of rank dumps a running job streams into (commdebug run --out); a shared file system is enough")
     watch.add_argument("--once", action="store_true", help="print one frame and exit with the verdict (default: refresh until Ctrl-C)")
     watch.add_argument("--interval", type=seconds, default=2.0, metavar="S", help="seconds between frames (default 2)")

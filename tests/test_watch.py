@@ -144,3 +144,23 @@ def test_watch_bad_input_is_one_line_and_exit_2(tmp_path):
     for args in ([str(tmp_path / "nope")], [str(tmp_path / "nope"), "--once"], [str(tmp_path), "--stall-after", "0"]):
         proc = subprocess.run([sys.executable, "-m", "commdebug", "watch", *args, "--once"], capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_a_rank_that_failed_or_vanished_after_the_others_finished_is_not_healthy():
+    """The job is over: rank 0's dump says it ended by an error, rank 1 left only a stream that
+    nobody touches any more (SIGKILL). `watch --once` must not call that healthy; ranks that
+    ended well are."""
+    now = 1000.0
+    failed = _rank(0, 5, now - 30)
+    failed.ended_by = "RuntimeError: Read error [127.0.0.1]:54660: Connection reset by peer. This is typically caused by a remote worker\nsecond line"
+    killed = _rank(1, 4, now - 30)
+    result = watch([failed, killed], now=now)
+    assert (result.failed, result.gone, result.healthy) == ([0], [1], False)
+    text = render_watch(result)
+    assert "FAILED: rank 0 ended by RuntimeError: Read error" in text and "GONE: rank 1 stopped in step 4 without a final dump" in text
+    assert "second line" not in text and "remote worker" not in text  # the error: its first line, cut short
+
+    done = _rank(0, 5, now - 30)
+    done.ended_by = "exit"
+    still = _rank(1, 5, now - 2)  # finishing a moment later: alive
+    assert watch([done, still], now=now).healthy

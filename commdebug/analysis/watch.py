@@ -15,7 +15,11 @@ last collective, and the collective it has been waiting in, if any. Then:
 - every live rank waiting for ``stall_after`` seconds, none stalled, is a **hang**
   (``commdebug check`` on the folder says which calls differ);
 - a rank is a **straggler** when it is behind the median step by at least one step and by
-  more than ``behind_pct`` percent.
+  more than ``behind_pct`` percent;
+- a rank **failed** when its final dump says it ended by an error or a signal (not a normal
+  exit);
+- once some rank has finished, a rank with only a stream that has shown no sign of life for
+  ``GONE_AFTER_S`` is **gone** (killed, or its node lost): the job ended around it.
 """
 
 from __future__ import annotations
@@ -34,6 +38,11 @@ from commdebug.model.trace import CollectiveEvent
 __all__ = ["Call", "RankLive", "WatchResult", "live_state", "watch", "watch_path", "RECENT_STEPS"]
 
 RECENT_STEPS = 3  # steps whose communication is shown
+# a live rank's stream is touched every few seconds (docs/streaming.md): this long without a
+# sign of life, after other ranks finished, it is gone
+GONE_AFTER_S = 10.0
+# how a rank's final dump says it ended well (commdebug run's reasons, a context's own exit)
+NORMAL_ENDINGS = frozenset({"exit", "sys.exit(0)", "sys.exit(None)", "context exit"})
 
 
 @dataclass
@@ -138,13 +147,14 @@ class WatchResult:
     stragglers: list[int] = field(default_factory=list)
     waiting: list[int] = field(default_factory=list)
     finished: list[int] = field(default_factory=list)
-    gone: list[int] = field(default_factory=list)  # stalled ranks whose recording is no longer alive
+    gone: list[int] = field(default_factory=list)  # ranks whose recording is no longer alive
+    failed: list[int] = field(default_factory=list)  # finished by an error or a signal
     hung: bool = False
     notes: list[str] = field(default_factory=list)
 
     @property
     def healthy(self) -> bool:
-        return not (self.stalled or self.stragglers or self.hung)
+        return not (self.stalled or self.stragglers or self.hung or self.failed or self.gone)
 
     def waited_in(self) -> list[tuple[int, Call]]:
         """(rank, call) of every rank waiting in a collective."""
@@ -153,7 +163,7 @@ class WatchResult:
     def to_dict(self) -> dict[str, Any]:
         return {"healthy": self.healthy, "now": self.now, "stall_after": self.stall_after, "behind_pct": self.behind_pct,
                 "median_step": self.median_step, "stalled": self.stalled, "stragglers": self.stragglers,
-                "waiting": self.waiting, "finished": self.finished, "gone": self.gone, "hung": self.hung,
+                "waiting": self.waiting, "finished": self.finished, "gone": self.gone, "failed": self.failed, "hung": self.hung,
                 "notes": self.notes, "ranks": [r.to_dict() for r in self.ranks]}
 
 
@@ -165,6 +175,7 @@ def watch(ranks: Iterable[RankLive], *, now: float | None = None, stall_after: f
     median = statistics.median(r.step for r in live) if live else None
     result = WatchResult(now, stall_after, behind_pct, states, median)
     result.finished = [r.rank for r in states if r.ended_by is not None]
+    result.failed = [r.rank for r in states if r.ended_by is not None and r.ended_by not in NORMAL_ENDINGS]
     result.waiting = [r.rank for r in live if r.waiting is not None]
     idle = {r.rank: now - r.progress for r in live if r.waiting is None and r.progress is not None}
     if result.waiting:
@@ -175,6 +186,12 @@ def watch(ranks: Iterable[RankLive], *, now: float | None = None, stall_after: f
             if r.rank not in result.stalled:
                 result.stalled.append(r.rank)
     result.stalled.sort()
+    if result.finished:  # the job ended around the ranks still without a final dump
+        for r in live:
+            seen = max((t for t in (r.heartbeat, r.progress) if t is not None), default=None)
+            if r.rank not in result.gone and seen is not None and now - seen >= GONE_AFTER_S:
+                result.gone.append(r.rank)
+        result.gone.sort()
     if live and not result.stalled and len(result.waiting) == len(live):
         result.hung = all(now - r.waiting.since >= stall_after for r in live if r.waiting.since is not None)
     if median is not None:

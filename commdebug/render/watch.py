@@ -16,7 +16,7 @@ from commdebug.analysis.watch import Call, RankLive, WatchResult
 from commdebug.render.columns import align
 from commdebug.units import format_ms
 
-__all__ = ["render_watch", "describe_call"]
+__all__ = ["render_watch", "describe_call", "ending"]
 
 
 def describe_call(call: Call | None) -> str:
@@ -40,10 +40,18 @@ def _age(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds >= 1 else f"{seconds:.1f} s"
 
 
+def ending(text: str, most: int = 100) -> str:
+    """How a rank ended, on one short line (an error's first line)."""
+    line = text.strip().splitlines()[0] if text.strip() else text
+    return line if len(line) <= most else line[: most - 1] + "…"
+
+
 def _state(r: RankLive, result: WatchResult) -> str:
     now = result.now
     if r.ended_by is not None:
-        return f"finished ({r.ended_by})"
+        return f"FAILED ({ending(r.ended_by)})" if r.rank in result.failed else f"finished ({r.ended_by})"
+    if r.rank in result.gone and r.rank not in result.stalled:
+        return "GONE: no final dump and no sign of life since the others finished"
     if r.rank in result.stalled:
         idle = _age(now - r.progress) if r.progress is not None else "a while"
         gone = " and no sign of life: the process may be gone" if r.rank in result.gone else ""
@@ -86,6 +94,16 @@ def _verdict(result: WatchResult) -> list[str]:
         out.append(f"HUNG: every rank waits in a collective ({calls}); `commdebug check` names the calls that differ")
     if result.stragglers:
         out.append(f"STRAGGLING: {who(result.stragglers)} more than {result.behind_pct:g}% behind the median step {result.median_step:g}")
+    for rank in result.failed:
+        r = next(x for x in result.ranks if x.rank == rank)
+        last = f"; its last collective: {describe_call(r.last)}" if r.last else ""
+        out.append(f"FAILED: rank {rank} ended by {ending(r.ended_by or '')}{last}")
+    for rank in result.gone:
+        if rank in result.stalled:
+            continue  # said above
+        r = next(x for x in result.ranks if x.rank == rank)
+        last = f"; its last collective: {describe_call(r.last)} (step {r.last.step})" if r.last else ""
+        out.append(f"GONE: rank {rank} stopped in step {r.step} without a final dump (killed, or its node lost){last}")
     if not out:
         live = len(result.ranks) - len(result.finished)
         out.append("healthy" + (f": {live} running" if live else "") + (f", {len(result.finished)} finished" if result.finished else ""))
