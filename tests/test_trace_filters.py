@@ -235,3 +235,31 @@ def test_flows_of_a_timed_gloo_run_join_the_same_group_and_seq_on_both_ranks(glo
         assert (a["args"]["group"], a["args"]["seq"], a["name"]) == (b["args"]["group"], b["args"]["seq"], b["name"])
         assert a["dur"] >= b["dur"]  # from the rank that arrived first (it waited longest) to the last
     assert f"{len(chains)} flows" in stdout
+
+
+def test_trace_says_which_calls_of_the_chosen_steps_exist_only_as_totals():
+    """A --keep-steps run keeps older steps as totals: a trace of those steps has no events,
+    and its summary says why instead of only "outside --steps"."""
+    from commdebug.formats.selection import selections
+    from commdebug.model.aggregates import Aggregates, set_older
+    from commdebug.model.rank_view import RankView
+    from commdebug.model.trace import CollectiveEvent, GroupInfo
+    from commdebug.render.chrome_trace import ChromeTrace, trace_summary
+
+    group = GroupInfo("0", "default_pg", 2, (0, 1))
+
+    def call(i: int, step: int) -> CollectiveEvent:
+        return CollectiveEvent(i, "all_reduce", "c10d.allreduce_", "c10d.allreduce_.default", step, "forward", "Global", group,
+                               i, "float32", ((4,),), ((4,),), 16, 16, 16, 1.0, start_s=0.1 * i, latency_s=0.01)
+
+    older = Aggregates()
+    for i in range(6):  # steps 0-2, two calls each, folded into totals
+        older.add(call(i, i // 2))
+    view = RankView(0, Path("rank0.json"), {"rank": 0}, {"0": group}, [call(6, 3), call(7, 3)])
+    set_older(view, older)
+    _, steps = selections(None, "1-2")
+    chrome = ChromeTrace(steps=steps)
+    "".join(chrome.render([view]))
+    assert chrome.counts["complete"] == 0 and chrome.counts["totals_only"] == 4
+    assert trace_summary(chrome.counts, "t.json", steps="1-2")[1] == (
+        "left out: 2 calls outside --steps 1-2; 4 calls of older steps kept as totals only (keep_steps, max_events)")

@@ -156,6 +156,10 @@ class WatchResult:
     def healthy(self) -> bool:
         return not (self.stalled or self.stragglers or self.hung or self.failed or self.gone)
 
+    def rank(self, rank: int) -> RankLive:
+        """The state of ``rank``."""
+        return next(r for r in self.ranks if r.rank == rank)
+
     def waited_in(self) -> list[tuple[int, Call]]:
         """(rank, call) of every rank waiting in a collective."""
         return [(r.rank, r.waiting) for r in self.ranks if r.waiting is not None and r.ended_by is None]

@@ -10,12 +10,13 @@ and its hooks run around the compiled call instead:
   run eagerly and whose ``forward`` is compiled;
 - ``MODULE_COMPILE`` tracks a module compiled while recording at once.
 
-The tracker is passed in (``tracker._pre_hook``, ``hide_global_hook``...): this module does
+The tracker is passed in (``tracker._pre_hook``, ``global_hook_hidden``...): this module does
 not import it.
 """
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from typing import Any, Callable
 
 import torch
@@ -45,11 +46,8 @@ class CompiledCall:
         track = tracker.active
         if track:
             tracker._pre_hook(mod, args)
-        hook = tracker.hide_global_hook()
-        try:
+        with tracker.global_hook_hidden():
             out = self.call(*args, **kwargs)
-        finally:
-            tracker.show_global_hook(hook)
         if track:
             fqn, parent_module = tracker._hooked[mod]
             tracker._post_hook_for(fqn, parent_module)(mod, args, kwargs, out)
@@ -67,12 +65,10 @@ def _optimized_call(original: Any, patch: ClassPatch) -> Any:
         for tracker in patch.users:
             if tracker.active:
                 tracker._pre_hook(opt, args)
-        hidden = [(tracker, tracker.hide_global_hook()) for tracker in patch.users]
-        try:
+        with ExitStack() as hidden:
+            for tracker in patch.users:
+                hidden.enter_context(tracker.global_hook_hidden())
             return original(opt, *args, **kwargs)
-        finally:
-            for tracker, hook in hidden:
-                tracker.show_global_hook(hook)
 
     return __call__
 

@@ -227,12 +227,9 @@ def _wrap_trigger_wait(original: Any, patch: Any) -> Any:
 
     def trigger_wait(act: Any, *args: Any, **kwargs: Any) -> Any:
         first = not getattr(act, "completed", True)
-        if first and light.installed():
-            # this wrapper finishes the collective: the wait_tensor inside need not pass through
-            # light capture's kernel, whose boxing costs more than the rest of a wait
-            with light.skipped():
-                result = original(act, *args, **kwargs)
-        else:
+        # this wrapper finishes the collective: the wait_tensor inside need not pass through
+        # light capture's kernel, whose boxing costs more than the rest of a wait
+        with light.skipped():
             result = original(act, *args, **kwargs)
         if first:
             for flight in list(patch.users):
@@ -246,10 +243,7 @@ def _wrap_act_wait(original: Any, patch: Any) -> Any:
     from commdebug.capture import light
 
     def wait(act: Any, *args: Any, **kwargs: Any) -> Any:
-        if light.installed():  # as in trigger_wait: this wrapper finishes the collective
-            with light.skipped():
-                result = original(act, *args, **kwargs)
-        else:
+        with light.skipped():  # as in trigger_wait: this wrapper finishes the collective
             result = original(act, *args, **kwargs)
         for flight in list(patch.users):
             flight.tensor_waited(act.elem)

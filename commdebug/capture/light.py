@@ -36,6 +36,7 @@ which ``detail_every`` pushes for some steps.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import warnings
@@ -90,8 +91,8 @@ def installed() -> bool:
 def skipped() -> Any:
     """A context in which calls on this thread go past the kernels, for a call whose
     collectives need no recording (its arguments must hold a tensor: dispatch then needs no
-    ``BackendSelect`` to find the backend)."""
-    return torch._C._ExcludeDispatchKeyGuard(_OURS)
+    ``BackendSelect`` to find the backend); with no kernel registered, nothing to skip."""
+    return torch._C._ExcludeDispatchKeyGuard(_OURS) if _LIBRARIES else contextlib.nullcontext()
 
 
 def _install() -> None:

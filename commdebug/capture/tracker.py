@@ -42,7 +42,8 @@ from __future__ import annotations
 import itertools
 import weakref
 from collections import OrderedDict
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 import torch
 from torch.nn.modules.module import register_module_forward_pre_hook
@@ -183,16 +184,17 @@ class ModuleTracker:
         mod._compiled_call_impl = wrapper
         self._compiled.append((weakref.ref(mod), wrapper))
 
-    def hide_global_hook(self) -> Any:
-        """Take our global forward pre-hook out of torch's table (until :meth:`show_global_hook`)."""
+    @contextmanager
+    def global_hook_hidden(self) -> Iterator[None]:
+        """Our global forward pre-hook out of torch's table for the duration (see
+        :meth:`track_compiled`)."""
         handle = self._pre_handle
-        if handle is None:
-            return None
-        return _GLOBAL_PRE_HOOKS.pop(handle.id, None)
-
-    def show_global_hook(self, hook: Any) -> None:
-        if hook is not None and self._pre_handle is not None:
-            _GLOBAL_PRE_HOOKS[self._pre_handle.id] = hook
+        hook = _GLOBAL_PRE_HOOKS.pop(handle.id, None) if handle is not None else None
+        try:
+            yield
+        finally:
+            if hook is not None and self._pre_handle is handle:
+                _GLOBAL_PRE_HOOKS[handle.id] = hook
 
     def location(self) -> tuple[str, str]:
         """(module fqn, phase) of an op dispatched now."""

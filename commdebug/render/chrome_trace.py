@@ -45,6 +45,7 @@ from array import array
 from typing import Any, Iterable, Iterator
 
 from commdebug.estimate import Cluster, predict_events, resolve_cluster
+from commdebug.model.aggregates import older_of
 from commdebug.model.rank_view import RankView
 from commdebug.model.trace import CollectiveEvent
 
@@ -196,8 +197,9 @@ class ChromeTrace:
     """The Chrome Trace renderer: ``render(views)`` yields the JSON text of the ranks' events;
     ``counts`` then says what it held: ``ranks``, ``complete``, ``instant``, ``predicted``,
     ``flows`` (chains, one per collective call timed on two ranks or more) and ``flow_events``
-    written; calls left out because they have no recorded start (``skipped``) or lie outside
-    ``steps`` (``outside_steps``).
+    written; calls left out because they have no recorded start (``skipped``), lie outside
+    ``steps`` (``outside_steps``), or were kept as totals only (``totals_only``: the older steps
+    of a ``--keep-steps`` run, or beyond ``max_events``; a trace needs each call).
 
     ``cluster`` (a preset name, cluster file, dict or :class:`~commdebug.estimate.Cluster`)
     adds every rank's predicted track on it; without it, ranks whose dump stored a cluster get
@@ -211,7 +213,7 @@ class ChromeTrace:
         self.steps = steps
         self.flows = flows
         self.counts = {"ranks": 0, "complete": 0, "instant": 0, "skipped": 0, "predicted": 0, "flows": 0,
-                       "flow_events": 0, "outside_steps": 0}
+                       "flow_events": 0, "outside_steps": 0, "totals_only": 0}
 
     def render(self, views: Iterable[RankView]) -> Iterator[str]:
         counts = self.counts
@@ -224,6 +226,9 @@ class ChromeTrace:
             kept = view.events if self.steps is None else [e for e in view.events if e.step in self.steps]
             counts["outside_steps"] += len(view.events) - len(kept)
             counts["skipped"] += sum(1 for e in kept if e.start_s is None)
+            older = older_of(view)
+            if older is not None:
+                counts["totals_only"] += sum(s[0] for step, s in older.steps.items() if self.steps is None or step in self.steps)
             chunk = list(rank_trace_events(view, self.cluster, flows=flows, steps=self.steps))
             for event in chunk:
                 if event["ph"] == "X":
@@ -274,6 +279,8 @@ def trace_summary(counts: dict[str, int], out: Any, *, ranks_in_folder: int | No
         left.append(f"{_n(counts['outside_steps'], 'call')} outside --steps {steps}")
     if counts.get("skipped"):
         left.append(f"{_n(counts['skipped'], 'call')} with no recorded start time")
+    if counts.get("totals_only"):
+        left.append(f"{_n(counts['totals_only'], 'call')} of older steps kept as totals only (keep_steps, max_events)")
     if left:
         lines.append("left out: " + "; ".join(left))
     return lines

@@ -84,7 +84,7 @@ def _verdict(result: WatchResult) -> list[str]:
     waiting = result.waited_in()
     if result.stalled:
         for rank in result.stalled:
-            r = next(x for x in result.ranks if x.rank == rank)
+            r = result.rank(rank)
             idle = f"no progress for {_age(result.now - r.progress)}" if r.progress is not None else "no progress"
             last = f"; its last collective: {describe_call(r.last)} (step {r.last.step})" if r.last else ""
             others = "; ".join(f"{who([w])} waits in {describe_call(c)}" for w, c in waiting)
@@ -95,13 +95,13 @@ def _verdict(result: WatchResult) -> list[str]:
     if result.stragglers:
         out.append(f"STRAGGLING: {who(result.stragglers)} more than {result.behind_pct:g}% behind the median step {result.median_step:g}")
     for rank in result.failed:
-        r = next(x for x in result.ranks if x.rank == rank)
+        r = result.rank(rank)
         last = f"; its last collective: {describe_call(r.last)}" if r.last else ""
         out.append(f"FAILED: rank {rank} ended by {ending(r.ended_by or '')}{last}")
     for rank in result.gone:
         if rank in result.stalled:
             continue  # said above
-        r = next(x for x in result.ranks if x.rank == rank)
+        r = result.rank(rank)
         last = f"; its last collective: {describe_call(r.last)} (step {r.last.step})" if r.last else ""
         out.append(f"GONE: rank {rank} stopped in step {r.step} without a final dump (killed, or its node lost){last}")
     if not out:
