@@ -15,12 +15,17 @@ training steps with an optimizer, entered afresh each round, for bare, light cap
 (``light=True``: no dispatch mode, only collectives pay), light with ``detail_every=10`` and
 the full capture. ``--dim 1024`` gives the case where compute dominates.
 
+Last, what light capture adds per event, each measured against the same loop bare: per module
+call (forward and backward of a 151-module chain of small layers, no collective), per eager
+c10d ``all_reduce`` and per functional ``all_reduce`` with its wait.
+
     python bench/overhead.py [--rounds 15] [--layers 12] [--dim 64] [--run-steps 10]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import statistics
 import time
@@ -159,6 +164,7 @@ def main() -> None:
     # could be on this machine today
     print(f"floor: minimal/reference = {ratio('minimal', 'reference'):.2f}")
     whole_run(model, tokens, args.rounds, args.run_steps)
+    per_event(args.rounds)
 
 
 def whole_run(model: torch.nn.Module, tokens: torch.Tensor, rounds: int, steps: int) -> None:
@@ -207,6 +213,43 @@ def whole_run(model: torch.nn.Module, tokens: torch.Tensor, rounds: int, steps: 
     print(f"light/bare     = {ratio('run-light'):.3f}   (target <= 1.05, goal 1.02)")
     print(f"light-detail10/bare = {ratio('run-light-detail10'):.3f}   (target <= 1.12)")
     print(f"full/bare      = {ratio('run-full'):.3f}")
+
+
+def per_event(rounds: int) -> None:
+    """Microseconds light capture adds per module call and per collective (median of per-round
+    differences against the same loop bare)."""
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+
+    chain = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh()) for _ in range(50)])
+    x, t, n = torch.ones(2, 4, requires_grad=True), torch.ones(4), 500
+    calls = sum(1 for _ in chain.modules())
+
+    def module_calls() -> None:
+        for _ in range(10):
+            chain(x).sum().backward()
+
+    def eager() -> None:
+        for _ in range(n):
+            dist.all_reduce(t)
+
+    def functional() -> None:
+        for _ in range(n):
+            funcol.all_reduce(t, "sum", dist.group.WORLD).wait()
+
+    def timed(fn, mode) -> float:
+        gc.collect()
+        with mode if mode is not None else contextlib.nullcontext():
+            t0 = time.perf_counter()
+            fn()
+            return time.perf_counter() - t0
+
+    print("light capture adds, per event (median over rounds of light minus bare):")
+    for label, fn, count in [("module call (forward + backward)", module_calls, 10 * calls),
+                             ("eager c10d all_reduce", eager, n), ("functional all_reduce + wait", functional, n)]:
+        timed(fn, None), timed(fn, CommDebugMode(light=True))  # warm up
+        added = [(timed(fn, CommDebugMode(light=True)) - timed(fn, None)) / count for _ in range(max(3, rounds // 2))]
+        print(f"  {label:<34} {statistics.median(added) * 1e6:7.2f} us")
 
 
 if __name__ == "__main__":

@@ -154,6 +154,20 @@ def _fsdp_body(model, comm):
         opt.zero_grad()
 
 
+class _ReentrantTP(torch.nn.Module):
+    """Two TP MLP blocks under reentrant activation checkpointing: their forward runs again,
+    with gradients, inside the backward (a nested backward on the recomputed graph)."""
+
+    def __init__(self, mesh) -> None:
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(_tp_mlp(mesh) for _ in range(2))
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=True)
+        return x
+
+
 WORKLOADS = {
     # workload -> (make(mesh), body, ops a correct capture records)
     "tp_mlp": (lambda mesh: _tp_mlp(mesh), _train(3, lambda: torch.ones(4, 16, requires_grad=True)), {"all_reduce"}),
@@ -166,6 +180,15 @@ WORKLOADS = {
         lambda mesh: fsdp_transformer(ModelConfig(n_layers=2), mesh=mesh),
         _fsdp_body, {"all_gather", "reduce_scatter"}),
     "eager_c10d_in_modules": (lambda mesh: _EagerModel(), _eager_body, {"all_reduce", "broadcast", "barrier", "all_gather"}),
+    # activation checkpointing: the recompute's collectives (phase "checkpoint") and the
+    # backward of the recomputed graph, non-reentrant and reentrant
+    "tp_sequence_parallel_checkpointed": (
+        lambda mesh: tensor_parallel_transformer(ModelConfig(n_layers=2, checkpoint_layers=True), mesh.size(), sequence_parallel=True, mesh=mesh),
+        _train(2, _tokens), {"all_gather", "reduce_scatter"}),
+    "fsdp2_checkpointed": (
+        lambda mesh: fsdp_transformer(ModelConfig(n_layers=2, checkpoint_layers=True), mesh=mesh),
+        _fsdp_body, {"all_gather", "reduce_scatter"}),
+    "tp_reentrant_checkpoint": (lambda mesh: _ReentrantTP(mesh), _train(2, lambda: torch.ones(4, 16, requires_grad=True)), {"all_reduce"}),
 }
 
 
@@ -176,6 +199,85 @@ def test_light_records_the_same_collectives_as_full(workload, mesh):
     _assert_same_collectives(full, light)
     assert {e.op for e in light} >= ops
     assert {e.step for e in light} >= {0, 1}  # several steps, each recorded
+    if workload.startswith("tp_") and "checkpoint" in workload:  # (FSDP2 recomputes gathered)
+        assert {e.phase for e in light} >= {"checkpoint", "backward"}
+
+
+def _hooks(model: torch.nn.Module) -> tuple[int, int, int]:
+    """Global forward pre-hooks, and the forward hooks and pre-hooks on the model's modules."""
+    mods = list(model.modules())
+    return (len(torch.nn.modules.module._global_forward_pre_hooks),
+            sum(len(m._forward_hooks) for m in mods), sum(len(m._forward_pre_hooks) for m in mods))
+
+
+def test_a_light_step_hooks_no_module_and_puts_module_call_back_after(mesh):
+    """Light steps track modules by wrapping ``Module.__call__`` for their duration, not with
+    hooks (a hook sends every module call down torch's slow path); backward collectives find
+    their module by the autograd node that issues them. Checked from inside a module call."""
+    model = _tp_mlp(mesh)
+    seen = []
+    model.append(_Probe(lambda: seen.append(_hooks(model))))
+    original = torch.nn.Module.__call__
+    without = _hooks(model)
+    comm = CommDebugMode(light=True)
+    with comm:
+        for _ in range(2):
+            model(torch.ones(4, 16, requires_grad=True)).sum().backward()
+        wrapped = torch.nn.Module.__call__
+    assert seen == [without, without]  # tensor parallelism's own hooks, none of ours
+    assert wrapped is not original and torch.nn.Module.__call__ is original
+    counts = {(e.module, e.phase) for e in comm.trace.events}
+    # ColwiseParallel's input gradient is all-reduced in backward; RowwiseParallel's output in forward
+    assert counts == {("Sequential.0", "backward"), ("Sequential.2", "forward")}
+
+
+class _Probe(torch.nn.Module):
+    def __init__(self, probe) -> None:
+        super().__init__()
+        self.probe = probe
+
+    def forward(self, x):
+        self.probe()
+        return x
+
+
+def test_each_collective_passes_one_kernel_of_ours(world, monkeypatch):
+    """A functional collective's implementation issues its c10d op through the dispatcher:
+    that nested call must not cost a second Python kernel pass (eager c10d kernels sit at the
+    autograd keys, which the functional op's dispatch has left). Eager c10d from Python, also
+    under inference mode (entered inside or before the recording), passes one."""
+    import torch.distributed._functional_collectives as funcol
+    from commdebug.capture import light
+
+    passes: Counter = Counter()
+    make = light._kernel
+
+    def counting(op, *args):
+        kernel = make(op, *args)
+
+        def counted(keys, *a, **k):
+            passes[str(op)] += 1
+            return kernel(keys, *a, **k)
+
+        return counted
+
+    monkeypatch.setattr(light, "_kernel", counting)
+    with torch.inference_mode():
+        with CommDebugMode(light=True) as started_inside:
+            dist.all_reduce(torch.ones(2))
+    with CommDebugMode(light=True) as comm:
+        funcol.all_reduce(torch.ones(4), "sum", dist.group.WORLD).wait()
+        dist.all_reduce(torch.ones(4))
+        with torch.inference_mode():
+            dist.all_reduce(torch.ones(3))
+    assert [e.size_bytes for e in started_inside.trace.events] == [8]
+    assert [(e.op, e.aten_op, e.size_bytes) for e in comm.trace.events] == [
+        ("all_reduce", "_c10d_functional.all_reduce.default", 16),
+        ("all_reduce", "c10d.allreduce_.default", 16),
+        ("all_reduce", "c10d.allreduce_.default", 12),
+    ]
+    assert passes == {"_c10d_functional.all_reduce.default": 1, "c10d.allreduce_.default": 3}
+    assert comm.in_flight() == []
 
 
 def test_light_records_collectives_issued_under_inference_mode(world):

@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 import torch
 
+from commdebug.capture.calls import nested_call
 from commdebug.capture.patches import ClassPatch
 
 __all__ = ["CompiledCall", "MODULE_COMPILE", "OPTIMIZED_CALL", "compiling"]
@@ -43,7 +44,7 @@ class CompiledCall:
         tracker, mod = self.tracker, self.module
         if compiling():  # an outer compiled region traces through us
             return self.call(*args, **kwargs)
-        track = tracker.active
+        track = tracker.active and not tracker.calls  # a light step's call wrapper tracked it
         if track:
             tracker._pre_hook(mod, args)
         with tracker.global_hook_hidden():
@@ -63,12 +64,17 @@ def _optimized_call(original: Any, patch: ClassPatch) -> Any:
         if compiling():
             return original(opt, *args, **kwargs)
         for tracker in patch.users:
-            if tracker.active:
+            if tracker.active and not tracker.calls:
                 tracker._pre_hook(opt, args)
-        with ExitStack() as hidden:
-            for tracker in patch.users:
-                hidden.enter_context(tracker.global_hook_hidden())
-            return original(opt, *args, **kwargs)
+
+        def run(opt: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+            with ExitStack() as hidden:
+                for tracker in patch.users:
+                    hidden.enter_context(tracker.global_hook_hidden())
+                return original(opt, *args, **kwargs)
+
+        # light steps: the wrapper module is on the stack while it runs, as Module.__call__ does
+        return nested_call([t for t in patch.users if t.active and t.calls], run, opt, args, kwargs)
 
     return __call__
 

@@ -61,8 +61,13 @@ class InFlight:
     def issued(self, index: int, group: str, seq: int | None, out: Any, outputs: Any) -> None:
         """A collective was just issued: ``out`` is what the op returned, ``outputs`` its
         output tensors (a functional collective finishes when one of them is waited for)."""
-        work = work_of(out)
-        ids = () if work is not None else tuple(_storage_key(t) for t in tensors(outputs if outputs is not None else out))
+        target = outputs if outputs is not None else out
+        if isinstance(out, torch.Tensor):  # a functional collective's output: no Work to find
+            work = None
+            ids = (_storage_key(target),) if isinstance(target, torch.Tensor) else tuple(_storage_key(t) for t in tensors(target))
+        else:
+            work = work_of(out)
+            ids = () if work is not None else tuple(_storage_key(t) for t in tensors(target))
         with self._lock:
             self._issued[index] = (time.monotonic(), group, seq, work, ids)
             if work is not None:
@@ -153,7 +158,9 @@ def _storage_key(t: torch.Tensor) -> int:
         if isinstance(inner, torch.Tensor):
             t = inner
     try:
-        ptr = t.untyped_storage().data_ptr()
+        # the storage's start, without making a storage object: the tensor's data pointer less
+        # its offset
+        ptr = t.data_ptr() - t.storage_offset() * t.element_size()
     except Exception:
         ptr = 0
     return ptr if ptr else id(t)

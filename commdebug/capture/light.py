@@ -41,17 +41,23 @@ import sys
 import threading
 import warnings
 from functools import partial
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
 from commdebug import ops as _ops
+from commdebug.capture.patches import ClassPatch
 
 __all__ = ["attach", "detach", "installed", "skipped", "KEY"]
 
 KEY = "BackendSelect"
-# the keys the kernels redispatch to: the backend's and whatever else lies below ours
+# eager c10d ops: the autograd keys, which the functional collectives' own dispatch leaves
+# (see _install); under inference mode, BackendSelect as the rest
+EAGER_KEY = "Autograd"
+# the keys the kernels redispatch to: whatever lies below theirs
 _BELOW = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.BackendSelect)
+_BELOW_AUTOGRAD = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.AutogradOther)
+_EAGER_NAMESPACE = "c10d"
 _dispatch_keys = torch._C._dispatch_keys
 _OURS = torch._C.DispatchKeySet(torch._C.DispatchKey.BackendSelect)
 _META = torch._C.DispatchKey.Meta
@@ -60,6 +66,8 @@ _META = torch._C.DispatchKey.Meta
 _ACTIVE: list[Any] = []
 _LOCK = threading.Lock()
 _LIBRARIES: dict[str, Any] = {}  # namespace -> torch.library.Library holding our kernels
+_INFERENCE: list[Any] = []  # the eager ops' BackendSelect kernels, while inference mode is on
+_inference_depth = 0
 _STATE = threading.local()  # .inside: a collective is being recorded on this thread
 
 
@@ -78,9 +86,11 @@ def detach(recorder: Any) -> None:
         if recorder in _ACTIVE:
             _ACTIVE.remove(recorder)
         if not _ACTIVE:
-            for library in _LIBRARIES.values():
+            for library in [*_LIBRARIES.values(), *_INFERENCE]:
                 library._destroy()
             _LIBRARIES.clear()
+            _INFERENCE.clear()
+            INFERENCE_MODE.remove(_INFERENCE_USER)
 
 
 def installed() -> bool:
@@ -95,25 +105,54 @@ def skipped() -> Any:
     return torch._C._ExcludeDispatchKeyGuard(_OURS) if _LIBRARIES else contextlib.nullcontext()
 
 
-def _install() -> None:
+def _ops_in(eager: bool) -> Iterator[tuple[str, str, Any]]:
+    """(namespace, name, packet) of the ops light capture records: the eager c10d ones, or the
+    rest (functional collectives, their waits, DTensor's and symmetric memory's)."""
     for qualified in [*_ops.table_names(), *_ops.WAIT_OPS]:
         namespace, name = qualified.split(".")
+        if (namespace == _EAGER_NAMESPACE) != eager:
+            continue
         try:
-            packet = getattr(getattr(torch.ops, namespace), name)
+            yield namespace, name, getattr(getattr(torch.ops, namespace), name)
         except (AttributeError, RuntimeError):
             continue  # an op this torch does not have
+
+
+def _register(libraries: dict[str, Any], eager: bool, key: str, below: Any, guard: Any) -> None:
+    for namespace, name, packet in _ops_in(eager):
         spec = _ops.capture_spec(packet)
-        library = _LIBRARIES.get(namespace)
+        library = libraries.get(namespace)
         if library is None:
-            library = _LIBRARIES[namespace] = torch.library.Library(namespace, "IMPL")
+            library = libraries[namespace] = torch.library.Library(namespace, "IMPL")
         for overload in packet.overloads():
             op = getattr(packet, overload)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # an overload registered twice warns; the newer wins
-                library.impl(name if overload == "default" else f"{name}.{overload}", _kernel(op, spec), KEY, with_keyset=True)
+                library.impl(name if overload == "default" else f"{name}.{overload}", _kernel(op, spec, below, guard), key, with_keyset=True)
 
 
-def _kernel(op: Any, spec: Any) -> Callable[..., Any]:
+def _install() -> None:
+    # A functional collective's implementation issues its c10d op through the dispatcher. At
+    # BackendSelect, that nested call would pass through a second Python kernel, the dearest
+    # one (it boxes the ProcessGroup and ReduceOp objects), only to be let through. Functional
+    # collectives have no autograd kernel: the autograd fallback runs them with the autograd
+    # keys excluded, so eager c10d kernels at those keys never see the nested calls, and see
+    # every other call, from Python or C++ (DDP's reducer). Inference mode excludes those keys
+    # too: while it is on, the eager ops also get kernels at BackendSelect (INFERENCE_MODE).
+    _register(_LIBRARIES, False, KEY, _BELOW, contextlib.nullcontext)
+    _register(_LIBRARIES, True, EAGER_KEY, _BELOW_AUTOGRAD, torch._C._AutoDispatchBelowADInplaceOrView)
+    INFERENCE_MODE.add(_INFERENCE_USER)
+    if torch.is_inference_mode_enabled() and not _INFERENCE:  # a recording started inside one
+        _add_inference_kernels()
+
+
+def _add_inference_kernels() -> None:
+    libraries: dict[str, Any] = {}
+    _register(libraries, True, KEY, _BELOW, contextlib.nullcontext)
+    _INFERENCE.extend(libraries.values())
+
+
+def _kernel(op: Any, spec: Any, below: Any, guard: Any) -> Callable[..., Any]:
     name = sys.intern(str(op))
     redispatch = op._handle.redispatch_boxed  # OpOverload.redispatch adds a Python frame
     state = _STATE
@@ -121,20 +160,53 @@ def _kernel(op: Any, spec: Any) -> Callable[..., Any]:
     # registered with_keyset: the dispatcher hands over the call's key set, so the kernel need
     # not look for the tensor that decides the backend
     def kernel(keys: Any, *args: Any, **kwargs: Any) -> Any:
-        keys = keys & _BELOW
+        keys = keys & below
         if not keys.raw_repr():  # no tensor to take the backend from: let the dispatcher skip us
             with torch._C._ExcludeDispatchKeyGuard(_OURS):
                 return op(*args, **kwargs)
-        if state.__dict__.get("inside") or not _ACTIVE:
-            return redispatch(keys, *args, **kwargs)
-        recorder = _ACTIVE[-1]
-        if not recorder._light_on or keys.has(_META):
-            return redispatch(keys, *args, **kwargs)
-        state.inside = True
-        try:
-            return recorder._light_call(partial(redispatch, keys), name, spec, args, kwargs)
-        finally:
-            state.inside = False
+        with guard():  # below autograd: what the autograd fallback we replace would do
+            if state.__dict__.get("inside") or not _ACTIVE:
+                return redispatch(keys, *args, **kwargs)
+            recorder = _ACTIVE[-1]
+            if not recorder._light_on or keys.has(_META):
+                return redispatch(keys, *args, **kwargs)
+            state.inside = True
+            try:
+                return recorder._light_call(partial(redispatch, keys), name, spec, args, kwargs)
+            finally:
+                state.inside = False
 
     return kernel
+
+
+def _inference_mode(method: str) -> Callable[[Any, ClassPatch], Any]:
+    """``torch.inference_mode``'s enter and exit: the eager ops' BackendSelect kernels exist
+    while one is open with inference on (its tensors have no autograd keys to find)."""
+
+    def wrap(original: Any, patch: ClassPatch) -> Any:
+        def wrapped(self: Any, *args: Any) -> Any:
+            global _inference_depth
+            if not getattr(self, "mode", True):
+                return original(self, *args)
+            with _LOCK:
+                if method == "__enter__":
+                    _inference_depth += 1
+                    if _inference_depth == 1 and _ACTIVE and not _INFERENCE:
+                        _add_inference_kernels()
+                else:
+                    _inference_depth = max(0, _inference_depth - 1)
+                    if _inference_depth == 0:
+                        for library in _INFERENCE:
+                            library._destroy()
+                        _INFERENCE.clear()
+            return original(self, *args)
+
+        return wrapped
+
+    return wrap
+
+
+INFERENCE_MODE = ClassPatch("torch.autograd.grad_mode", "inference_mode",
+                            {"__enter__": _inference_mode("__enter__"), "__exit__": _inference_mode("__exit__")})
+_INFERENCE_USER = object()
 

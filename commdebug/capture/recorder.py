@@ -294,8 +294,8 @@ class Recorder(Stepping, TorchDispatchMode):
         kernel. The same bookkeeping as under the dispatch mode, minus the op rows."""
         if spec is _WAIT:
             return self._wait(call, args, kwargs)
-        if _graph_task_id() != self._task:
-            self._sync()
+        # light steps keep no op rows, and the tracker reports no moves: locate every collective
+        self._where = self._tracker.location()
         return self._collective(call, name, spec, args, kwargs)
 
     def _moved(self) -> None:

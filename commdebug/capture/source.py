@@ -23,7 +23,9 @@ __all__ = ["caller", "in_compiled_code"]
 _DTENSOR_DISPATCH = os.path.join(os.path.dirname(torch.__file__), "distributed", "tensor", "_dispatch.py")
 # code object -> what its frames are: the user's code, DTensor's dispatch, or other (library)
 _USER, _DTENSOR, _LIBRARY, _COMPILED = "user", "dtensor", "library", "compiled"
-_FRAME_KIND: dict[Any, str] = {}
+# keyed by id: hashing a code object hashes its bytecode and constants, for every frame walked
+# (the entry keeps the code alive, so its id is not reused while the entry stands)
+_FRAME_KIND: dict[int, tuple[Any, str]] = {}
 # what runs a compiled graph: AOTAutograd's runtime (forward and backward), the module Inductor
 # generates (under its cache directory, "torchinductor_<user>"), an FX graph's generated code
 _AOT_RUNTIME = os.path.join(os.path.dirname(torch.__file__), "_functorch", "_aot_autograd") + os.sep
@@ -48,9 +50,12 @@ def caller(depth: int = 1) -> tuple[str | None, bool, bool]:
     kind_of = _FRAME_KIND.get
     while frame is not None:
         code = frame.f_code
-        kind = kind_of(code)
-        if kind is None:
-            kind = _FRAME_KIND[code] = _frame_kind(frame)
+        known = kind_of(id(code))
+        if known is not None and known[0] is code:
+            kind = known[1]
+        else:
+            kind = _frame_kind(frame)
+            _FRAME_KIND[id(code)] = (code, kind)
         if kind is _USER:
             return f"{code.co_filename}:{frame.f_lineno}", from_dtensor, compiled
         if kind is _DTENSOR:

@@ -73,6 +73,7 @@ class Stepping:
         step = self.trace.step
         if every is not None and step % every == 0:
             self._light_on = False
+            self._tracker.use_calls(False)
             self._push_mode()
             steps = self.trace.metadata.setdefault("detail_steps", [])
             if step not in steps:
@@ -84,6 +85,7 @@ class Stepping:
                 return
             self._pop_mode()
         self._last_dtensor = None  # light steps see no DTensor op
+        self._tracker.use_calls(True)
         self._light_on = True
 
     def step(self) -> int:
@@ -106,6 +108,7 @@ class Stepping:
             self._forwards_at_boundary = tracker.forwards
             self._last_boundary_automatic = automatic
             self.trace.step += 1
+            tracker.step_ended()
             self._join_timing()
             if self.options.windowed:
                 self._enter_window(self.trace.step)

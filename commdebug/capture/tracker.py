@@ -49,8 +49,10 @@ import torch
 from torch.nn.modules.module import register_module_forward_pre_hook
 from torch.utils._pytree import tree_leaves
 
+from commdebug.capture.calls import MODULE_CALL, NodeRanges
+from commdebug.capture.calls import hidden as _call_patch_hidden
 from commdebug.capture.compiled import MODULE_COMPILE, OPTIMIZED_CALL, CompiledCall, compiling
-from commdebug.capture.patches import ClassPatch
+from commdebug.capture.fsdp import FSDP_PATCHES
 from commdebug.capture.source import in_compiled_code
 from commdebug.model.trace import BACKWARD, CHECKPOINT, FORWARD, GLOBAL, OPTIMIZER
 
@@ -61,7 +63,9 @@ _GLOBAL_PRE_HOOKS = torch.nn.modules.module._global_forward_pre_hooks
 _graph_task_id = torch._C._current_graph_task_id
 _compiling = compiling
 _current_node = torch._C._current_autograd_node
+_grad_enabled = torch.is_grad_enabled
 _Tensor = torch.Tensor
+_ROOT = (GLOBAL,)
 
 
 def _tensors(value: Any) -> list[torch.Tensor]:
@@ -150,6 +154,13 @@ class ModuleTracker:
         self.active = False
         # FSDP2: the module whose parameters the collectives issued now gather or reduce
         self.unit: str | None = None
+        # light steps track calls, not hooks (commdebug.capture.calls): id(module) ->
+        # [weakref, fqn, parent path last seen, path under it]; fqn None for a compiled graph
+        self.calls = False
+        self._known: dict[int, list] = {}
+        self._ranges = NodeRanges()
+        self._pinned = 0  # backward_of put the location on a module: nodes do not decide it
+        self._bw_found: tuple[str, ...] = _ROOT
 
     # Names follow the reference: a module first seen with no known parent is named by its class,
     # its submodules "Parent.child", so keys match torch's CommDebugMode.
@@ -191,7 +202,8 @@ class ModuleTracker:
         handle = self._pre_handle
         hook = _GLOBAL_PRE_HOOKS.pop(handle.id, None) if handle is not None else None
         try:
-            yield
+            with _call_patch_hidden():
+                yield
         finally:
             if hook is not None and self._pre_handle is handle:
                 _GLOBAL_PRE_HOOKS[handle.id] = hook
@@ -205,19 +217,34 @@ class ModuleTracker:
             return (self.stack[-1], CHECKPOINT)
         if task != self.task:
             self.begin_task()
+        if self.calls:
+            return (self._node_path()[-1], BACKWARD)
         return (self.bw_path[-1], BACKWARD)
 
     def path(self, phase: str) -> tuple[str, ...]:
-        """The current module and all its running ancestors, Global first, each once."""
+        """The current module and all its running ancestors, Global first, each once (after
+        :meth:`location`, for the op it located)."""
         if phase == BACKWARD:
-            return self.bw_path
+            return self._bw_found if self.calls else self.bw_path
         return self.paths[-1] if self.paths else (GLOBAL,)
+
+    def _node_path(self) -> tuple[str, ...]:
+        # light steps: the module call that made the autograd node running now
+        found = None
+        if not self._pinned:
+            node = _current_node()
+            if node is not None:
+                found = self._ranges.find(node._sequence_nr())
+        self._bw_found = found = found or self.bw_path
+        return found
 
     def path_of(self, mod: torch.nn.Module) -> tuple[str, ...]:
         """The module path a module had in its last forward (for work done on its behalf
         outside its forward, e.g. a pipeline stage's sends); registers it if never called."""
-        known = self._hooked.get(mod)
-        fqn = (known if known is not None else self._first_call(mod))[0]
+        known = self._known.get(id(mod)) if self.calls else self._hooked.get(mod)
+        if known is None or (self.calls and known[0]() is not mod):
+            known = self._know(mod) if self.calls else self._first_call(mod)
+        fqn = known[1] if self.calls else known[0]
         parent = self._ancestors.get(fqn, (GLOBAL,))
         return parent if fqn in parent else (*parent, fqn)
 
@@ -279,6 +306,80 @@ class ModuleTracker:
         self._on_first_call(mod, fqn, self.stack[-1] if self.stack else GLOBAL)
         return known
 
+    def _know(self, mod: torch.nn.Module) -> list:
+        """A light step's first sight of ``mod`` in this context: named and announced as by
+        :meth:`_first_call`, without a hook."""
+        graph = isinstance(mod, torch.fx.GraphModule) and mod not in self._names and in_compiled_code()
+        fqn = None if graph else self.name_of(mod)
+        entry = self._known[id(mod)] = [weakref.ref(mod), fqn, None, None]
+        if fqn is not None:
+            self._on_first_call(mod, fqn, self.stack[-1] if self.stack else GLOBAL)
+        return entry
+
+    def _call(self, call: Callable, mod: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
+        """A module call in a light step (``MODULE_CALL``): ``call(mod, *args, **kwargs)`` with
+        the module on the stack, and its autograd nodes' numbers noted when it makes any."""
+        if _compiling():
+            return call(mod, *args, **kwargs)
+        self.forwards += 1
+        entry = self._known.get(id(mod))
+        if entry is None or entry[0]() is not mod:
+            entry = self._know(mod)
+        fqn = entry[1]
+        if fqn is None:
+            return call(mod, *args, **kwargs)
+        paths = self.paths
+        if paths:
+            parent = paths[-1]
+        elif _graph_task_id() == -1:
+            parent = _ROOT
+            if self._new_forward:  # the first top-level module since the last backward
+                self._new_forward = False
+                self._root_path = (GLOBAL, fqn)
+                self._tasks.clear()
+        else:  # checkpoint recompute without its parents: the ancestors of the real forward
+            parent = self._ancestors.get(fqn, _ROOT)
+        if entry[2] is parent:
+            path = entry[3]
+        else:
+            path = entry[3] = parent if fqn in parent else (*parent, fqn)
+            entry[2] = parent
+            self._ancestors[fqn] = parent
+        self.stack.append(fqn)
+        paths.append(path)
+        ranges = self._ranges if _grad_enabled() else None
+        index = ranges.open(path) if ranges is not None else 0
+        try:
+            return call(mod, *args, **kwargs)
+        finally:
+            if ranges is not None:
+                ranges.close(index)
+            self.stack.pop()
+            paths.pop()
+
+    def step_ended(self) -> None:
+        """A step boundary: the autograd graphs of the step are gone, and so is the need to
+        find the module calls that made their nodes."""
+        self._ranges.clear()
+
+    def use_calls(self, calls: bool) -> None:
+        """Track module calls (light steps) or hooks (the dispatch mode's steps); switched at a
+        step boundary, when no module runs."""
+        if calls == self.calls:
+            return
+        active = self.active
+        if active:
+            self.pause()
+        if calls:  # the hooks would keep every module on the slow call path
+            for handle in self._handles:
+                handle.remove()
+            self._handles = []
+            self._hooked = weakref.WeakKeyDictionary()
+        self.calls = calls
+        if active:
+            self.resume()
+        self._on_move()
+
     def _post_hook_for(self, fqn: str, parent_module: bool) -> Callable:
         def post_hook(mod: torch.nn.Module, args: tuple, kwargs: dict, output: object) -> None:
             if _compiling() or not self.active or fqn not in self.stack:
@@ -291,8 +392,14 @@ class ModuleTracker:
                 if top == fqn:
                     break
             self._on_move()
-            if _graph_task_id() != -1 or not torch.is_grad_enabled() or output is None:
-                return  # checkpoint recompute: markers were set in the real forward
+            if not torch.is_grad_enabled() or output is None:
+                return
+            # a checkpoint's recompute: entries only. A reentrant checkpoint ran the real
+            # forward without gradients and backpropagates through the recomputed graph, which
+            # needs them; a non-reentrant one never runs the recomputed graph's backward.
+            if _graph_task_id() != -1:
+                self._mark_entries(fqn, path, output, set())
+                return
             if parent_module and (kwargs or args is not pre_args):
                 # a pre-hook replaced the inputs (FSDP2 wraps them in its post-backward
                 # function, tensor parallelism in DTensors), or kwargs the global pre-hook
@@ -303,20 +410,22 @@ class ModuleTracker:
                 for t in inputs:
                     if id(t) not in seen and t.grad_fn is not None:
                         _add_tensor_hook(t, exit_hook)
-            input_nodes = {id(t.grad_fn) for t in inputs}
-            done: set[int] = set()
-            for t in _tensors(output):
-                node = t.grad_fn
-                if node is None or id(node) in input_nodes or id(node) in done:
-                    continue  # nothing to mark, or the output is an input passed through
-                done.add(id(node))
-                entry = self._entries.get((fqn, path)) or self._entry_marker(fqn, path)
-                if t._backward_hooks:
-                    _add_tensor_hook(t, entry, first=True)  # else FSDP2's pre-backward runs first
-                else:
-                    node.register_prehook(entry)
+            self._mark_entries(fqn, path, output, {id(t.grad_fn) for t in inputs})
 
         return post_hook
+
+    def _mark_entries(self, fqn: str, path: tuple[str, ...], output: object, input_nodes: set[int]) -> None:
+        done: set[int] = set()
+        for t in _tensors(output):
+            node = t.grad_fn
+            if node is None or id(node) in input_nodes or id(node) in done:
+                continue  # nothing to mark, or the output is an input passed through
+            done.add(id(node))
+            entry = self._entries.get((fqn, path)) or self._entry_marker(fqn, path)
+            if t._backward_hooks:
+                _add_tensor_hook(t, entry, first=True)  # else FSDP2's pre-backward runs first
+            else:
+                node.register_prehook(entry)
 
     # ---- backward ---------------------------------------------------------------------------
 
@@ -382,9 +491,11 @@ class ModuleTracker:
                 previous = self.bw_path
             self.bw_path = self.path_of(mod)
             self._on_move()
+        self._pinned += 1
         return previous
 
     def restore_backward(self, path: tuple[str, ...]) -> None:
+        self._pinned = max(0, self._pinned - 1)
         if self.bw_path is not path:
             self.bw_path = path
             self._on_move()
@@ -442,6 +553,9 @@ class ModuleTracker:
         MODULE_COMPILE.remove(self)
         OPTIMIZED_CALL.remove(self)
         self._hooked = weakref.WeakKeyDictionary()
+        self._known.clear()
+        self._ranges = NodeRanges()
+        self._pinned = 0
         self.stack.clear()
         self.paths.clear()
         self._calls.clear()
@@ -450,8 +564,11 @@ class ModuleTracker:
     def pause(self) -> None:
         """Stop tracking modules, keeping what is known: modules' own hooks return at once
         while paused, the global one only counts calls, optimizer steps are still seen."""
+        if self.active and self.calls:
+            MODULE_CALL.remove(self)
         self.active = False
-        _FSDP_GROUP.remove(self)
+        for patch in FSDP_PATCHES:
+            patch.remove(self)
         if self._pre_handle is not None:
             self._pre_handle.remove()
         self._pre_handle = register_module_forward_pre_hook(self._count_forward)
@@ -460,64 +577,16 @@ class ModuleTracker:
         if self.active:
             return
         self.active = True
-        _FSDP_GROUP.add(self)
+        for patch in FSDP_PATCHES:
+            patch.add(self)
         if self._pre_handle is not None:
             self._pre_handle.remove()
-        self._pre_handle = register_module_forward_pre_hook(self._pre_hook)
+            self._pre_handle = None
+        if self.calls:
+            MODULE_CALL.add(self)
+        else:
+            self._pre_handle = register_module_forward_pre_hook(self._pre_hook)
 
     def _count_forward(self, mod: torch.nn.Module, args: tuple) -> None:
         if not _compiling():
             self.forwards += 1
-
-
-def _unit_name(tracker: "ModuleTracker", modules: Any) -> str | None:
-    names = [tracker.name_of(m) for m in modules]
-    return ", ".join(names) if names else None
-
-
-def _fsdp_post_backward(original: Any, patch: ClassPatch) -> Any:
-    """The post-backward reduce-scatter belongs to the module whose backward just finished, and
-    carries that module's gradients."""
-
-    def post_backward(group: Any, *args: Any, **kwargs: Any) -> Any:
-        modules = getattr(group, "modules", ())
-        trackers = [t for t in patch.users if t.active]
-        if not trackers:
-            return original(group, *args, **kwargs)
-        # fully_shard([a, b]): no one module to put the location on, but the unit has names
-        saved = [(t, t.backward_of(modules[0]) if len(modules) == 1 else None, t.unit) for t in trackers]
-        for t in trackers:
-            t.unit = _unit_name(t, modules)
-        try:
-            return original(group, *args, **kwargs)
-        finally:
-            for t, path, unit in saved:
-                if path is not None:
-                    t.restore_backward(path)
-                t.unit = unit
-
-    return post_backward
-
-
-def _fsdp_unshard(original: Any, patch: ClassPatch) -> Any:
-    """An all-gather names the module whose parameters it gathers: FSDP2 prefetches the next
-    module's parameters from the current one's hooks, where the location alone misleads."""
-
-    def unshard(group: Any, *args: Any, **kwargs: Any) -> Any:
-        trackers = [t for t in patch.users if t.active]
-        if not trackers:
-            return original(group, *args, **kwargs)
-        saved = [(t, t.unit) for t in trackers]
-        for t in trackers:
-            t.unit = _unit_name(t, getattr(group, "modules", ()))
-        try:
-            return original(group, *args, **kwargs)
-        finally:
-            for t, unit in saved:
-                t.unit = unit
-
-    return unshard
-
-
-_FSDP_GROUP = ClassPatch("torch.distributed.fsdp._fully_shard._fsdp_param_group", "FSDPParamGroup",
-                         {"post_backward": _fsdp_post_backward, "unshard": _fsdp_unshard})

@@ -267,8 +267,11 @@ class Trace:
         self.modules: dict[str, ModuleInfo] = {GLOBAL: ModuleInfo(GLOBAL, None)}
         # group name -> GroupInfo, for every group a collective ran on
         self.groups: dict[str, GroupInfo] = {}
-        # (fqn, phase) -> CollKey -> [count, bytes]
-        self.collectives: dict[tuple[str, str], dict[CollKey, list[int]]] = {}
+        # (fqn, phase) -> CollKey -> [count, bytes]; see ``collectives``
+        self._collectives: dict[tuple[str, str], dict[CollKey, list[int]]] = {}
+        # (path, phase, key, bytes, count) of collectives not yet counted: folded in bulk when
+        # read, off the capture path (a dict update per module on the path costs microseconds)
+        self._pending: list[tuple[Any, str, CollKey, int, int]] = []
         # (fqn, phase) -> op signature -> count; see ``ops``.
         self._ops: dict[tuple[str, str], dict[Any, int]] = {}
         # (fqn, phase) -> signatures of ops not yet counted. The capture side appends one per op
@@ -333,16 +336,41 @@ class Trace:
     def group(self, name: str) -> GroupInfo:
         return self.groups.get(name, UNKNOWN_GROUP)
 
+    @property
+    def collectives(self) -> dict[tuple[str, str], dict[CollKey, list[int]]]:
+        """(fqn, phase) -> collective key -> [count, bytes], each module counting its
+        descendants' collectives too."""
+        if self._pending:
+            self._fold_collectives()
+        return self._collectives
+
     def add_collective(self, path: Iterable[str], phase: str, key: CollKey, nbytes: int, count: int = 1) -> None:
         """Count a collective for every module on ``path`` (the call's module and its ancestors)."""
-        for fqn in path:
-            bucket = self.collectives.setdefault((fqn, phase), {})
-            agg = bucket.get(key)
+        pending = self._pending
+        pending.append((path if type(path) is tuple else tuple(path), phase, key, nbytes, count))
+        if len(pending) >= 4096:
+            self._fold_collectives()
+
+    def _fold_collectives(self) -> None:
+        # the same (path, phase, key) summed first: a training step repeats them
+        sums: dict[tuple, list[int]] = {}
+        for path, phase, key, nbytes, count in self._pending:
+            agg = sums.get((path, phase, key))
             if agg is None:
-                bucket[key] = [count, nbytes]
+                sums[(path, phase, key)] = [count, nbytes]
             else:
                 agg[0] += count
                 agg[1] += nbytes
+        self._pending = []
+        for (path, phase, key), (count, nbytes) in sums.items():
+            for fqn in path:
+                bucket = self._collectives.setdefault((fqn, phase), {})
+                agg = bucket.get(key)
+                if agg is None:
+                    bucket[key] = [count, nbytes]
+                else:
+                    agg[0] += count
+                    agg[1] += nbytes
 
     def add_event(self, event: CollectiveEvent) -> None:
         self.events.append(event)
