@@ -123,8 +123,29 @@ def pipeline_full_and_light(rank: int, world_size: int, port: int, out_dir: str)
             hook.remove()
             assert modes and all(m is (None if capture == "light" else comm) for m in modes), (capture, modes)
             comm.generate_json_dump(os.path.join(out_dir, f"{capture}{rank}.json"))
+        _ddp_full_and_light(rank, out_dir)
     finally:
         _teardown()
+
+
+def _ddp_full_and_light(rank: int, out_dir: str) -> None:
+    """DDP (small buckets: one all-reduce per layer's gradients, issued by the reducer in C++
+    from the parameters' AccumulateGrad hooks), two steps recorded fully, then two lightly
+    (``ddp_full<R>.json``, ``ddp_light<R>.json``)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    for capture in ("full", "light"):
+        torch.manual_seed(0)
+        model = DistributedDataParallel(torch.nn.Sequential(
+            torch.nn.Linear(WIDTH, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 2)), bucket_cap_mb=0.01)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        comm = CommDebugMode(light=capture == "light")
+        with comm:
+            for _ in range(2):
+                model(torch.ones(BATCH, WIDTH)).sum().backward()
+                opt.step()
+                opt.zero_grad()
+        comm.generate_json_dump(os.path.join(out_dir, f"ddp_{capture}{rank}.json"))
 
 
 def profiled(rank: int, world_size: int, port: int, out_dir: str) -> None:

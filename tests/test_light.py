@@ -408,7 +408,7 @@ def _scheduled(events) -> Counter:
 
 
 @pytest.mark.timeout(DEADLINE_S + 30)
-def test_light_records_a_pipelining_schedule_like_full(tmp_path):
+def test_light_records_a_pipelining_schedule_and_ddp_like_full(tmp_path):
     ctx = mp.start_processes(gloo_worker.pipeline_full_and_light, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=False, start_method="spawn")
     deadline = time.monotonic() + DEADLINE_S
     while not ctx.join(timeout=1):
@@ -426,6 +426,12 @@ def test_light_records_a_pipelining_schedule_like_full(tmp_path):
         # per step: each microbatch's activation forward and its gradient back
         assert sum(_scheduled(light).values()) == 2 * 2 * gloo_worker.MICROBATCHES, rank
         assert {e.module for e in light if e.microbatch is not None} == {"Sequential"}
+        # DDP in the same ranks: the reducer's bucket all-reduces, from C++, on the layer whose
+        # gradient completed the bucket (light steps find it from the AccumulateGrad node)
+        ddp_full = list(commdebug.load(tmp_path / f"ddp_full{rank}.json").events)
+        ddp_light = list(commdebug.load(tmp_path / f"ddp_light{rank}.json").events)
+        _assert_same_collectives(ddp_full, ddp_light)
+        assert {e.module for e in ddp_light if e.phase == "backward"} > {"DistributedDataParallel.module.0"}
 
 
 # ---- `commdebug run --light` under torchrun ----------------------------------------------------

@@ -2,24 +2,27 @@
 
 A dispatch mode sees every aten op of the program, which is what costs. Light capture instead
 registers a Python kernel for the collective ops alone (every op of ``commdebug/ops.py`` that
-this torch has), at the ``BackendSelect`` dispatch key. That key is in every call's dispatch key
-set, under inference mode and below autograd too, and it sits just above the backend, so the
-kernel sees every call that reaches the dispatcher:
+this torch has, and the functional collectives' wait). The kernel records the call, then
+redispatches to the keys below its own:
 
-- eager c10d (``torch.distributed.all_reduce`` & co., send/recv, barrier, FSDP2's all-gathers
-  and reduce-scatters), from Python or from C++ (DDP's reducer);
-- functional collectives: DTensor's redistributions, also those inside a DTensor op's own
-  dispatch (the Partial gradients an optimizer's ``add_`` reduces), their backward
-  collectives, and the autograd-aware variants (seen as the functional op they run);
-- collectives on inference tensors (an evaluation metric averaged under ``inference_mode``).
+- functional collectives, their waits, DTensor's and symmetric memory's ops: at
+  ``BackendSelect``, which is in every call's key set (under inference mode and below autograd
+  too) just above the backend. That covers DTensor's redistributions, also those inside a
+  DTensor op's own dispatch (the Partial gradients an optimizer's ``add_`` reduces), their
+  backward collectives and the autograd-aware variants (seen as the functional op they run);
+- eager c10d ops (``torch.distributed.all_reduce`` & co., send/recv, barrier, FSDP2's
+  all-gathers and reduce-scatters, DDP's reducer from C++): at the autograd keys. A functional
+  collective's implementation issues its c10d op through the dispatcher; the autograd fallback
+  that runs functional collectives (they have no autograd kernel) excludes the autograd keys,
+  so that nested call passes no second Python kernel. Inference mode excludes them too: while
+  a ``torch.inference_mode()`` block is open, the eager ops also get a kernel at
+  ``BackendSelect`` (``INFERENCE_MODE``).
 
-The kernel records the call, then redispatches to the keys below ``BackendSelect``. A
-collective's implementation may issue another through the dispatcher (the functional
-``all_reduce`` runs c10d's ``allreduce_``): while one is being recorded, the kernels on that
-thread only redispatch. Meta tensors (tracing under ``torch.compile``) are never recorded.
+A collective issued while one is being recorded on the same thread is only redispatched. Meta
+tensors (tracing under ``torch.compile``) are never recorded.
 
-Each pass through a Python kernel costs several microseconds of boxing, so light capture keeps
-their number down:
+Each pass through a Python kernel costs microseconds of boxing, so light capture keeps their
+number down:
 
 - A DTensor's waits go through ``AsyncCollectiveTensor.trigger_wait``, which is wrapped anyway
   (:mod:`commdebug.capture.inflight`) and finishes the collective itself: the ``wait_tensor``
@@ -30,8 +33,11 @@ their number down:
   them, the last one to end removes them, so a program outside a recording pays nothing.
 
 Limits: a collective that bypasses the dispatcher (inside a compiled graph's own kernels) is not
-seen; the DTensor op behind a collective and the per-module op rows need the dispatch mode,
-which ``detail_every`` pushes for some steps.
+seen, nor an eager c10d op issued from inside another op's kernel below autograd (a custom op
+calling ``dist.all_reduce``), nor one on an inference tensor once its inference-mode block has
+closed. The DTensor op behind a collective and the per-module op rows need the dispatch mode,
+which ``detail_every`` pushes for some steps. Modules are tracked without hooks
+(:mod:`commdebug.capture.calls`).
 """
 
 from __future__ import annotations

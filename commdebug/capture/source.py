@@ -26,6 +26,7 @@ _USER, _DTENSOR, _LIBRARY, _COMPILED = "user", "dtensor", "library", "compiled"
 # keyed by id: hashing a code object hashes its bytecode and constants, for every frame walked
 # (the entry keeps the code alive, so its id is not reused while the entry stands)
 _FRAME_KIND: dict[int, tuple[Any, str]] = {}
+_SITES: dict[tuple[int, int], str] = {}  # (id of a user's code, instruction) -> "file:line"
 # what runs a compiled graph: AOTAutograd's runtime (forward and backward), the module Inductor
 # generates (under its cache directory, "torchinductor_<user>"), an FX graph's generated code
 _AOT_RUNTIME = os.path.join(os.path.dirname(torch.__file__), "_functorch", "_aot_autograd") + os.sep
@@ -57,7 +58,14 @@ def caller(depth: int = 1) -> tuple[str | None, bool, bool]:
             kind = _frame_kind(frame)
             _FRAME_KIND[id(code)] = (code, kind)
         if kind is _USER:
-            return f"{code.co_filename}:{frame.f_lineno}", from_dtensor, compiled
+            # f_lineno decodes the line table: once per call site
+            site = (id(code), frame.f_lasti)
+            text = _SITES.get(site)
+            if text is None:
+                if len(_SITES) > 100_000:
+                    _SITES.clear()
+                text = _SITES[site] = f"{code.co_filename}:{frame.f_lineno}"
+            return text, from_dtensor, compiled
         if kind is _DTENSOR:
             from_dtensor = True
         elif kind is _COMPILED:

@@ -35,6 +35,9 @@ A forward pre-hook firing during backward is activation-checkpoint recompute. In
 
 The dispatch mode reads ``stack``, ``fw_phase``, ``task`` and ``bw_path`` directly: it runs for
 every op, and a method call there would cost more than the lookup itself.
+
+Light steps need a location only per collective and track calls instead of hooks
+(``use_calls``, ``_call``): :mod:`commdebug.capture.calls`.
 """
 
 from __future__ import annotations
@@ -158,6 +161,7 @@ class ModuleTracker:
         # [weakref, fqn, parent path last seen, path under it]; fqn None for a compiled graph
         self.calls = False
         self._known: dict[int, list] = {}
+        self._param_owners: dict[int, list] = {}  # id(parameter) -> its module's entry in _known
         self._ranges = NodeRanges()
         self._pinned = 0  # backward_of put the location on a module: nodes do not decide it
         self._bw_found: tuple[str, ...] = _ROOT
@@ -235,6 +239,11 @@ class ModuleTracker:
             node = _current_node()
             if node is not None:
                 found = self._ranges.find(node._sequence_nr())
+                if found is None:
+                    # AccumulateGrad (no number in any range): its parameter's module, where
+                    # DDP's reducer all-reduces a bucket the parameter's gradient completed
+                    owner = self._param_owners.get(id(getattr(node, "variable", None)))
+                    found = owner[3] if owner is not None else None
         self._bw_found = found = found or self.bw_path
         return found
 
@@ -313,6 +322,9 @@ class ModuleTracker:
         fqn = None if graph else self.name_of(mod)
         entry = self._known[id(mod)] = [weakref.ref(mod), fqn, None, None]
         if fqn is not None:
+            for param in mod._parameters.values():
+                if param is not None:
+                    self._param_owners.setdefault(id(param), entry)
             self._on_first_call(mod, fqn, self.stack[-1] if self.stack else GLOBAL)
         return entry
 
@@ -554,6 +566,7 @@ class ModuleTracker:
         OPTIMIZED_CALL.remove(self)
         self._hooked = weakref.WeakKeyDictionary()
         self._known.clear()
+        self._param_owners.clear()
         self._ranges = NodeRanges()
         self._pinned = 0
         self.stack.clear()
