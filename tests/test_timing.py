@@ -211,6 +211,32 @@ def test_async_timing_on_a_backend_that_cannot_says_so_once(world, caplog):
     assert "note: timing='async' needs NCCL" in comm.generate_summary_table()
 
 
+def test_async_timing_on_nccl_registers_no_completion_hook_unless_asked(monkeypatch):
+    """On an H100 (torch 2.11, NCCL 2.28) NCCL's completion hook aborted the process's
+    communicators after a synchronous collective: by default the timer neither enables NCCL's
+    timing nor registers the hook, and says why; the environment variable opts in."""
+    import commdebug.capture.timing as timing
+
+    calls: list[str] = []
+
+    class PG:  # a ProcessGroupNCCL's two timing methods
+        def _enable_collectives_timing(self):
+            calls.append("timing")
+
+        def _register_on_completion_hook(self, hook):
+            calls.append("hook")
+
+    pg = PG()
+    monkeypatch.setattr(timing, "_backend_name", lambda pg: "nccl")
+    notes: list[tuple[str, str]] = []
+    monkeypatch.delenv(timing.HOOK_ENV, raising=False)
+    assert AsyncTimer(lambda key, message: notes.append((key, message))).watch("0", pg) is False
+    assert calls == [] and len(notes) == 1 and "aborted" in notes[0][1] and timing.HOOK_ENV in notes[0][1]
+    monkeypatch.setenv(timing.HOOK_ENV, "1")
+    assert AsyncTimer(lambda key, message: notes.append((key, message))).watch("0", pg) is True
+    assert calls == ["timing", "hook"]
+
+
 def test_step_window_outside_runs_without_the_mode(world):
     from torch.utils._python_dispatch import _get_current_dispatch_mode
 

@@ -60,6 +60,25 @@ def test_eager_collectives_that_returned_are_not_in_flight(world):
     assert comm.mark_in_flight() == []
 
 
+@pytest.mark.parametrize("light", [False, True])
+@pytest.mark.parametrize("timing", [None, "sync"])
+def test_a_call_the_backend_finished_before_returning_is_not_in_flight(world, monkeypatch, light, timing):
+    """NCCL, called with async_op=False (torch.distributed's functions when not asked for
+    async), synchronises inside the call and returns an empty Work: ``Work.unbox`` gives None
+    (seen on an H100 with NCCL 2.28), and waiting on it crashes the process. Python never waits
+    for it, so it must read finished, not hung, and timing='sync' must not wait on it. The
+    empty Work is simulated here: the fake backend returns real ones."""
+    from commdebug.capture import inflight
+
+    monkeypatch.setattr(inflight, "_unbox", lambda item: None)
+    with CommDebugMode(light=light, timing=timing) as comm:
+        dist.all_reduce(torch.ones(4))
+        dist.broadcast(torch.ones(2), src=0)
+        assert comm.in_flight() == []
+    assert [e.op for e in comm.trace.events] == ["all_reduce", "broadcast"]
+    assert not any(e.in_flight for e in comm.trace.events)
+
+
 def test_a_collective_whose_wait_raises_under_sync_timing_is_recorded_failed(world, monkeypatch):
     def broken_wait(out, spec, args, kwargs):
         raise RuntimeError("Connection closed by peer")

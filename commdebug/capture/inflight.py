@@ -30,7 +30,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-__all__ = ["InFlight", "work_of", "tensors", "wait_until_finished", "work_patch"]
+__all__ = ["InFlight", "SYNCED", "work_of", "tensors", "wait_until_finished", "work_patch"]
 
 # Work objects of collectives nobody waited for (fire-and-forget isend, a program that drops
 # its handles) are let go of beyond this many, oldest first: a Work holds buffers.
@@ -67,6 +67,9 @@ class InFlight:
             ids = (_storage_key(target),) if isinstance(target, torch.Tensor) else tuple(_storage_key(t) for t in tensors(target))
         else:
             work = work_of(out)
+            if work is SYNCED:  # finished before the call returned: nothing to wait for
+                self.done(group, seq)
+                return
             ids = () if work is not None else tuple(_storage_key(t) for t in tensors(target))
         with self._lock:
             self._issued[index] = (time.monotonic(), group, seq, work, ids)
@@ -79,6 +82,13 @@ class InFlight:
                 # calls nobody waits for pile up: scan again only once their number has doubled,
                 # so the capture path never pays a scan per collective
                 self._scan_at = max(256, 2 * len(self._issued))
+
+    def done(self, group: str, seq: int | None) -> None:
+        """A collective finished as it was issued: the calls before it on its group did too."""
+        if seq is not None:
+            with self._lock:
+                if seq > self._finished_seq.get(group, -1):
+                    self._finished_seq[group] = seq
 
     def work_waited(self, work: Any, error: BaseException | None = None) -> None:
         """``work.wait()`` returned (or raised ``error``)."""
@@ -178,14 +188,27 @@ def _describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
+# What work_of returns for an eager op the backend finished before returning: NCCL, called with
+# async_op=False (as torch.distributed's functions are when not asked for async), makes the
+# current stream wait for the collective and returns an empty Work (measured on an H100,
+# torch 2.11, NCCL 2.28). Waiting on that object crashes the process.
+SYNCED = object()
+
+
+def _unbox(item: Any) -> Any:
+    return dist.distributed_c10d.Work.unbox(item)
+
+
 def work_of(out: Any) -> Any:
-    """The c10d Work an eager op returned (alone or after its tensors), or None."""
+    """The c10d Work an eager op returned (alone or after its tensors), :data:`SYNCED` for an
+    empty one (the backend synchronised in the call), or None."""
     for item in out if isinstance(out, (tuple, list)) else (out,):
         if isinstance(item, torch.ScriptObject):
             try:
-                return dist.distributed_c10d.Work.unbox(item)
+                work = _unbox(item)
             except Exception:
                 return None
+            return SYNCED if work is None else work
     return None
 
 
@@ -203,12 +226,12 @@ def wait_until_finished(out: Any, spec: Any, args: tuple, kwargs: dict) -> None:
     finished: its Work's ``wait()``, or ``wait_tensor`` on a functional collective's outputs."""
     from commdebug import ops as _ops
 
-    waited = False
-    for item in out if isinstance(out, (tuple, list)) else (out,):
-        if hasattr(item, "wait") and not isinstance(item, torch.Tensor):
-            item.wait()  # c10d Work
-            waited = True
-    if not waited:
+    work = work_of(out)
+    if work is SYNCED:
+        return  # the call returned with it done (on CUDA, the current stream waits for it)
+    if work is not None:
+        work.wait()
+    else:
         result = _ops.pick(spec.outputs, args, kwargs, out)
         for t in tensors(result if result is not None else out):
             torch.ops._c10d_functional.wait_tensor(t)

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 import weakref
@@ -111,6 +112,18 @@ def _seconds(value: Any) -> float | None:
     return float(value)
 
 
+# NCCL's completion hook, on an H100 with torch 2.11 and NCCL 2.28: once registered, a later
+# collective called with async_op=False (torch.distributed's default) made the hook thread fail
+# ("getDuration only works if timing was enabled") and abort every communicator of the process,
+# and no duration reached the hook before the recording ended. It is used only when asked for.
+HOOK_ENV = "COMMDEBUG_NCCL_COMPLETION_HOOK"
+HOOK_UNSAFE = (
+    "timing='async' records no latency on NCCL by default: NCCL's completion hook, which reports its own "
+    "timings, aborted the process's communicators after a synchronous collective (torch 2.11, NCCL 2.28). "
+    f"Use timing='sync', or set {HOOK_ENV}=1 to use the hook anyway"
+)
+
+
 class AsyncTimer:
     """Joins NCCL's own collective timings to events without synchronising."""
 
@@ -139,6 +152,9 @@ class AsyncTimer:
         backend = _backend_name(pg)
         if backend != "nccl":
             self._note(f"async:{backend}", f"timing='async' needs NCCL, which times its own kernels; the {backend or 'unknown'} backend cannot, so no latency is recorded for its collectives (use timing='sync')")
+            return False
+        if os.environ.get(HOOK_ENV) != "1":
+            self._note("async:hook", HOOK_UNSAFE)
             return False
         try:
             pg._enable_collectives_timing()

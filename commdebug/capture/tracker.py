@@ -42,20 +42,18 @@ Light steps need a location only per collective and track calls instead of hooks
 
 from __future__ import annotations
 
-import itertools
 import weakref
-from collections import OrderedDict
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
 import torch
 from torch.nn.modules.module import register_module_forward_pre_hook
-from torch.utils._pytree import tree_leaves
 
 from commdebug.capture.calls import MODULE_CALL, NodeRanges
 from commdebug.capture.calls import hidden as _call_patch_hidden
 from commdebug.capture.compiled import MODULE_COMPILE, OPTIMIZED_CALL, CompiledCall, compiling
 from commdebug.capture.fsdp import FSDP_PATCHES
+from commdebug.capture.markers import _add_tensor_hook, _tensors
 from commdebug.capture.source import in_compiled_code
 from commdebug.model.trace import BACKWARD, CHECKPOINT, FORWARD, GLOBAL, OPTIMIZER
 
@@ -67,47 +65,7 @@ _graph_task_id = torch._C._current_graph_task_id
 _compiling = compiling
 _current_node = torch._C._current_autograd_node
 _grad_enabled = torch.is_grad_enabled
-_Tensor = torch.Tensor
 _ROOT = (GLOBAL,)
-
-
-def _tensors(value: Any) -> list[torch.Tensor]:
-    if isinstance(value, _Tensor):
-        return [value]
-    if type(value) is tuple:  # the common case, positional args, without pytree
-        out = []
-        for v in value:
-            if isinstance(v, _Tensor):
-                out.append(v)
-            elif isinstance(v, (list, tuple, dict)):
-                break
-        else:
-            return out
-    return [t for t in tree_leaves(value) if isinstance(t, _Tensor)]
-
-
-_hook_keys = itertools.count()
-
-
-def _add_tensor_hook(t: torch.Tensor, hook: Callable, first: bool = False) -> None:
-    """``t.register_hook(hook)`` without its handle, about 5x cheaper (it runs per module call).
-
-    Autograd calls the hooks in the raw order of ``t._backward_hooks`` (``move_to_end`` only
-    changes the OrderedDict's own view), so ``first`` refills the dict with ours in front.
-    Keys are ours, never ints, so they cannot collide with torch's handle ids.
-    """
-    hooks = t._backward_hooks
-    if hooks is None:
-        t._backward_hooks = hooks = OrderedDict()
-        t.grad_fn._register_hook_dict(t)
-    key = ("commdebug", next(_hook_keys))
-    if first and hooks:
-        others = list(hooks.items())
-        hooks.clear()
-        hooks[key] = hook
-        hooks.update(others)
-    else:
-        hooks[key] = hook
 
 
 class ModuleTracker:
