@@ -92,8 +92,7 @@ def detach(recorder: Any) -> None:
         if recorder in _ACTIVE:
             _ACTIVE.remove(recorder)
         if not _ACTIVE:
-            for library in [*_LIBRARIES.values(), *_INFERENCE]:
-                library._destroy()
+            _destroy([*_LIBRARIES.values(), *_INFERENCE])
             _LIBRARIES.clear()
             _INFERENCE.clear()
             INFERENCE_MODE.remove(_INFERENCE_USER)
@@ -145,7 +144,7 @@ def _install() -> None:
     # keys excluded, so eager c10d kernels at those keys never see the nested calls, and see
     # every other call, from Python or C++ (DDP's reducer). Inference mode excludes those keys
     # too: while it is on, the eager ops also get kernels at BackendSelect (INFERENCE_MODE).
-    _register(_LIBRARIES, False, KEY, _BELOW, contextlib.nullcontext)
+    _register(_LIBRARIES, False, KEY, _BELOW, None)
     _register(_LIBRARIES, True, EAGER_KEY, _BELOW_AUTOGRAD, torch._C._AutoDispatchBelowADInplaceOrView)
     INFERENCE_MODE.add(_INFERENCE_USER)
     if torch.is_inference_mode_enabled() and not _INFERENCE:  # a recording started inside one
@@ -154,8 +153,13 @@ def _install() -> None:
 
 def _add_inference_kernels() -> None:
     libraries: dict[str, Any] = {}
-    _register(libraries, True, KEY, _BELOW, contextlib.nullcontext)
+    _register(libraries, True, KEY, _BELOW, None)
     _INFERENCE.extend(libraries.values())
+
+
+def _destroy(libraries: list[Any]) -> None:
+    for library in libraries:
+        library._destroy()
 
 
 def _kernel(op: Any, spec: Any, below: Any, guard: Any) -> Callable[..., Any]:
@@ -170,49 +174,59 @@ def _kernel(op: Any, spec: Any, below: Any, guard: Any) -> Callable[..., Any]:
         if not keys.raw_repr():  # no tensor to take the backend from: let the dispatcher skip us
             with torch._C._ExcludeDispatchKeyGuard(_OURS):
                 return op(*args, **kwargs)
-        with guard():  # below autograd: what the autograd fallback we replace would do
-            if state.__dict__.get("inside") or not _ACTIVE:
-                return redispatch(keys, *args, **kwargs)
-            recorder = _ACTIVE[-1]
-            if not recorder._light_on or keys.has(_META):
-                return redispatch(keys, *args, **kwargs)
-            state.inside = True
-            try:
-                return recorder._light_call(partial(redispatch, keys), name, spec, args, kwargs)
-            finally:
-                state.inside = False
+        if state.__dict__.get("inside") or not _ACTIVE:
+            return redispatch(keys, *args, **kwargs)
+        recorder = _ACTIVE[-1]
+        if not recorder._light_on or keys.has(_META):
+            return redispatch(keys, *args, **kwargs)
+        state.inside = True
+        try:
+            return recorder._light_call(partial(redispatch, keys), name, spec, args, kwargs)
+        finally:
+            state.inside = False
 
-    return kernel
+    if guard is None:
+        return kernel
+
+    def below_autograd(keys: Any, *args: Any, **kwargs: Any) -> Any:
+        with guard():  # what the autograd fallback this kernel replaces does
+            return kernel(keys, *args, **kwargs)
+
+    return below_autograd
 
 
-def _inference_mode(method: str) -> Callable[[Any, ClassPatch], Any]:
-    """``torch.inference_mode``'s enter and exit: the eager ops' BackendSelect kernels exist
-    while one is open with inference on (its tensors have no autograd keys to find)."""
+def _enter(original: Any, patch: ClassPatch) -> Any:
+    """``torch.inference_mode().__enter__``: the outermost block adds the eager ops'
+    BackendSelect kernels (its tensors have no autograd keys to find)."""
 
-    def wrap(original: Any, patch: ClassPatch) -> Any:
-        def wrapped(self: Any, *args: Any) -> Any:
-            global _inference_depth
-            if not getattr(self, "mode", True):
-                return original(self, *args)
+    def __enter__(self: Any) -> Any:
+        global _inference_depth
+        if getattr(self, "mode", True):
             with _LOCK:
-                if method == "__enter__":
-                    _inference_depth += 1
-                    if _inference_depth == 1 and _ACTIVE and not _INFERENCE:
-                        _add_inference_kernels()
-                else:
-                    _inference_depth = max(0, _inference_depth - 1)
-                    if _inference_depth == 0:
-                        for library in _INFERENCE:
-                            library._destroy()
-                        _INFERENCE.clear()
-            return original(self, *args)
+                _inference_depth += 1
+                if _inference_depth == 1 and _ACTIVE and not _INFERENCE:
+                    _add_inference_kernels()
+        return original(self)
 
-        return wrapped
-
-    return wrap
+    return __enter__
 
 
-INFERENCE_MODE = ClassPatch("torch.autograd.grad_mode", "inference_mode",
-                            {"__enter__": _inference_mode("__enter__"), "__exit__": _inference_mode("__exit__")})
+def _exit(original: Any, patch: ClassPatch) -> Any:
+    """``torch.inference_mode().__exit__``: the outermost block removes them."""
+
+    def __exit__(self: Any, *exc: Any) -> Any:
+        global _inference_depth
+        if getattr(self, "mode", True):
+            with _LOCK:
+                _inference_depth = max(0, _inference_depth - 1)
+                if _inference_depth == 0:
+                    _destroy(_INFERENCE)
+                    _INFERENCE.clear()
+        return original(self, *exc)
+
+    return __exit__
+
+
+INFERENCE_MODE = ClassPatch("torch.autograd.grad_mode", "inference_mode", {"__enter__": _enter, "__exit__": _exit})
 _INFERENCE_USER = object()
 

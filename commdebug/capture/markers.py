@@ -10,12 +10,13 @@ from typing import Any, Callable
 import torch
 from torch.utils._pytree import tree_leaves
 
-__all__ = ["_add_tensor_hook", "_tensors"]
+__all__ = ["add_tensor_hook", "tensors_in"]
 
 _Tensor = torch.Tensor
 
 
-def _tensors(value: Any) -> list[torch.Tensor]:
+def tensors_in(value: Any) -> list[torch.Tensor]:
+    """The tensors in a module call's arguments or output (positional tuples without pytree)."""
     if isinstance(value, _Tensor):
         return [value]
     if type(value) is tuple:  # the common case, positional args, without pytree
@@ -33,7 +34,7 @@ def _tensors(value: Any) -> list[torch.Tensor]:
 _hook_keys = itertools.count()
 
 
-def _add_tensor_hook(t: torch.Tensor, hook: Callable, first: bool = False) -> None:
+def add_tensor_hook(t: torch.Tensor, hook: Callable, first: bool = False) -> None:
     """``t.register_hook(hook)`` without its handle, about 5x cheaper (it runs per module call).
 
     Autograd calls the hooks in the raw order of ``t._backward_hooks`` (``move_to_end`` only

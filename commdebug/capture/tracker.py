@@ -53,7 +53,7 @@ from commdebug.capture.calls import MODULE_CALL, NodeRanges
 from commdebug.capture.calls import hidden as _call_patch_hidden
 from commdebug.capture.compiled import MODULE_COMPILE, OPTIMIZED_CALL, CompiledCall, compiling
 from commdebug.capture.fsdp import FSDP_PATCHES
-from commdebug.capture.markers import _add_tensor_hook, _tensors
+from commdebug.capture.markers import add_tensor_hook, tensors_in
 from commdebug.capture.source import in_compiled_code
 from commdebug.model.trace import BACKWARD, CHECKPOINT, FORWARD, GLOBAL, OPTIMIZER
 
@@ -208,10 +208,11 @@ class ModuleTracker:
     def path_of(self, mod: torch.nn.Module) -> tuple[str, ...]:
         """The module path a module had in its last forward (for work done on its behalf
         outside its forward, e.g. a pipeline stage's sends); registers it if never called."""
-        known = self._known.get(id(mod)) if self.calls else self._hooked.get(mod)
-        if known is None or (self.calls and known[0]() is not mod):
-            known = self._know(mod) if self.calls else self._first_call(mod)
-        fqn = known[1] if self.calls else known[0]
+        if self.calls:
+            fqn = self._entry_of(mod)[1]
+        else:
+            known = self._hooked.get(mod)
+            fqn = (known if known is not None else self._first_call(mod))[0]
         parent = self._ancestors.get(fqn, (GLOBAL,))
         return parent if fqn in parent else (*parent, fqn)
 
@@ -240,7 +241,7 @@ class ModuleTracker:
                     self._tasks.clear()  # no backward runs now: drop any that raised midway
             self._ancestors[fqn] = parent
             if torch.is_grad_enabled():
-                inputs = _tensors(args)
+                inputs = tensors_in(args)
                 # A leaf module's exit would only move backward back to the leaf, where it
                 # already is (it has no children to leave), so leaves get none: most are leaves.
                 if parent_module:
@@ -248,7 +249,7 @@ class ModuleTracker:
                     for t in inputs:
                         # leaf tensors are skipped: a hook would stay on a long-lived input
                         if t.grad_fn is not None:
-                            _add_tensor_hook(t, exit_hook)
+                            add_tensor_hook(t, exit_hook)
         elif paths:
             parent = paths[-1]
         else:
@@ -273,6 +274,11 @@ class ModuleTracker:
         self._on_first_call(mod, fqn, self.stack[-1] if self.stack else GLOBAL)
         return known
 
+    def _entry_of(self, mod: torch.nn.Module) -> list:
+        """A light step's entry for ``mod`` in ``_known``, made on first sight."""
+        entry = self._known.get(id(mod))
+        return entry if entry is not None and entry[0]() is mod else self._know(mod)
+
     def _know(self, mod: torch.nn.Module) -> list:
         """A light step's first sight of ``mod`` in this context: named and announced as by
         :meth:`_first_call`, without a hook."""
@@ -292,9 +298,7 @@ class ModuleTracker:
         if _compiling():
             return call(mod, *args, **kwargs)
         self.forwards += 1
-        entry = self._known.get(id(mod))
-        if entry is None or entry[0]() is not mod:
-            entry = self._know(mod)
+        entry = self._entry_of(mod)
         fqn = entry[1]
         if fqn is None:
             return call(mod, *args, **kwargs)
@@ -375,25 +379,25 @@ class ModuleTracker:
                 # function, tensor parallelism in DTensors), or kwargs the global pre-hook
                 # could not see: the module's backward ends when their gradients are done
                 seen = {id(t) for t in inputs}
-                inputs = _tensors(args) + (_tensors(kwargs) if kwargs else [])
+                inputs = tensors_in(args) + (tensors_in(kwargs) if kwargs else [])
                 exit_hook = self._exits.get(fqn) or self._exit_marker(fqn)
                 for t in inputs:
                     if id(t) not in seen and t.grad_fn is not None:
-                        _add_tensor_hook(t, exit_hook)
+                        add_tensor_hook(t, exit_hook)
             self._mark_entries(fqn, path, output, {id(t.grad_fn) for t in inputs})
 
         return post_hook
 
     def _mark_entries(self, fqn: str, path: tuple[str, ...], output: object, input_nodes: set[int]) -> None:
         done: set[int] = set()
-        for t in _tensors(output):
+        for t in tensors_in(output):
             node = t.grad_fn
             if node is None or id(node) in input_nodes or id(node) in done:
                 continue  # nothing to mark, or the output is an input passed through
             done.add(id(node))
             entry = self._entries.get((fqn, path)) or self._entry_marker(fqn, path)
             if t._backward_hooks:
-                _add_tensor_hook(t, entry, first=True)  # else FSDP2's pre-backward runs first
+                add_tensor_hook(t, entry, first=True)  # else FSDP2's pre-backward runs first
             else:
                 node.register_prehook(entry)
 
