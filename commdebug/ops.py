@@ -15,7 +15,7 @@ of those names ask :func:`canonical_op` / :func:`aliases`; ``commdebug check`` a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Mapping, Sequence, get_args
 
 import torch
@@ -90,11 +90,12 @@ class CollectiveSpec:
     factor: str
     peer: int | None = None
     returns_done: bool = False
+    # point-to-point: only two ranks of the group take part, so no collective sequence (a
+    # field, not a property: the capture path reads it for every collective)
+    is_p2p: bool = field(init=False)
 
-    @property
-    def is_p2p(self) -> bool:
-        """Point-to-point: only two ranks of the group take part, so no collective sequence."""
-        return self.op in ("send", "recv", "batch_p2p")
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "is_p2p", self.op in ("send", "recv", "batch_p2p"))
 
     def busbw_factor(self, group_size: int) -> float:
         return BUSBW_FACTORS[self.factor](max(group_size, 1))
@@ -250,7 +251,8 @@ def _dtype_name(dtype: Any) -> str:
 def tensor_bytes(value: Any) -> tuple[int, tuple[tuple[int, ...], ...], str | None]:
     """Total bytes, shapes and dtype of a tensor or (nested) list of tensors."""
     if isinstance(value, torch.Tensor):  # the common case, without the walk
-        return value.numel() * value.element_size(), (tuple(value.shape),), _dtype_name(value.dtype)
+        dtype = _DTYPE_NAMES.get(value.dtype)
+        return value.numel() * value.element_size(), (tuple(value.shape),), dtype if dtype is not None else _dtype_name(value.dtype)
     total = 0
     shapes: list[tuple[int, ...]] = []
     dtype = None

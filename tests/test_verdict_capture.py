@@ -28,6 +28,7 @@ def test_a_work_that_never_reads_completed_finishes_when_waited_or_overtaken():
     # the mode hands the Work in through the op's `out`; here it goes straight to the tables
     for index, (work, seq) in enumerate(((rs0, 0), (rs1, 1), (ar, 2))):
         flight.issued(index, "0", seq, None, None)
+        flight.unfinished()  # folds the log into the tables
         flight._issued[index] = (*flight._issued[index][:3], work, ())
         flight._by_work[id(work)] = index
     assert [i for i, _ in flight.unfinished()] == [0, 1, 2]
@@ -37,6 +38,25 @@ def test_a_work_that_never_reads_completed_finishes_when_waited_or_overtaken():
     flight.work_waited(ar, RuntimeError("[gloo.cc:78] Connection closed by peer\nmore"))
     assert flight.unfinished() == []
     assert errors == [(2, "RuntimeError: [gloo.cc:78] Connection closed by peer")]
+
+
+def test_a_wait_finishes_the_latest_collective_on_its_storage_in_the_order_things_happened():
+    # The capture path only logs issues and waits; they are matched later, in order. A buffer
+    # freed and reused by the next collective's output must not finish the wrong one.
+    errors = []
+    flight = InFlight(on_error=lambda index, text: errors.append((index, text)))
+    buf = torch.ones(4)
+    flight.issued(0, "tp", 0, buf, None)
+    flight.tensor_waited(buf)  # 0 finished, then its storage holds collective 1's output
+    flight.issued(1, "dp", 0, buf, None)
+    assert [i for i, _ in flight.unfinished()] == [1]
+    flight.issued(2, "pp", 0, buf[1:], None)  # reused again before anyone waited for 1
+    flight.tensor_waited(buf[2:])  # a wait on a view finds the storage: the latest, 2
+    assert [i for i, _ in flight.unfinished()] == [1]
+    flight.issued(3, "pp", 1, buf, None)
+    flight.tensor_waited(buf, RuntimeError("Timed out waiting 600000ms for recv\nstack"))
+    assert errors == [(3, "RuntimeError: Timed out waiting 600000ms for recv")]
+    assert [i for i, _ in flight.unfinished()] == [1]
 
 
 def test_a_functional_collective_is_unfinished_until_its_output_is_waited_for(world):

@@ -32,6 +32,9 @@ import torch.distributed as dist
 
 __all__ = ["InFlight", "SYNCED", "work_of", "tensors", "wait_until_finished", "work_patch"]
 
+# what the in-flight log records (InFlight._log)
+_ISSUED, _TENSOR_WAITED, _WORK_WAITED, _DONE = "issued", "tensor waited", "work waited", "done"
+_FOLD_AT = 512  # log entries that make the capture path fold them in
 # Work objects of collectives nobody waited for (fire-and-forget isend, a program that drops
 # its handles) are let go of beyond this many, oldest first: a Work holds buffers.
 _MAX_TRACKED = 4096
@@ -48,15 +51,19 @@ class InFlight:
     def __init__(self, on_error: Callable[[int, str], None]) -> None:
         self._on_error = on_error
         self._lock = threading.Lock()  # the watchdog thread reads while the program writes
+        # what happened since the tables were last brought up to date, in order: the capture
+        # path only appends (one list append per issue or wait); whoever reads folds it in
+        # (`_fold`), also every _FOLD_AT entries
+        self._log: list[tuple] = []
         # event index -> (monotonic time issued, group name, seq or None, Work or None, ids of
         # the output tensors whose wait finishes it)
         self._issued: dict[int, tuple[float, str, int | None, Any, tuple[int, ...]]] = {}
         self._by_work: dict[int, int] = {}  # id(Work) -> event index (the Work is held in _issued)
         self._by_tensor: dict[int, int] = {}  # storage of a functional output -> event index
         self._finished_seq: dict[str, int] = {}  # group -> highest seq known finished
-        self._scan_at = 256  # how many tracked calls make `issued` forget the finished ones
+        self._scan_at = 256  # how many tracked calls make a fold forget the finished ones
 
-    # ---- the capture side -----------------------------------------------------------------
+    # ---- the capture side: appends only -----------------------------------------------------
 
     def issued(self, index: int, group: str, seq: int | None, out: Any, outputs: Any) -> None:
         """A collective was just issued: ``out`` is what the op returned, ``outputs`` its
@@ -71,52 +78,49 @@ class InFlight:
                 self.done(group, seq)
                 return
             ids = () if work is not None else tuple(_storage_key(t) for t in tensors(target))
-        with self._lock:
-            self._issued[index] = (time.monotonic(), group, seq, work, ids)
-            if work is not None:
-                self._by_work[id(work)] = index
-            for i in ids:
-                self._by_tensor[i] = index
-            if len(self._issued) > self._scan_at:
-                self._forget_finished()
-                # calls nobody waits for pile up: scan again only once their number has doubled,
-                # so the capture path never pays a scan per collective
-                self._scan_at = max(256, 2 * len(self._issued))
+        log = self._log
+        log.append((_ISSUED, index, time.monotonic(), group, seq, work, ids))
+        if len(log) > _FOLD_AT:
+            self._fold()
 
     def done(self, group: str, seq: int | None) -> None:
         """A collective finished as it was issued: the calls before it on its group did too."""
         if seq is not None:
-            with self._lock:
-                if seq > self._finished_seq.get(group, -1):
-                    self._finished_seq[group] = seq
+            self._log.append((_DONE, group, seq))
 
     def work_waited(self, work: Any, error: BaseException | None = None) -> None:
         """``work.wait()`` returned (or raised ``error``)."""
-        self._waited(self._by_work, id(work), error)
+        log = self._log
+        log.append((_WORK_WAITED, id(work)))
+        if error is not None or len(log) > _FOLD_AT:
+            self._fold_after_wait(self._by_work, id(work), error)
 
     def tensor_waited(self, tensor: Any, error: BaseException | None = None) -> None:
         """``wait_tensor(tensor)`` returned (or raised ``error``)."""
         key = _storage_key(tensor)
-        if key in self._by_tensor:  # most waits find nothing: the same output waited twice
-            self._waited(self._by_tensor, key, error)
-
-    def _waited(self, table: dict[int, int], key: int, error: BaseException | None) -> None:
-        with self._lock:
-            index = table.pop(key, None)
-            if index is not None:
-                self._finish(index)
-        if index is not None and error is not None:
-            self._on_error(index, _describe(error))
+        log = self._log
+        log.append((_TENSOR_WAITED, key))
+        if error is not None or len(log) > _FOLD_AT:
+            self._fold_after_wait(self._by_tensor, key, error)
 
     def failed(self, index: int, error: BaseException) -> None:
         """The collective raised where the mode itself waited for it (``timing='sync'``)."""
         with self._lock:
+            self._fold_locked()
             self._finish(index)
         self._on_error(index, _describe(error))
+
+    def _fold_after_wait(self, table: dict[int, int], key: int, error: BaseException | None) -> None:
+        with self._lock:
+            # the wait itself is in the log: which collective it finished is known once folded
+            index = self._fold_locked(table, key)
+        if index is not None and error is not None:
+            self._on_error(index, _describe(error))
 
     def clear(self) -> None:
         """Let go of every Work and tensor id (the recording ended)."""
         with self._lock:
+            self._log.clear()
             self._issued.clear()
             self._by_work.clear()
             self._by_tensor.clear()
@@ -128,11 +132,79 @@ class InFlight:
         ago and not finished, oldest first. Safe to call from another thread."""
         now = time.monotonic()
         with self._lock:
+            self._fold_locked()
             self._forget_finished()
             stuck = [(index, now - entry[0]) for index, entry in self._issued.items() if now - entry[0] >= older_than_s]
         return sorted(stuck, key=lambda pair: -pair[1])
 
     # ---- internals (under the lock) ---------------------------------------------------------
+
+    def _fold(self) -> None:
+        with self._lock:
+            self._fold_locked()
+
+    def _fold_locked(self, table: dict[int, int] | None = None, key: int | None = None) -> int | None:
+        """Apply the log to the tables, in order (a storage freed and reused by a later
+        collective's output is told apart by that order). Returns the index the last wait on
+        ``key`` in ``table`` finished, if asked."""
+        log = self._log
+        n = len(log)  # entries appended meanwhile (another thread) stay for the next fold
+        found = None
+        # A functional collective is mostly waited for soon after it is issued, in the same
+        # stretch of log: such pairs cancel here without touching the tables.
+        fresh: dict[int, tuple] = {}  # storage key -> issued entry of this stretch, not waited yet
+        finished = self._finished_seq
+        for entry in log[:n]:
+            kind = entry[0]
+            if kind is _TENSOR_WAITED:
+                issued = fresh.pop(entry[1], None)
+                if issued is not None:
+                    _, index, _, group, seq, _, _ = issued
+                    if seq is not None and seq > finished.get(group, -1):
+                        finished[group] = seq
+                else:
+                    index = self._by_tensor.pop(entry[1], None)
+                    if index is not None:
+                        self._finish(index)
+                if index is not None and table is self._by_tensor and entry[1] == key:
+                    found = index
+            elif kind is _ISSUED:
+                ids = entry[6]
+                if len(ids) == 1 and entry[5] is None:
+                    earlier = fresh.pop(ids[0], None)  # its storage was freed and reused
+                    if earlier is not None:
+                        self._track(earlier)
+                    fresh[ids[0]] = entry
+                else:
+                    self._track(entry)
+            elif kind is _WORK_WAITED:
+                index = self._by_work.pop(entry[1], None)
+                if index is not None:
+                    self._finish(index)
+                    if table is self._by_work and entry[1] == key:
+                        found = index
+            else:  # _DONE
+                group, seq = entry[1], entry[2]
+                if seq > finished.get(group, -1):
+                    finished[group] = seq
+        for entry in fresh.values():
+            self._track(entry)
+        del log[:n]
+        return found
+
+    def _track(self, entry: tuple) -> None:
+        """An issued collective goes into the tables, to be found by its wait."""
+        _, index, at, group, seq, work, ids = entry
+        self._issued[index] = (at, group, seq, work, ids)
+        if work is not None:
+            self._by_work[id(work)] = index
+        for i in ids:
+            self._by_tensor[i] = index
+        if len(self._issued) > self._scan_at:
+            self._forget_finished()
+            # calls nobody waits for pile up: scan again only once their number has doubled,
+            # so folding never pays a scan per collective
+            self._scan_at = max(256, 2 * len(self._issued))
 
     def _finish(self, index: int) -> None:
         entry = self._issued.pop(index, None)
@@ -168,9 +240,7 @@ def _storage_key(t: torch.Tensor) -> int:
         if isinstance(inner, torch.Tensor):
             t = inner
     try:
-        # the storage's start, without making a storage object: the tensor's data pointer less
-        # its offset
-        ptr = t.data_ptr() - t.storage_offset() * t.element_size()
+        ptr = t.untyped_storage().data_ptr()
     except Exception:
         ptr = 0
     return ptr if ptr else id(t)
@@ -252,6 +322,15 @@ def _wrap_wait(original: Any, patch: Any) -> Any:
     return wait
 
 
+def _tell(flights: list[InFlight], tensor: torch.Tensor) -> None:
+    """Every recording's InFlight that ``tensor`` was waited for (mostly there is one)."""
+    if len(flights) == 1:
+        flights[0].tensor_waited(tensor)
+        return
+    for flight in list(flights):
+        flight.tensor_waited(tensor)
+
+
 def _wrap_trigger_wait(original: Any, patch: Any) -> Any:
     from commdebug.capture import light
 
@@ -259,11 +338,13 @@ def _wrap_trigger_wait(original: Any, patch: Any) -> Any:
         first = not getattr(act, "completed", True)
         # this wrapper finishes the collective: the wait_tensor inside need not pass through
         # light capture's kernel, whose boxing costs more than the rest of a wait
-        with light.skipped():
+        skipped = light.skip()
+        try:
             result = original(act, *args, **kwargs)
+        finally:
+            light.unskip(skipped)
         if first:
-            for flight in list(patch.users):
-                flight.tensor_waited(act.elem)
+            _tell(patch.users, act.elem)
         return result
 
     return trigger_wait
@@ -273,10 +354,12 @@ def _wrap_act_wait(original: Any, patch: Any) -> Any:
     from commdebug.capture import light
 
     def wait(act: Any, *args: Any, **kwargs: Any) -> Any:
-        with light.skipped():  # as in trigger_wait: this wrapper finishes the collective
+        skipped = light.skip()  # as in trigger_wait: this wrapper finishes the collective
+        try:
             result = original(act, *args, **kwargs)
-        for flight in list(patch.users):
-            flight.tensor_waited(act.elem)
+        finally:
+            light.unskip(skipped)
+        _tell(patch.users, act.elem)
         return result
 
     return wait

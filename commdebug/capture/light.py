@@ -42,7 +42,6 @@ which ``detail_every`` pushes for some steps. Modules are tracked without hooks
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import threading
 import warnings
@@ -54,7 +53,7 @@ import torch
 from commdebug import ops as _ops
 from commdebug.capture.patches import ClassPatch
 
-__all__ = ["attach", "detach", "installed", "skipped", "KEY"]
+__all__ = ["attach", "detach", "installed", "skip", "unskip", "KEY"]
 
 KEY = "BackendSelect"
 # eager c10d ops: the autograd keys, which the functional collectives' own dispatch leaves
@@ -66,6 +65,9 @@ _BELOW_AUTOGRAD = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.Auto
 _EAGER_NAMESPACE = "c10d"
 _dispatch_keys = torch._C._dispatch_keys
 _OURS = torch._C.DispatchKeySet(torch._C.DispatchKey.BackendSelect)
+_BACKEND_SELECT = torch._C.DispatchKey.BackendSelect
+_is_excluded = torch._C._dispatch_tls_is_dispatch_key_excluded
+_set_excluded = torch._C._dispatch_tls_set_dispatch_key_excluded
 _META = torch._C.DispatchKey.Meta
 
 # the light recordings active now, innermost last; the kernels report to the innermost
@@ -103,11 +105,30 @@ def installed() -> bool:
     return bool(_LIBRARIES)
 
 
-def skipped() -> Any:
-    """A context in which calls on this thread go past the kernels, for a call whose
+def skip() -> bool | None:
+    """Let calls on this thread go past the kernels until :func:`unskip`, for a call whose
     collectives need no recording (its arguments must hold a tensor: dispatch then needs no
-    ``BackendSelect`` to find the backend); with no kernel registered, nothing to skip."""
-    return torch._C._ExcludeDispatchKeyGuard(_OURS) if _LIBRARIES else contextlib.nullcontext()
+    ``BackendSelect`` to find the backend). Returns what ``unskip`` needs: None when no kernel
+    is registered. Two calls into C, where a guard object costs several times more: this runs
+    for every wait of a DTensor program.
+
+    >>> token = skip()
+    >>> try:
+    ...     wait_tensor(t)   # doctest: +SKIP
+    ... finally:
+    ...     unskip(token)
+    """
+    if not _LIBRARIES:
+        return None
+    before = _is_excluded(_BACKEND_SELECT)
+    _set_excluded(_BACKEND_SELECT, True)
+    return before
+
+
+def unskip(token: bool | None) -> None:
+    """End what :func:`skip` started (the thread's exclusion as it was before)."""
+    if token is not None:
+        _set_excluded(_BACKEND_SELECT, token)
 
 
 def _ops_in(eager: bool) -> Iterator[tuple[str, str, Any]]:

@@ -371,11 +371,14 @@ class Recorder(Stepping, TorchDispatchMode):
     def _record_collective(self, func, name: str, spec: _ops.CollectiveSpec, args: tuple, kwargs: dict, out: Any, group: Any,
                 peer: int | None, fqn: str, phase: str, start_s: float) -> CollectiveEvent:
         """Count one collective and keep its event; ``out`` is None when the call raised."""
-        self.trace.add_group(group)
+        trace = self.trace
+        if group.name not in trace.groups:
+            trace.add_group(group)
         inputs = _ops.pick(spec.inputs, args, kwargs, out)
         outputs = _ops.pick(spec.outputs, args, kwargs, out)
         in_bytes, in_shapes, dtype = _ops.tensor_bytes(inputs)
-        out_bytes, out_shapes, out_dtype = _ops.tensor_bytes(outputs)
+        # in place (all_reduce_, broadcast_): the same tensor, read once
+        out_bytes, out_shapes, out_dtype = (in_bytes, in_shapes, dtype) if outputs is inputs else _ops.tensor_bytes(outputs)
         size = _ops.MESSAGE_SIZE[spec.size](in_bytes, out_bytes, group.size)
 
         seq = p2p_seq = microbatch = None
@@ -396,12 +399,12 @@ class Recorder(Stepping, TorchDispatchMode):
             self._seq[group.name] = seq + 1
         if path is None:
             path = self._tracker.path(phase)
-        self.trace.add_collective(path, phase, (spec.compat_key, spec.op, group.name), size)
+        trace.add_collective(path, phase, (spec.compat_key, spec.op, group.name), size)
 
         source, from_dtensor, compiled = caller(2)
         dt = self._last_dtensor if from_dtensor else None
-        trace = self.trace
         index = trace.events_total
+        busbw = _BUSBW.get((spec.factor, group.size))
         # positional, in CollectiveEvent's field order: this runs for every collective
         event = CollectiveEvent(
             index,
@@ -419,7 +422,7 @@ class Recorder(Stepping, TorchDispatchMode):
             in_bytes,
             out_bytes,
             size,
-            _busbw_factor(spec, group.size),
+            busbw if busbw is not None else _busbw_factor(spec, group.size),
             None if dt is None else dt[0],
             None if dt is None else _text(dt[2], list),
             None if dt is None or dt[3] is None else _text(dt[3]),

@@ -21,12 +21,17 @@ __all__ = ["caller", "in_compiled_code"]
 # DTensor lowers an op to collectives inside this file; a collective with it on the stack came
 # from the DTensor op seen last.
 _DTENSOR_DISPATCH = os.path.join(os.path.dirname(torch.__file__), "distributed", "tensor", "_dispatch.py")
-# code object -> what its frames are: the user's code, DTensor's dispatch, or other (library)
+# what a frame is: the user's code, DTensor's dispatch, compiled code, or other (library)
 _USER, _DTENSOR, _LIBRARY, _COMPILED = "user", "dtensor", "library", "compiled"
-# keyed by id: hashing a code object hashes its bytecode and constants, for every frame walked
-# (the entry keeps the code alive, so its id is not reused while the entry stands)
-_FRAME_KIND: dict[int, tuple[Any, str]] = {}
+# A real file's frames are all of one kind, looked up by file name (a string caches its hash).
+# Generated code ("<string>", "<eval_with_key>.3") shares made-up names: each code object is
+# classified apart, keyed by id (hashing a code object hashes its bytecode), and _CODES keeps it
+# alive so that no other object takes its id.
+_KIND_BY_FILE: dict[str, str] = {}
+_KIND_BY_CODE: dict[int, str] = {}
+_CODES: list[Any] = []
 _SITES: dict[tuple[int, int], str] = {}  # (id of a user's code, instruction) -> "file:line"
+_SITE_CODES: dict[int, Any] = {}  # the codes _SITES names, kept alive while it does
 # what runs a compiled graph: AOTAutograd's runtime (forward and backward), the module Inductor
 # generates (under its cache directory, "torchinductor_<user>"), an FX graph's generated code
 _AOT_RUNTIME = os.path.join(os.path.dirname(torch.__file__), "_functorch", "_aot_autograd") + os.sep
@@ -43,35 +48,53 @@ def _frame_kind(frame: Any) -> str:
     return _USER
 
 
+def _kind(frame: Any) -> str:
+    """What ``frame`` is, classified once per file (or per generated code object)."""
+    code = frame.f_code
+    if code.co_filename.startswith("<") and not code.co_filename.startswith("<frozen"):
+        kind = _KIND_BY_CODE.get(id(code))
+        if kind is None:
+            kind = _KIND_BY_CODE[id(code)] = _frame_kind(frame)
+            _CODES.append(code)
+        return kind
+    kind = _KIND_BY_FILE[code.co_filename] = _frame_kind(frame)
+    return kind
+
+
 def caller(depth: int = 1) -> tuple[str | None, bool, bool]:
     """(``file:line`` of the first frame of the user's code above the frame `depth` levels up
     from the caller, whether DTensor dispatch is on the way there, whether compiled code is)."""
     frame = sys._getframe(depth + 1)
     from_dtensor = compiled = False
-    kind_of = _FRAME_KIND.get
-    while frame is not None:
-        code = frame.f_code
-        known = kind_of(id(code))
-        if known is not None and known[0] is code:
-            kind = known[1]
-        else:
-            kind = _frame_kind(frame)
-            _FRAME_KIND[id(code)] = (code, kind)
-        if kind is _USER:
-            # f_lineno decodes the line table: once per call site
-            site = (id(code), frame.f_lasti)
-            text = _SITES.get(site)
-            if text is None:
-                if len(_SITES) > 100_000:
-                    _SITES.clear()
-                text = _SITES[site] = f"{code.co_filename}:{frame.f_lineno}"
-            return text, from_dtensor, compiled
-        if kind is _DTENSOR:
-            from_dtensor = True
-        elif kind is _COMPILED:
-            compiled = True
-        frame = frame.f_back
-    return None, from_dtensor, compiled
+    kind_of = _KIND_BY_FILE.get
+    try:
+        while True:
+            # the library's frames, most of the walk (some twenty per collective): as few
+            # steps each as the loop can take
+            kind = kind_of(frame.f_code.co_filename)
+            while kind is _LIBRARY:
+                frame = frame.f_back
+                kind = kind_of(frame.f_code.co_filename)
+            if kind is None:
+                kind = _kind(frame)
+            if kind is _USER:
+                # f_lineno decodes the line table: once per call site
+                site = (id(frame.f_code), frame.f_lasti)
+                text = _SITES.get(site)
+                if text is None:
+                    if len(_SITES) > 100_000:
+                        _SITES.clear()
+                        _SITE_CODES.clear()
+                    text = _SITES[site] = f"{frame.f_code.co_filename}:{frame.f_lineno}"
+                    _SITE_CODES[site[0]] = frame.f_code
+                return text, from_dtensor, compiled
+            if kind is _DTENSOR:
+                from_dtensor = True
+            elif kind is _COMPILED:
+                compiled = True
+            frame = frame.f_back
+    except AttributeError:  # the bottom of the stack (None has no f_code): no user frame
+        return None, from_dtensor, compiled
 
 
 def in_compiled_code(depth: int = 1) -> bool:
