@@ -251,8 +251,7 @@ def _dtype_name(dtype: Any) -> str:
 def tensor_bytes(value: Any) -> tuple[int, tuple[tuple[int, ...], ...], str | None]:
     """Total bytes, shapes and dtype of a tensor or (nested) list of tensors."""
     if isinstance(value, torch.Tensor):  # the common case, without the walk
-        dtype = _DTYPE_NAMES.get(value.dtype)
-        return value.numel() * value.element_size(), (tuple(value.shape),), dtype if dtype is not None else _dtype_name(value.dtype)
+        return value.numel() * value.element_size(), (tuple(value.shape),), _dtype_name(value.dtype)
     total = 0
     shapes: list[tuple[int, ...]] = []
     dtype = None

@@ -153,20 +153,19 @@ class InFlight:
         # A functional collective is mostly waited for soon after it is issued, in the same
         # stretch of log: such pairs cancel here without touching the tables.
         fresh: dict[int, tuple] = {}  # storage key -> issued entry of this stretch, not waited yet
-        finished = self._finished_seq
         for entry in log[:n]:
             kind = entry[0]
-            if kind is _TENSOR_WAITED:
-                issued = fresh.pop(entry[1], None)
+            if kind is _TENSOR_WAITED or kind is _WORK_WAITED:
+                waits = self._by_tensor if kind is _TENSOR_WAITED else self._by_work
+                issued = fresh.pop(entry[1], None) if kind is _TENSOR_WAITED else None
                 if issued is not None:
-                    _, index, _, group, seq, _, _ = issued
-                    if seq is not None and seq > finished.get(group, -1):
-                        finished[group] = seq
+                    index = issued[1]
+                    self._seq_finished(issued[3], issued[4])
                 else:
-                    index = self._by_tensor.pop(entry[1], None)
+                    index = waits.pop(entry[1], None)
                     if index is not None:
                         self._finish(index)
-                if index is not None and table is self._by_tensor and entry[1] == key:
+                if index is not None and waits is table and entry[1] == key:
                     found = index
             elif kind is _ISSUED:
                 ids = entry[6]
@@ -177,16 +176,8 @@ class InFlight:
                     fresh[ids[0]] = entry
                 else:
                     self._track(entry)
-            elif kind is _WORK_WAITED:
-                index = self._by_work.pop(entry[1], None)
-                if index is not None:
-                    self._finish(index)
-                    if table is self._by_work and entry[1] == key:
-                        found = index
             else:  # _DONE
-                group, seq = entry[1], entry[2]
-                if seq > finished.get(group, -1):
-                    finished[group] = seq
+                self._seq_finished(entry[1], entry[2])
         for entry in fresh.values():
             self._track(entry)
         del log[:n]
@@ -216,6 +207,10 @@ class InFlight:
         for i in ids:
             if self._by_tensor.get(i) == index:
                 del self._by_tensor[i]
+        self._seq_finished(group, seq)
+
+    def _seq_finished(self, group: str, seq: int | None) -> None:
+        """Call ``seq`` on ``group`` finished: so did the ones before it."""
         if seq is not None and seq > self._finished_seq.get(group, -1):
             self._finished_seq[group] = seq
 

@@ -404,7 +404,6 @@ class Recorder(Stepping, TorchDispatchMode):
         source, from_dtensor, compiled = caller(2)
         dt = self._last_dtensor if from_dtensor else None
         index = trace.events_total
-        busbw = _BUSBW.get((spec.factor, group.size))
         # positional, in CollectiveEvent's field order: this runs for every collective
         event = CollectiveEvent(
             index,
@@ -422,7 +421,7 @@ class Recorder(Stepping, TorchDispatchMode):
             in_bytes,
             out_bytes,
             size,
-            busbw if busbw is not None else _busbw_factor(spec, group.size),
+            _busbw_factor(spec, group.size),
             None if dt is None else dt[0],
             None if dt is None else _text(dt[2], list),
             None if dt is None or dt[3] is None else _text(dt[3]),
