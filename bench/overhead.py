@@ -13,7 +13,8 @@ each variant's best and median round, and ratios of best rounds (see ``ratios``)
 Then the whole-run case, as ``commdebug run`` records: one context around ``--run-steps``
 training steps with an optimizer, entered afresh each round, for bare, light capture
 (``light=True``: no dispatch mode, only collectives pay), light with ``detail_every=10`` and
-the full capture. ``--dim 1024`` gives the case where compute dominates.
+the full capture, each step timed: the ratios compare each step position's best round
+(``envelope``). ``--dim 1024`` gives the case where compute dominates.
 
 Last, what light capture adds per event, each measured against the same loop bare: per module
 call (forward and backward of a 151-module chain of small layers, no collective), per eager
@@ -176,6 +177,17 @@ def ratios(times: dict[str, list[float]], a: str, b: str) -> tuple[float, float]
     return best, statistics.median(x / y for x, y in zip(times[a], times[b]))
 
 
+def envelope(rounds: list[list[float]]) -> float:
+    """Mean time per step of a context, each step at its fastest: for every step position the
+    best of the rounds, then the mean over positions.
+
+    A burst of noise (they only add time) spoils a step, not a whole round, so the envelope
+    keeps every step's own cost, also one that only some positions pay (the first step of a
+    context meets every module for the first time; ``detail_every`` records step 0 in full
+    detail), and drops the bursts that a round's mean keeps."""
+    return statistics.mean(min(column) for column in zip(*rounds))
+
+
 def whole_run(model: torch.nn.Module, tokens: torch.Tensor, rounds: int, steps: int) -> None:
     """One context around `steps` steps with an optimizer, per variant, rotated each round."""
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
@@ -185,19 +197,16 @@ def whole_run(model: torch.nn.Module, tokens: torch.Tensor, rounds: int, steps: 
         optimizer.step()  # marks the step boundary
         optimizer.zero_grad(set_to_none=True)
 
-    def run(make) -> float:
+    def run(make) -> list[float]:
         mode = make()
         gc.collect()
-        if mode is None:
-            t = time.perf_counter()
+        per_step = []
+        with mode if mode is not None else contextlib.nullcontext():
             for _ in range(steps):
+                t = time.perf_counter()
                 train()
-            return (time.perf_counter() - t) / steps
-        with mode:
-            t = time.perf_counter()
-            for _ in range(steps):
-                train()
-            return (time.perf_counter() - t) / steps
+                per_step.append(time.perf_counter() - t)
+        return per_step
 
     variants = [
         ("run-bare", lambda: None),
@@ -207,20 +216,22 @@ def whole_run(model: torch.nn.Module, tokens: torch.Tensor, rounds: int, steps: 
     ]
     for _, make in variants:  # warm up
         run(make)
-    times: dict[str, list[float]] = {name: [] for name, _ in variants}
+    per_round: dict[str, list[list[float]]] = {name: [] for name, _ in variants}
     for r in range(rounds):
         k = r % len(variants)
         for name, make in variants[k:] + variants[:k]:
-            times[name].append(run(make))
-    for name, v in times.items():
-        print(f"{name:>18}: {min(v) * 1e3:8.2f} ms/step best, {statistics.median(v) * 1e3:8.2f} median "
-              f"(one context around {steps} steps, {rounds} rounds)")
+            per_round[name].append(run(make))
+    times = {name: [statistics.mean(steps_of_round) for steps_of_round in v] for name, v in per_round.items()}
+    for name, v in per_round.items():
+        print(f"{name:>18}: {envelope(v) * 1e3:8.2f} ms/step envelope, {min(times[name]) * 1e3:8.2f} best round, "
+              f"{statistics.median(times[name]) * 1e3:8.2f} median round (one context around {steps} steps, {rounds} rounds)")
 
     def ratio(a: str) -> str:
         best, median = ratios(times, a, "run-bare")
-        return f"{best:.3f}   (median of per-round ratios {median:.3f})"
+        return (f"{envelope(per_round[a]) / envelope(per_round['run-bare']):.3f}   (best rounds {best:.3f}, "
+                f"median of per-round ratios {median:.3f})")
 
-    print("whole run, one context (best round of each variant):")
+    print("whole run, one context (envelope: each step position's best round, see `envelope`):")
     print(f"light/bare     = {ratio('run-light')}   target <= 1.05, goal 1.02")
     print(f"light-detail10/bare = {ratio('run-light-detail10')}   target <= 1.12")
     print(f"full/bare      = {ratio('run-full')}")

@@ -498,3 +498,33 @@ def test_outside_a_light_recording_collectives_pass_no_kernel_of_ours(world):
     # the innermost recording gets the collectives, and every one of them finished
     assert [e.op for e in inner.trace.events] == ["scatter", "all_gather", "all_gather"]
     assert inner.in_flight() == [] and not outer.trace.events
+
+
+def test_node_ranges_find_the_innermost_call_also_after_the_oldest_were_dropped(monkeypatch):
+    # Backward collectives of light steps are placed by the autograd numbers each module call
+    # made; a forward with no step boundary drops the oldest calls past a cap.
+    from commdebug.capture import calls
+
+    numbers = iter(range(1000))
+    monkeypatch.setattr(calls, "_next_sequence_nr", lambda: next(numbers))
+    monkeypatch.setattr(calls, "_CAP", 4)
+    ranges = calls.NodeRanges()
+    ranges.open(("Global", "Model"))  # made nodes 0 onwards
+    ranges.open(("Global", "Model", "layer0"))  # starts at 1
+    ranges.close()  # layer0 made node 1 (ends at 2)
+    ranges.open(("Global", "Model", "layer1"))  # starts at 3
+    ranges.close()  # ends at 4
+    assert ranges.find(1) == ("Global", "Model", "layer0")
+    assert ranges.find(2) == ("Global", "Model")  # between the layers: the enclosing call
+    assert ranges.find(3) == ("Global", "Model", "layer1")
+    # more calls than the cap: the oldest half goes, the open outer call still encloses
+    for i in range(2, 5):
+        ranges.open(("Global", "Model", f"layer{i}"))
+        ranges.close()
+    assert len(ranges.starts) < 5 and ranges.find(1) == ("Global", "Model")  # layer0 forgotten
+    last = ranges.starts[-1]
+    assert ranges.find(last) == ("Global", "Model", "layer4")
+    ranges.close()
+    assert ranges.find(last + 1) == ("Global", "Model")  # made by the outer call after layer4
+    ranges.clear()
+    assert ranges.find(last) is None

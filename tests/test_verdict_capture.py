@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+import commdebug.capture.inflight as inflight_module
 import commdebug.capture.recorder as recorder_module
 from commdebug import CommDebugMode
 from commdebug.capture.inflight import InFlight
@@ -21,16 +22,14 @@ class RecordedWork:
         return False
 
 
-def test_a_work_that_never_reads_completed_finishes_when_waited_or_overtaken():
+def test_a_work_that_never_reads_completed_finishes_when_waited_or_overtaken(monkeypatch):
     errors = []
     flight = InFlight(on_error=lambda index, text: errors.append((index, text)))
     rs0, rs1, ar = RecordedWork(), RecordedWork(), RecordedWork()
-    # the mode hands the Work in through the op's `out`; here it goes straight to the tables
+    # the op's `out` holds a boxed Work; these stand-ins are their own Work
+    monkeypatch.setattr(inflight_module, "work_of", lambda out: out if isinstance(out, RecordedWork) else None)
     for index, (work, seq) in enumerate(((rs0, 0), (rs1, 1), (ar, 2))):
-        flight.issued(index, "0", seq, None, None)
-        flight.unfinished()  # folds the log into the tables
-        flight._issued[index] = (*flight._issued[index][:3], work, ())
-        flight._by_work[id(work)] = index
+        flight.issued(index, "0", seq, work, None)
     assert [i for i, _ in flight.unfinished()] == [0, 1, 2]
     flight.work_waited(rs1)  # wait() returned: finished, whatever is_completed says
     # and seq 0 on the same group finished before it: every member issued it
@@ -41,8 +40,8 @@ def test_a_work_that_never_reads_completed_finishes_when_waited_or_overtaken():
 
 
 def test_a_wait_finishes_the_latest_collective_on_its_storage_in_the_order_things_happened():
-    # The capture path only logs issues and waits; they are matched later, in order. A buffer
-    # freed and reused by the next collective's output must not finish the wrong one.
+    # A buffer freed and reused by the next collective's output must not finish the wrong one,
+    # and a wait on a view finds its storage.
     errors = []
     flight = InFlight(on_error=lambda index, text: errors.append((index, text)))
     buf = torch.ones(4)
@@ -242,7 +241,7 @@ def test_the_dump_says_how_the_recording_ended(world):
 def test_calls_nobody_waits_for_cost_no_scan_per_collective_and_stay_bounded(monkeypatch):
     scans = []
     original = InFlight._forget_finished
-    monkeypatch.setattr(InFlight, "_forget_finished", lambda self: (scans.append(len(self._issued)), original(self))[1])
+    monkeypatch.setattr(InFlight, "_forget_finished", lambda self: (scans.append(len(self._entries())), original(self))[1])
     flight = InFlight(on_error=lambda index, text: None)
     for index in range(6000):  # functional outputs never waited for (results dropped)
         flight.issued(index, "0", None, torch.empty(1), None)

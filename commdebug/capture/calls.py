@@ -43,9 +43,11 @@ _CAP = 1 << 16  # records kept; the oldest half goes past this (forwards with no
 class NodeRanges:
     """The autograd sequence numbers made inside each module call, to find the call behind a node.
 
+    Calls nest (each closes before its caller does), so :meth:`close` ends the innermost open one.
+
     >>> ranges = NodeRanges()
-    >>> outer = ranges.open(("Global", "Model"))  # doctest: +SKIP
-    >>> ranges.close(outer); ranges.find(node._sequence_nr())  # doctest: +SKIP
+    >>> ranges.open(("Global", "Model"))  # doctest: +SKIP
+    >>> ranges.close(); ranges.find(node._sequence_nr())  # doctest: +SKIP
     """
 
     __slots__ = ("starts", "ends", "paths", "parents", "_open")
@@ -55,24 +57,21 @@ class NodeRanges:
         self.ends: list[int] = []
         self.paths: list[tuple[str, ...]] = []
         self.parents: list[int] = []  # index of the enclosing call's record, -1 for none
-        self._open: list[int] = []
+        self._open: list[int] = []  # indices of the calls not closed yet, outermost first
 
-    def open(self, path: tuple[str, ...]) -> int:
+    def open(self, path: tuple[str, ...]) -> None:
         if len(self.starts) >= _CAP:
             self._drop_oldest(len(self.starts) // 2)
-        index = len(self.starts)
+        opened = self._open
+        opened.append(len(self.starts))
         self.starts.append(_next_sequence_nr())
         self.ends.append(_OPEN)
         self.paths.append(path)
-        self.parents.append(self._open[-1] if self._open else -1)
-        self._open.append(index)
-        return index
+        self.parents.append(opened[-2] if len(opened) > 1 else -1)
 
-    def close(self, index: int) -> None:
-        if index < len(self.ends):  # a drop may have renumbered it away
-            self.ends[index] = _next_sequence_nr()
+    def close(self) -> None:
         if self._open:
-            self._open.pop()
+            self.ends[self._open.pop()] = _next_sequence_nr()
 
     def find(self, sequence_nr: int) -> tuple[str, ...] | None:
         """The path of the innermost call that made the node numbered ``sequence_nr``."""
@@ -94,10 +93,15 @@ class NodeRanges:
             self.parents.clear()
 
     def _drop_oldest(self, k: int) -> None:
-        for seq in (self.starts, self.ends, self.paths):
-            del seq[:k]
-        self.parents = [p - k if p >= k else -1 for p in self.parents[k:]]
-        self._open = [i - k for i in self._open if i >= k]
+        """Forget the oldest ``k`` calls, except the open ones: nodes made after the drop still
+        belong to them. They stay first, where their starts keep the order."""
+        keep = [i for i in self._open if i < k] + list(range(k, len(self.starts)))
+        renumber = {old: new for new, old in enumerate(keep)}
+        self.starts = [self.starts[i] for i in keep]
+        self.ends = [self.ends[i] for i in keep]
+        self.paths = [self.paths[i] for i in keep]
+        self.parents = [renumber.get(self.parents[i], -1) for i in keep]
+        self._open = [renumber[i] for i in self._open]
 
 
 def _module_call(original: Callable, patch: ClassPatch) -> Callable:

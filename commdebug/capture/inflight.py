@@ -32,16 +32,24 @@ import torch.distributed as dist
 
 __all__ = ["InFlight", "SYNCED", "work_of", "tensors", "wait_until_finished", "work_patch"]
 
-# what the in-flight log records (InFlight._log)
-_ISSUED, _TENSOR_WAITED, _WORK_WAITED, _DONE = "issued", "tensor waited", "work waited", "done"
-_FOLD_AT = 512  # log entries that make the capture path fold them in
 # Work objects of collectives nobody waited for (fire-and-forget isend, a program that drops
 # its handles) are let go of beyond this many, oldest first: a Work holds buffers.
 _MAX_TRACKED = 4096
+_SCAN_AT = 256  # tracked calls that make the capture path forget the finished ones
+
+# An entry, for every collective tracked: (event index, monotonic time issued, group name,
+# seq or None, Work or None, storage keys of the output tensors whose wait finishes it).
 
 
 class InFlight:
     """The collectives of one recording that were issued and have not finished.
+
+    The capture path runs for every collective and every wait, so the two common shapes (a
+    functional collective with one output, waited by ``wait_tensor``; an eager one with a Work,
+    waited by ``Work.wait``) cost one dict operation on issue and one on wait, without a lock:
+    each dict operation is atomic under the GIL, and the watchdog thread only reads them whole.
+    Everything else (several outputs, an eager call without a Work, an output whose storage a
+    later collective reused before anybody waited for it) goes to tables kept under the lock.
 
     >>> flight = InFlight(on_error=lambda index, text: ...)          # doctest: +SKIP
     >>> flight.issued(7, "0", 3, out, outputs)                         # doctest: +SKIP
@@ -50,80 +58,80 @@ class InFlight:
 
     def __init__(self, on_error: Callable[[int, str], None]) -> None:
         self._on_error = on_error
-        self._lock = threading.Lock()  # the watchdog thread reads while the program writes
-        # what happened since the tables were last brought up to date, in order: the capture
-        # path only appends (one list append per issue or wait); whoever reads folds it in
-        # (`_fold`), also every _FOLD_AT entries
-        self._log: list[tuple] = []
-        # event index -> (monotonic time issued, group name, seq or None, Work or None, ids of
-        # the output tensors whose wait finishes it)
-        self._issued: dict[int, tuple[float, str, int | None, Any, tuple[int, ...]]] = {}
-        self._by_work: dict[int, int] = {}  # id(Work) -> event index (the Work is held in _issued)
-        self._by_tensor: dict[int, int] = {}  # storage of a functional output -> event index
+        self._by_storage: dict[int, tuple] = {}  # storage key of a single output -> entry
+        self._by_work: dict[int, tuple] = {}  # id(Work) -> entry (which holds the Work: no id reuse)
+        self._lock = threading.Lock()  # for the tables below
+        self._others: dict[int, tuple] = {}  # event index -> entry
+        self._others_by_tensor: dict[int, int] = {}  # storage key -> event index
         self._finished_seq: dict[str, int] = {}  # group -> highest seq known finished
-        self._scan_at = 256  # how many tracked calls make a fold forget the finished ones
+        self._scan_at = _SCAN_AT
 
-    # ---- the capture side: appends only -----------------------------------------------------
+    # ---- the capture side ---------------------------------------------------------------------
 
     def issued(self, index: int, group: str, seq: int | None, out: Any, outputs: Any) -> None:
         """A collective was just issued: ``out`` is what the op returned, ``outputs`` its
         output tensors (a functional collective finishes when one of them is waited for)."""
         target = outputs if outputs is not None else out
         if isinstance(out, torch.Tensor):  # a functional collective's output: no Work to find
-            work = None
-            ids = (_storage_key(target),) if isinstance(target, torch.Tensor) else tuple(_storage_key(t) for t in tensors(target))
+            if isinstance(target, torch.Tensor):
+                key = _storage_key(target)
+                by_storage = self._by_storage
+                earlier = by_storage.get(key)
+                by_storage[key] = (index, time.monotonic(), group, seq, None, (key,))
+                if earlier is not None:  # its storage was freed and reused before its wait
+                    self._keep(earlier)
+            else:
+                self._keep((index, time.monotonic(), group, seq, None, tuple(_storage_key(t) for t in tensors(target))))
         else:
             work = work_of(out)
             if work is SYNCED:  # finished before the call returned: nothing to wait for
                 self.done(group, seq)
                 return
-            ids = () if work is not None else tuple(_storage_key(t) for t in tensors(target))
-        log = self._log
-        log.append((_ISSUED, index, time.monotonic(), group, seq, work, ids))
-        if len(log) > _FOLD_AT:
-            self._fold()
+            if work is not None:
+                self._by_work[id(work)] = (index, time.monotonic(), group, seq, work, ())
+            else:
+                self._keep((index, time.monotonic(), group, seq, None, tuple(_storage_key(t) for t in tensors(target))))
+        if len(self._by_storage) + len(self._by_work) > self._scan_at:
+            with self._lock:
+                self._scan()
 
     def done(self, group: str, seq: int | None) -> None:
         """A collective finished as it was issued: the calls before it on its group did too."""
-        if seq is not None:
-            self._log.append((_DONE, group, seq))
+        if seq is not None and seq > self._finished_seq.get(group, -1):
+            self._finished_seq[group] = seq
 
     def work_waited(self, work: Any, error: BaseException | None = None) -> None:
         """``work.wait()`` returned (or raised ``error``)."""
-        log = self._log
-        log.append((_WORK_WAITED, id(work)))
-        if error is not None or len(log) > _FOLD_AT:
-            self._fold_after_wait(self._by_work, id(work), error)
+        entry = self._by_work.pop(id(work), None)
+        if entry is not None:
+            self._ended(entry, error)
 
     def tensor_waited(self, tensor: Any, error: BaseException | None = None) -> None:
         """``wait_tensor(tensor)`` returned (or raised ``error``)."""
         key = _storage_key(tensor)
-        log = self._log
-        log.append((_TENSOR_WAITED, key))
-        if error is not None or len(log) > _FOLD_AT:
-            self._fold_after_wait(self._by_tensor, key, error)
+        entry = self._by_storage.pop(key, None)
+        if entry is None and self._others_by_tensor:
+            with self._lock:
+                index = self._others_by_tensor.get(key)
+                entry = self._drop_other(index) if index is not None else None
+        if entry is not None:
+            self._ended(entry, error)
 
     def failed(self, index: int, error: BaseException) -> None:
         """The collective raised where the mode itself waited for it (``timing='sync'``)."""
         with self._lock:
-            self._fold_locked()
-            self._finish(index)
+            entry = self._drop(index)
+        if entry is not None:
+            self.done(entry[2], entry[3])
         self._on_error(index, _describe(error))
-
-    def _fold_after_wait(self, table: dict[int, int], key: int, error: BaseException | None) -> None:
-        with self._lock:
-            # the wait itself is in the log: which collective it finished is known once folded
-            index = self._fold_locked(table, key)
-        if index is not None and error is not None:
-            self._on_error(index, _describe(error))
 
     def clear(self) -> None:
         """Let go of every Work and tensor id (the recording ended)."""
         with self._lock:
-            self._log.clear()
-            self._issued.clear()
+            self._by_storage.clear()
             self._by_work.clear()
-            self._by_tensor.clear()
+            self._others.clear()
+            self._others_by_tensor.clear()
 
     # ---- the watchdog side ----------------------------------------------------------------
 
@@ -132,108 +140,99 @@ class InFlight:
         ago and not finished, oldest first. Safe to call from another thread."""
         now = time.monotonic()
         with self._lock:
-            self._fold_locked()
             self._forget_finished()
-            stuck = [(index, now - entry[0]) for index, entry in self._issued.items() if now - entry[0] >= older_than_s]
+            stuck = [(entry[0], now - entry[1]) for entry in self._entries() if now - entry[1] >= older_than_s]
         return sorted(stuck, key=lambda pair: -pair[1])
 
-    # ---- internals (under the lock) ---------------------------------------------------------
+    # ---- internals ----------------------------------------------------------------------------
 
-    def _fold(self) -> None:
+    def _ended(self, entry: tuple, error: BaseException | None) -> None:
+        self.done(entry[2], entry[3])
+        if error is not None:
+            self._on_error(entry[0], _describe(error))
+
+    def _keep(self, entry: tuple) -> None:
+        """Track ``entry`` in the tables kept under the lock."""
         with self._lock:
-            self._fold_locked()
+            self._others[entry[0]] = entry
+            for key in entry[5]:
+                self._others_by_tensor[key] = entry[0]
+            if len(self._others) > self._scan_at:
+                self._scan()
 
-    def _fold_locked(self, table: dict[int, int] | None = None, key: int | None = None) -> int | None:
-        """Apply the log to the tables, in order (a storage freed and reused by a later
-        collective's output is told apart by that order). Returns the index the last wait on
-        ``key`` in ``table`` finished, if asked."""
-        log = self._log
-        n = len(log)  # entries appended meanwhile (another thread) stay for the next fold
-        found = None
-        # A functional collective is mostly waited for soon after it is issued, in the same
-        # stretch of log: such pairs cancel here without touching the tables.
-        fresh: dict[int, tuple] = {}  # storage key -> issued entry of this stretch, not waited yet
-        for entry in log[:n]:
-            kind = entry[0]
-            if kind is _TENSOR_WAITED or kind is _WORK_WAITED:
-                waits = self._by_tensor if kind is _TENSOR_WAITED else self._by_work
-                issued = fresh.pop(entry[1], None) if kind is _TENSOR_WAITED else None
-                if issued is not None:
-                    index = issued[1]
-                    self._seq_finished(issued[3], issued[4])
-                else:
-                    index = waits.pop(entry[1], None)
-                    if index is not None:
-                        self._finish(index)
-                if index is not None and waits is table and entry[1] == key:
-                    found = index
-            elif kind is _ISSUED:
-                ids = entry[6]
-                if len(ids) == 1 and entry[5] is None:
-                    earlier = fresh.pop(ids[0], None)  # its storage was freed and reused
-                    if earlier is not None:
-                        self._track(earlier)
-                    fresh[ids[0]] = entry
-                else:
-                    self._track(entry)
-            else:  # _DONE
-                self._seq_finished(entry[1], entry[2])
-        for entry in fresh.values():
-            self._track(entry)
-        del log[:n]
-        return found
+    def _scan(self) -> None:
+        self._forget_finished()
+        # calls nobody waits for pile up: scan again only once their number has doubled, so the
+        # capture path never pays a scan per collective
+        self._scan_at = max(_SCAN_AT, 2 * len(self._entries()))
 
-    def _track(self, entry: tuple) -> None:
-        """An issued collective goes into the tables, to be found by its wait."""
-        _, index, at, group, seq, work, ids = entry
-        self._issued[index] = (at, group, seq, work, ids)
-        if work is not None:
-            self._by_work[id(work)] = index
-        for i in ids:
-            self._by_tensor[i] = index
-        if len(self._issued) > self._scan_at:
-            self._forget_finished()
-            # calls nobody waits for pile up: scan again only once their number has doubled,
-            # so folding never pays a scan per collective
-            self._scan_at = max(256, 2 * len(self._issued))
+    def _drop_other(self, index: int) -> tuple | None:
+        entry = self._others.pop(index, None)
+        if entry is not None:
+            for key in entry[5]:
+                if self._others_by_tensor.get(key) == index:
+                    del self._others_by_tensor[key]
+        return entry
 
-    def _finish(self, index: int) -> None:
-        entry = self._issued.pop(index, None)
-        if entry is None:
-            return
-        _, group, seq, work, ids = entry
-        if work is not None:
-            self._by_work.pop(id(work), None)
-        for i in ids:
-            if self._by_tensor.get(i) == index:
-                del self._by_tensor[i]
-        self._seq_finished(group, seq)
+    def _entries(self) -> list[tuple]:
+        # list() of a dict's values is one step under the GIL: safe while the program writes
+        return [*list(self._by_storage.values()), *list(self._by_work.values()), *list(self._others.values())]
 
-    def _seq_finished(self, group: str, seq: int | None) -> None:
-        """Call ``seq`` on ``group`` finished: so did the ones before it."""
-        if seq is not None and seq > self._finished_seq.get(group, -1):
-            self._finished_seq[group] = seq
+    def _drop(self, index: int) -> tuple | None:
+        """Stop tracking collective ``index``, wherever it is (under the lock)."""
+        for table in (self._by_storage, self._by_work):
+            for key, entry in list(table.items()):
+                if entry[0] == index:
+                    return _pop_if(table, key, entry)
+        return self._drop_other(index)
 
     def _forget_finished(self) -> None:
-        for index, entry in list(self._issued.items()):
-            if entry[3] is not None and _completed(entry[3]):
-                self._finish(index)
-        for index, (_, group, seq, _, _) in list(self._issued.items()):
-            if seq is not None and seq < self._finished_seq.get(group, -1):
-                self._finish(index)  # a later call on its group finished
-        while len(self._issued) > _MAX_TRACKED:
-            self._finish(next(iter(self._issued)))
+        """Drop what finished without a wait we saw: a Work that reads completed, a call older
+        than one its group finished since (under the lock)."""
+        finished = self._finished_seq
+        for table in (self._by_storage, self._by_work):
+            for key, entry in list(table.items()):
+                _, _, group, seq, work, _ = entry
+                if (work is not None and _completed(work)) or (seq is not None and seq < finished.get(group, -1)):
+                    _pop_if(table, key, entry)
+        for index, entry in list(self._others.items()):
+            _, _, group, seq, work, _ = entry
+            if seq is not None and seq < finished.get(group, -1):
+                self._drop_other(index)
+        tracked = [(entry, table, key) for table in (self._by_storage, self._by_work) for key, entry in list(table.items())]
+        tracked += [(entry, None, index) for index, entry in list(self._others.items())]
+        if len(tracked) > _MAX_TRACKED:  # the oldest go
+            tracked.sort(key=lambda item: item[0][0])
+            for entry, table, key in tracked[: len(tracked) - _MAX_TRACKED]:
+                if table is None:
+                    self._drop_other(key)
+                else:
+                    _pop_if(table, key, entry)
+
+
+def _pop_if(table: dict[int, tuple], key: int, entry: tuple) -> tuple | None:
+    """Remove ``table[key]`` if it is still ``entry``. The program may replace it meanwhile (a
+    new collective on a reused buffer), and the GIL can switch threads between the two steps:
+    then the new one is lost to the watchdog, which can miss a hang but never invents one (the
+    other order, pop first and put back, could lose a wait and report a finished call hung)."""
+    if table.get(key) is entry:
+        return table.pop(key, None)
+    return None
 
 
 def _storage_key(t: torch.Tensor) -> int:
     """What a wait on ``t`` or on any view of it finds: its storage (as c10d's work registry
     does); the tensor itself where there is no real storage (meta and fake tensors)."""
-    if type(t) is not torch.Tensor:
-        # an AsyncCollectiveTensor holds the collective's output; asking a wrapper subclass
-        # for its storage raises, which costs more than the rest of the bookkeeping
-        inner = getattr(t, "elem", None)
-        if isinstance(inner, torch.Tensor):
-            t = inner
+    if type(t) is torch.Tensor:  # the common case, first
+        try:
+            return t.untyped_storage().data_ptr() or id(t)
+        except Exception:
+            return id(t)
+    # an AsyncCollectiveTensor holds the collective's output; asking a wrapper subclass for its
+    # storage raises, which costs more than the rest of the bookkeeping
+    inner = getattr(t, "elem", None)
+    if isinstance(inner, torch.Tensor):
+        t = inner
     try:
         ptr = t.untyped_storage().data_ptr()
     except Exception:

@@ -36,6 +36,7 @@ from commdebug.model.trace import FORWARD, GLOBAL, CollectiveEvent, Trace
 __all__ = ["Recorder", "CONTEXT_EXIT"]
 
 _graph_task_id = torch._C._current_graph_task_id
+_new_tuple = tuple.__new__
 _HOP = torch._ops.HigherOrderOperator
 
 
@@ -404,8 +405,9 @@ class Recorder(Stepping, TorchDispatchMode):
         source, from_dtensor, compiled = caller(2)
         dt = self._last_dtensor if from_dtensor else None
         index = trace.events_total
-        # positional, in CollectiveEvent's field order: this runs for every collective
-        event = CollectiveEvent(
+        # positional, in CollectiveEvent's field order, without the namedtuple's Python-level
+        # __new__: this runs for every collective
+        event = _new_tuple(CollectiveEvent, (
             index,
             spec.op,
             spec.compat_key,
@@ -435,7 +437,7 @@ class Recorder(Stepping, TorchDispatchMode):
             None,
             self._tracker.unit,
             compiled,
-        )
+        ))
         trace.add_event(event)
         if compiled and not self._compiled_seen:
             self._compiled_seen = True

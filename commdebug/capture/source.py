@@ -28,6 +28,7 @@ _USER, _DTENSOR, _LIBRARY, _COMPILED = "user", "dtensor", "library", "compiled"
 # classified apart, keyed by id (hashing a code object hashes its bytecode), and _CODES keeps it
 # alive so that no other object takes its id.
 _KIND_BY_FILE: dict[str, str] = {}
+_LIBRARY_FILES: set[str] = set()  # the files of _KIND_BY_FILE that are _LIBRARY: the walk's inner loop
 _KIND_BY_CODE: dict[int, str] = {}
 _CODES: list[Any] = []
 _SITES: dict[tuple[int, int], str] = {}  # (id of a user's code, instruction) -> "file:line"
@@ -58,6 +59,8 @@ def _kind(frame: Any) -> str:
             _CODES.append(code)
         return kind
     kind = _KIND_BY_FILE[code.co_filename] = _frame_kind(frame)
+    if kind is _LIBRARY:
+        _LIBRARY_FILES.add(code.co_filename)
     return kind
 
 
@@ -66,17 +69,15 @@ def caller(depth: int = 1) -> tuple[str | None, bool, bool]:
     from the caller, whether DTensor dispatch is on the way there, whether compiled code is)."""
     frame = sys._getframe(depth + 1)
     from_dtensor = compiled = False
-    kind_of = _KIND_BY_FILE.get
+    library = _LIBRARY_FILES
     try:
         while True:
             # the library's frames, most of the walk (some twenty per collective): as few
-            # steps each as the loop can take
-            kind = kind_of(frame.f_code.co_filename)
-            while kind is _LIBRARY:
+            # steps each as a loop can take, a set lookup on a string that caches its hash
+            while frame.f_code.co_filename in library:
                 frame = frame.f_back
-                kind = kind_of(frame.f_code.co_filename)
-            if kind is None:
-                kind = _kind(frame)
+            # a file seen for the first time, or generated code (classified per code object)
+            kind = _KIND_BY_FILE.get(frame.f_code.co_filename) or _kind(frame)
             if kind is _USER:
                 # f_lineno decodes the line table: once per call site
                 site = (id(frame.f_code), frame.f_lasti)

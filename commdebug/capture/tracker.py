@@ -322,12 +322,13 @@ class ModuleTracker:
         self.stack.append(fqn)
         paths.append(path)
         ranges = self._ranges if _grad_enabled() else None
-        index = ranges.open(path) if ranges is not None else 0
+        if ranges is not None:
+            ranges.open(path)
         try:
             return call(mod, *args, **kwargs)
         finally:
             if ranges is not None:
-                ranges.close(index)
+                ranges.close()
             self.stack.pop()
             paths.pop()
 
