@@ -17,6 +17,15 @@ def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "commdebug", *args], capture_output=True, text=True, cwd=cwd or ROOT, timeout=300)
 
 
+def in_process(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str]:
+    """(exit status, stdout) of ``commdebug ARGS`` run in this process, for verbs that set up no
+    process group: an interpreter per call costs seconds."""
+    from commdebug.cli import main
+
+    status = main(list(args))
+    return status, capsys.readouterr().out
+
+
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory) -> subprocess.CompletedProcess:
     out = tmp_path_factory.mktemp("demo")
@@ -327,18 +336,26 @@ def test_view_of_a_folder_with_an_unreadable_rank_says_so_and_exits_2(tmp_path):
 OLD = re.compile(r"--output\b|--out-dir\b|--noise\b(?!-)")
 
 
-def test_old_spellings_still_work(demo_dir, tmp_path):
+def test_old_spellings_still_work(demo_dir, tmp_path, capsys, monkeypatch):
+    from commdebug.cli import main
+
+    def run(*args: str) -> tuple[int, str]:
+        return in_process(capsys, *args)
+
     dump = str(demo_dir / "comm_mode_log.json")
-    assert cli("table", dump, "--noise", "1").stdout == cli("table", dump, "--noise-level", "1").stdout
-    assert cli("view", dump, "--output", str(tmp_path / "a.html")).returncode == 0 and (tmp_path / "a.html").exists()
-    assert cli("trace", dump, "--output", str(tmp_path / "t.json")).returncode == 0 and (tmp_path / "t.json").exists()
-    proc = cli("viewer", "--output", str(tmp_path / "empty.html"))
-    assert proc.returncode == 0 and "<html" in (tmp_path / "empty.html").read_text()
-    assert cli("viewer", cwd=tmp_path).stdout == "commdebug_viewer.html\n"
+    assert run("table", dump, "--noise", "1") == run("table", dump, "--noise-level", "1")
+    assert run("view", dump, "--output", str(tmp_path / "a.html"))[0] == 0 and (tmp_path / "a.html").exists()
+    assert run("trace", dump, "--output", str(tmp_path / "t.json"))[0] == 0 and (tmp_path / "t.json").exists()
+    assert run("viewer", "--output", str(tmp_path / "empty.html"))[0] == 0 and "<html" in (tmp_path / "empty.html").read_text()
+    monkeypatch.chdir(tmp_path)
+    assert run("viewer") == (0, "commdebug_viewer.html\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", "--noise", "9", "--", "x.py"])
+    assert exit_info.value.code == 2 and "argument --noise: must be 0, 1, 2 or 3, not '9'" in capsys.readouterr().err
+    # the demo sets up a process group: a process of its own
     proc = cli("demo", "--layers", "1", "--steps", "1", "--out-dir", str(tmp_path / "d"), "--noise", "1")
     assert proc.returncode == 0 and (tmp_path / "d" / "comm_mode_log.json").exists()
     assert "*module type: class" in proc.stdout  # noise level 1 reached the table
-    assert "argument --noise: must be 0, 1, 2 or 3, not '9'" in cli("run", "--noise", "9", "--", "x.py").stderr
 
 
 def test_namespace_is_the_same_whichever_spelling(tmp_path):
@@ -465,13 +482,13 @@ def test_summary_refuses_a_folder_mixing_runs(job, tmp_path):
     assert proc.stderr.startswith("commdebug: error: ") and proc.stderr.count("\n") == 1 and "run" in proc.stderr
 
 
-def test_summary_without_header(job):
+def test_summary_without_header(job, capsys):
     dump = str(job / "rank0.json")
     for path in (dump, str(job)):
-        full, bare = cli("summary", path).stdout, cli("summary", path, "--no-header").stdout
+        full, bare = in_process(capsys, "summary", path)[1], in_process(capsys, "summary", path, "--no-header")[1]
         assert bare.startswith("op ") and "synthetic-node" not in bare and "commdebug summary" not in bare
         assert full.endswith(bare)  # the same rows, only the header left out
-        data = json.loads(cli("summary", path, "--json", "--no-header").stdout)
+        data = json.loads(in_process(capsys, "summary", path, "--json", "--no-header")[1])
         assert "header" not in data and data["rows"]
 
 
