@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -180,7 +182,22 @@ def test_sub_group_size_and_ranks_drive_the_factor(world):
     assert e.busbw_factor == pytest.approx(2 * 3 / 4)
 
 
-def test_dtensor_redistribute_and_op_lowering(mesh):
+@pytest.fixture(params=["interpreter frames", "frame objects"])
+def source_walk(request, monkeypatch):
+    """Each way of finding the user's frame: commdebug.capture._frames (built at install on CPython
+    3.11, the version CI runs) and the frame objects it falls back to."""
+    from commdebug.capture import source
+
+    if request.param == "frame objects":
+        monkeypatch.setattr(source, "_first_other", None)
+    elif sys.version_info[:2] == (3, 11):
+        assert source._first_other is not None, "commdebug.capture._frames was not built: pip install -e . with a C compiler"
+    else:
+        pytest.skip("commdebug.capture._frames reads CPython 3.11's frames only")
+    return request.param
+
+
+def test_dtensor_redistribute_and_op_lowering(mesh, source_walk):
     a = distribute_tensor(torch.ones(16, 16), mesh, [Shard(0)])
     b = distribute_tensor(torch.ones(16, 16), mesh, [Shard(0)])
     comm = CommDebugMode()
@@ -200,9 +217,10 @@ def test_dtensor_redistribute_and_op_lowering(mesh):
     assert second.size_bytes == 16 * 16 * 4
 
 
-def test_event_fields_module_phase_source_and_seq(tp_transformer):
+@pytest.mark.parametrize("light", [False, True])
+def test_event_fields_module_phase_source_and_seq(tp_transformer, source_walk, light):
     model, tokens = tp_transformer()
-    comm = CommDebugMode()
+    comm = CommDebugMode(light=light)
     with comm:
         for _ in range(2):
             model(tokens).sum().backward()  # the source line events point at

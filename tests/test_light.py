@@ -241,27 +241,34 @@ class _Probe(torch.nn.Module):
         return x
 
 
-def test_each_collective_passes_one_kernel_of_ours(world, monkeypatch):
-    """A functional collective's implementation issues its c10d op through the dispatcher:
-    that nested call must not cost a second Python kernel pass (eager c10d kernels sit at the
+def test_each_collective_passes_through_python_once(world, monkeypatch):
+    """A functional collective already leaves C++ once, in the autograd kernel torch writes in
+    Python: it is recorded there (``op.redispatch``) and passes no kernel of ours, nor does the
+    c10d op its implementation issues through the dispatcher (eager c10d kernels sit at the
     autograd keys, which the functional op's dispatch has left). Eager c10d from Python, also
-    under inference mode (entered inside or before the recording), passes one."""
+    under inference mode (entered inside or before the recording), passes one kernel."""
     import torch.distributed._functional_collectives as funcol
     from commdebug.capture import light
 
-    passes: Counter = Counter()
-    make = light._kernel
+    kernel_passes: Counter = Counter()
+    recorded: Counter = Counter()
+    make, through = light._kernel, light._through
 
     def counting(op, *args):
         kernel = make(op, *args)
 
         def counted(keys, *a, **k):
-            passes[str(op)] += 1
+            kernel_passes[str(op)] += 1
             return kernel(keys, *a, **k)
 
         return counted
 
+    def counted_through(redispatch, keys, name, *rest):
+        recorded[name] += 1
+        return through(redispatch, keys, name, *rest)
+
     monkeypatch.setattr(light, "_kernel", counting)
+    monkeypatch.setattr(light, "_through", counted_through)
     with torch.inference_mode():
         with CommDebugMode(light=True) as started_inside:
             dist.all_reduce(torch.ones(2))
@@ -276,8 +283,36 @@ def test_each_collective_passes_one_kernel_of_ours(world, monkeypatch):
         ("all_reduce", "c10d.allreduce_.default", 16),
         ("all_reduce", "c10d.allreduce_.default", 12),
     ]
-    assert passes == {"_c10d_functional.all_reduce.default": 1, "c10d.allreduce_.default": 3}
+    assert kernel_passes == {"c10d.allreduce_.default": 3}
+    assert recorded == {"_c10d_functional.all_reduce.default": 1, "c10d.allreduce_.default": 3}
     assert comm.in_flight() == []
+    # only while a light recording is on: the op's own redispatch is back
+    assert "redispatch" not in torch.ops._c10d_functional.all_reduce.default.__dict__
+
+
+def test_a_functional_collective_a_dispatch_mode_answers_itself_is_not_recorded(world):
+    """A dispatch mode between autograd and our key takes the call first: the autograd kernel's
+    redispatch leaves it alone, so a call the mode answers without running it (as fake-tensor
+    and tracing modes do) is not recorded, and one it runs is recorded once, by our kernel."""
+    import torch.distributed._functional_collectives as funcol
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Answers(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops._c10d_functional.all_reduce.default:
+                return args[0].clone()  # never issued
+            return func(*args, **(kwargs or {}))
+
+    class Forwards(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    with CommDebugMode(light=True) as comm:
+        with Answers():
+            funcol.all_reduce(torch.ones(4, requires_grad=True), "sum", dist.group.WORLD).wait()
+        with Forwards():
+            funcol.all_reduce(torch.ones(2, requires_grad=True), "sum", dist.group.WORLD).wait()
+    assert [(e.op, e.size_bytes) for e in comm.trace.events] == [("all_reduce", 8)]
 
 
 def test_light_records_collectives_issued_under_inference_mode(world):

@@ -51,6 +51,11 @@ class Options:
     metrics_port: int | None = None
     debug_server: int | None = None
 
+    @property
+    def plain(self) -> bool:
+        """Nothing to do around a collective but record it: no filter, timer or NVTX range."""
+        return self.ops is None and not self.crossnode_only and self.timing == "off" and not self.nvtx
+
     @classmethod
     def resolve(cls, kwargs: Mapping[str, Any], config: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None) -> "Options":
         """Defaults, then ``COMMDEBUG_*`` from ``env`` (``os.environ`` when None), then

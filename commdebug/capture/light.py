@@ -12,9 +12,9 @@ redispatches to the keys below its own:
   backward collectives and the autograd-aware variants (seen as the functional op they run);
 - eager c10d ops (``torch.distributed.all_reduce`` & co., send/recv, barrier, FSDP2's
   all-gathers and reduce-scatters, DDP's reducer from C++): at the autograd keys. A functional
-  collective's implementation issues its c10d op through the dispatcher; the autograd fallback
-  that runs functional collectives (they have no autograd kernel) excludes the autograd keys,
-  so that nested call passes no second Python kernel. Inference mode excludes them too: while
+  collective's implementation issues its c10d op through the dispatcher below autograd (its
+  autograd kernel, or the autograd fallback, excludes the autograd keys), so that nested call
+  passes no second Python kernel. Inference mode excludes them too: while
   a ``torch.inference_mode()`` block is open, the eager ops also get a kernel at
   ``BackendSelect`` (``INFERENCE_MODE``).
 
@@ -24,6 +24,8 @@ tensors (tracing under ``torch.compile``) are never recorded.
 Each pass through a Python kernel costs microseconds of boxing, so light capture keeps their
 number down:
 
+- Functional collectives whose autograd kernel torch wrote in Python are recorded where that
+  kernel redispatches below autograd, and skip our kernel (:func:`_redispatch`).
 - A DTensor's waits go through ``AsyncCollectiveTensor.trigger_wait``, which is wrapped anyway
   (:mod:`commdebug.capture.inflight`) and finishes the collective itself: the ``wait_tensor``
   inside it skips our key. (c10d's registry of unwaited functional collectives cannot stand in
@@ -75,6 +77,7 @@ _ACTIVE: list[Any] = []
 _LOCK = threading.Lock()
 _LIBRARIES: dict[str, Any] = {}  # namespace -> torch.library.Library holding our kernels
 _INFERENCE: list[Any] = []  # the eager ops' BackendSelect kernels, while inference mode is on
+_REDISPATCHING: list[Any] = []  # functional collectives given our redispatch (_redispatch)
 _inference_depth = 0
 _STATE = threading.local()  # .inside: a collective is being recorded on this thread
 
@@ -95,6 +98,9 @@ def detach(recorder: Any) -> None:
             _ACTIVE.remove(recorder)
         if not _ACTIVE:
             _destroy([*_LIBRARIES.values(), *_INFERENCE])
+            for op in _REDISPATCHING:
+                op.__dict__.pop("redispatch", None)
+            _REDISPATCHING.clear()
             _LIBRARIES.clear()
             _INFERENCE.clear()
             INFERENCE_MODE.remove(_INFERENCE_USER)
@@ -155,14 +161,17 @@ def _register(libraries: dict[str, Any], eager: bool, key: str, below: Any, guar
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # an overload registered twice warns; the newer wins
                 library.impl(name if overload == "default" else f"{name}.{overload}", _kernel(op, spec, below, guard), key, with_keyset=True)
+            if not eager and guard is None and spec is not _ops.WAIT:
+                op.redispatch = _redispatch(op, spec)  # shadows OpOverload.redispatch for this op
+                _REDISPATCHING.append(op)
 
 
 def _install() -> None:
     # A functional collective's implementation issues its c10d op through the dispatcher. At
     # BackendSelect, that nested call would pass through a second Python kernel, the dearest
     # one (it boxes the ProcessGroup and ReduceOp objects), only to be let through. Functional
-    # collectives have no autograd kernel: the autograd fallback runs them with the autograd
-    # keys excluded, so eager c10d kernels at those keys never see the nested calls, and see
+    # collectives run below autograd (their autograd kernel, or the autograd fallback, excludes
+    # the autograd keys), so eager c10d kernels at those keys never see the nested calls, and see
     # every other call, from Python or C++ (DDP's reducer). Inference mode excludes those keys
     # too: while it is on, the eager ops also get kernels at BackendSelect (INFERENCE_MODE).
     _register(_LIBRARIES, False, KEY, _BELOW, None)
@@ -186,7 +195,6 @@ def _destroy(libraries: list[Any]) -> None:
 def _kernel(op: Any, spec: Any, below: Any, guard: Any) -> Callable[..., Any]:
     name = sys.intern(str(op))
     redispatch = op._handle.redispatch_boxed  # OpOverload.redispatch adds a Python frame
-    state = _STATE
 
     # registered with_keyset: the dispatcher hands over the call's key set, so the kernel need
     # not look for the tensor that decides the backend
@@ -195,16 +203,7 @@ def _kernel(op: Any, spec: Any, below: Any, guard: Any) -> Callable[..., Any]:
         if not keys.raw_repr():  # no tensor to take the backend from: let the dispatcher skip us
             with torch._C._ExcludeDispatchKeyGuard(_OURS):
                 return op(*args, **kwargs)
-        if state.__dict__.get("inside") or not _ACTIVE:
-            return redispatch(keys, *args, **kwargs)
-        recorder = _ACTIVE[-1]
-        if not recorder._light_on or keys.has(_META):
-            return redispatch(keys, *args, **kwargs)
-        state.inside = True
-        try:
-            return recorder._light_call(partial(redispatch, keys), name, spec, args, kwargs)
-        finally:
-            state.inside = False
+        return _through(redispatch, keys, name, spec, args, kwargs)
 
     if guard is None:
         return kernel
@@ -214,6 +213,46 @@ def _kernel(op: Any, spec: Any, below: Any, guard: Any) -> Callable[..., Any]:
             return kernel(keys, *args, **kwargs)
 
     return below_autograd
+
+
+def _redispatch(op: Any, spec: Any) -> Callable[..., Any]:
+    """``op.redispatch`` for a functional collective while light capture is on.
+
+    torch writes these ops' autograd kernels in Python (``torch.library.register_autograd``):
+    every call already leaves C++ there, and the kernel runs the op below autograd through
+    ``op.redispatch``. Recording the call at that point, then redispatching past our
+    ``BackendSelect`` kernel, spares each functional collective a second trip through Python
+    (boxing its arguments and unboxing them again). Only calls headed straight for our key are
+    taken: the first key of their key set is ours. With a dispatch mode, functionalization or
+    fake tensors in between, or our key excluded (:func:`skip`), the call goes on unchanged, and
+    our kernel sees it if it gets there. An autograd kernel that torch wrote in C++ never calls
+    this, and the kernel records."""
+    name = sys.intern(str(op))
+    redispatch = op._handle.redispatch_boxed
+
+    def recorded(keys: Any, *args: Any, **kwargs: Any) -> Any:
+        if keys.highestPriorityTypeId() != _BACKEND_SELECT:
+            return redispatch(keys, *args, **kwargs)
+        return _through(redispatch, keys - _OURS, name, spec, args, kwargs)
+
+    return recorded
+
+
+def _through(redispatch: Callable[..., Any], keys: Any, name: str, spec: Any, args: tuple, kwargs: dict) -> Any:
+    """Run a call of a recorded op on ``keys`` (below ours), recorded by the innermost light
+    recording: not when a collective is being recorded on this thread already (it is only
+    redispatched), when none records now, or on meta tensors (tracing)."""
+    state = _STATE
+    if state.__dict__.get("inside") or not _ACTIVE:
+        return redispatch(keys, *args, **kwargs)
+    recorder = _ACTIVE[-1]
+    if not recorder._light_on or keys.has(_META):
+        return redispatch(keys, *args, **kwargs)
+    state.inside = True
+    try:
+        return recorder._light_call(partial(redispatch, keys), name, spec, args, kwargs)
+    finally:
+        state.inside = False
 
 
 def _enter(original: Any, patch: ClassPatch) -> Any:

@@ -37,6 +37,9 @@ __all__ = ["Recorder", "CONTEXT_EXIT"]
 
 _graph_task_id = torch._C._current_graph_task_id
 _new_tuple = tuple.__new__
+_perf_counter = time.perf_counter
+_Tensor = torch.Tensor
+_dtype_name = _ops._dtype_name
 _HOP = torch._ops.HigherOrderOperator
 
 
@@ -65,14 +68,6 @@ _UNSET: Any = _Unset()  # an option not given: the environment or the default de
 # metadata.ended_by of a recording whose ``with`` block ended without an exception
 CONTEXT_EXIT = "context exit"
 log = logging.getLogger("commdebug")
-_BUSBW: dict[tuple[str, int], float] = {}
-
-
-def _busbw_factor(spec: _ops.CollectiveSpec, group_size: int) -> float:
-    factor = _BUSBW.get((spec.factor, group_size))
-    if factor is None:
-        factor = _BUSBW[(spec.factor, group_size)] = spec.busbw_factor(group_size)
-    return factor
 
 
 class Recorder(Stepping, TorchDispatchMode):
@@ -161,6 +156,11 @@ class Recorder(Stepping, TorchDispatchMode):
         self._flight = InFlight(self._failed)
         self._unfinished_at_exit: list[tuple[int, float]] = []
         self._meta_fresh = False
+        # no filter, timer or NVTX range, metadata read: _collective's plain path (set by the
+        # first collective, which reads the metadata)
+        self._plain = False
+        self._call_facts: dict[tuple[str, str], tuple] = {}  # (op, group name) -> count key, busbw factor, size rule
+        self._record_source = self.options.record_source
         self._compiled_seen = False
         self._t0 = time.perf_counter()
         self._t0_wall = time.time()
@@ -317,17 +317,38 @@ class Recorder(Stepping, TorchDispatchMode):
     # ---- collectives ------------------------------------------------------------------------
 
     def _collective(self, func, name: str, spec: _ops.CollectiveSpec, args: tuple, kwargs: dict):
+        if not self._plain or spec.is_p2p:
+            return self._collective_with_options(func, name, spec, args, kwargs)
+        # the common case, which light capture pays for every collective: no filter, no timer
+        group = self._groups.resolve(spec.group, args)
+        fqn, phase = self._where  # synced by __torch_dispatch__ just before
+        start_s = _perf_counter() - self._t0  # when it was called
+        try:
+            out = func(*args, **kwargs)
+        except Exception as e:  # recorded all the same, as failed
+            self._flight.failed(self._record_collective(name, spec, args, kwargs, None, group, None, fqn, phase, start_s).index, e)
+            raise
+        # recorded before any wait: a collective that then hangs or raises is in the dump
+        event = self._record_collective(name, spec, args, kwargs, out, group, None, fqn, phase, start_s)
+        if self._listeners:
+            self._emit(event)
+        return out
+
+    def _collective_with_options(self, func, name: str, spec: _ops.CollectiveSpec, args: tuple, kwargs: dict):
+        """:meth:`_collective` with what the plain path leaves out: the first call (metadata),
+        the ``ops`` and ``crossnode_only`` filters, timing, NVTX ranges, point-to-point peers."""
         options = self.options
         if not self._meta_fresh:  # the process group may have been set up after entering
             self._meta_fresh = True
             self.refresh_metadata()
+            self._plain = options.plain and self._async is None
         if options.ops is not None and spec.op not in options.ops:
             return func(*args, **kwargs)  # not asked for: run it, record nothing
         group = self._groups.resolve(spec.group, args)
         peer = peer_rank(spec, args, group) if spec.is_p2p else None
         if options.crossnode_only and not self._groups.crosses_nodes(group, peer, int(self.trace.metadata.get("rank") or 0), options.ranks_per_node or 1):
             return func(*args, **kwargs)
-        fqn, phase = self._where  # synced by __torch_dispatch__ just before
+        fqn, phase = self._where
         timer = None
         if options.timing == "sync":
             if spec.is_p2p:
@@ -340,19 +361,18 @@ class Recorder(Stepping, TorchDispatchMode):
         if nvtx:
             torch.cuda.nvtx.range_push(nvtx_label(spec.op, _ops.tensor_bytes(_ops.pick(spec.inputs, args, kwargs, None))[0], group, fqn))
         try:
-            start_s = time.perf_counter() - self._t0  # when it was called
+            start_s = time.perf_counter() - self._t0
             if timer is not None:
                 timer.start()
             try:
                 out = func(*args, **kwargs)
-            except Exception as e:  # recorded all the same, as failed
-                event = self._record_collective(func, name, spec, args, kwargs, None, group, peer, fqn, phase, start_s)
+            except Exception as e:
+                event = self._record_collective(name, spec, args, kwargs, None, group, peer, fqn, phase, start_s)
                 self._flight.failed(event.index, e)
                 raise
             if timer is not None:
                 timer.issued()
-            # recorded before any wait: a collective that then hangs or raises is in the dump
-            event = self._record_collective(func, name, spec, args, kwargs, out, group, peer, fqn, phase, start_s)
+            event = self._record_collective(name, spec, args, kwargs, out, group, peer, fqn, phase, start_s)
             if timer is not None:
                 try:
                     timer.wait(lambda: wait_until_finished(out, spec, args, kwargs))
@@ -369,18 +389,36 @@ class Recorder(Stepping, TorchDispatchMode):
             self._emit(event)
         return out
 
-    def _record_collective(self, func, name: str, spec: _ops.CollectiveSpec, args: tuple, kwargs: dict, out: Any, group: Any,
+    def _record_collective(self, name: str, spec: _ops.CollectiveSpec, args: tuple, kwargs: dict, out: Any, group: Any,
                 peer: int | None, fqn: str, phase: str, start_s: float) -> CollectiveEvent:
-        """Count one collective and keep its event; ``out`` is None when the call raised."""
+        """Count one collective and keep its event; ``out`` is None when the call raised.
+
+        Runs for every collective: what depends only on the op and its group comes from
+        ``_call_facts``, and a plain tensor's bytes are read here, without a call."""
         trace = self.trace
-        if group.name not in trace.groups:
+        facts = self._call_facts.get((name, group.name))
+        if facts is None:  # the op's first call on this group
+            facts = self._call_facts[(name, group.name)] = (
+                (spec.compat_key, spec.op, group.name), spec.busbw_factor(group.size), _ops.MESSAGE_SIZE[spec.size])
             trace.add_group(group)
-        inputs = _ops.pick(spec.inputs, args, kwargs, out)
-        outputs = _ops.pick(spec.outputs, args, kwargs, out)
-        in_bytes, in_shapes, dtype = _ops.tensor_bytes(inputs)
+        count_key, busbw_factor, size_rule = facts
+        where = spec.inputs
+        inputs = args[where] if type(where) is int and where < len(args) else _ops.pick(where, args, kwargs, out)
+        outputs = out if spec.outputs == "return" else _ops.pick(spec.outputs, args, kwargs, out)
+        if type(inputs) is _Tensor:
+            in_bytes, in_shapes, dtype = inputs.numel() * inputs.element_size(), (tuple(inputs.shape),), _dtype_name(inputs.dtype)
+        else:
+            in_bytes, in_shapes, dtype = _ops.tensor_bytes(inputs)
         # in place (all_reduce_, broadcast_): the same tensor, read once
-        out_bytes, out_shapes, out_dtype = (in_bytes, in_shapes, dtype) if outputs is inputs else _ops.tensor_bytes(outputs)
-        size = _ops.MESSAGE_SIZE[spec.size](in_bytes, out_bytes, group.size)
+        if outputs is inputs:
+            out_bytes, out_shapes = in_bytes, in_shapes
+        elif type(outputs) is _Tensor:
+            out_bytes, out_shapes = outputs.numel() * outputs.element_size(), (tuple(outputs.shape),)
+            dtype = dtype or _dtype_name(outputs.dtype)
+        else:
+            out_bytes, out_shapes, out_dtype = _ops.tensor_bytes(outputs)
+            dtype = dtype or out_dtype
+        size = size_rule(in_bytes, out_bytes, group.size)
 
         seq = p2p_seq = microbatch = None
         path = None
@@ -396,11 +434,11 @@ class Recorder(Stepping, TorchDispatchMode):
                     path = self._tracker.path_of(tag.module)
                     fqn = path[-1]
         else:
-            seq = self._seq[group.name]
-            self._seq[group.name] = seq + 1
-        if path is None:
-            path = self._tracker.path(phase)
-        trace.add_collective(path, phase, (spec.compat_key, spec.op, group.name), size)
+            seqs = self._seq
+            seq = seqs[group.name]
+            seqs[group.name] = seq + 1
+        tracker = self._tracker
+        trace.add_collective(tracker.path(phase) if path is None else path, phase, count_key, size)
 
         source, from_dtensor, compiled = caller(2)
         dt = self._last_dtensor if from_dtensor else None
@@ -408,35 +446,13 @@ class Recorder(Stepping, TorchDispatchMode):
         # positional, in CollectiveEvent's field order, without the namedtuple's Python-level
         # __new__: this runs for every collective
         event = _new_tuple(CollectiveEvent, (
-            index,
-            spec.op,
-            spec.compat_key,
-            name,
-            trace.step,
-            phase,
-            fqn,
-            group,
-            seq,
-            dtype or out_dtype,
-            in_shapes,
-            out_shapes,
-            in_bytes,
-            out_bytes,
-            size,
-            _busbw_factor(spec, group.size),
-            None if dt is None else dt[0],
+            index, spec.op, spec.compat_key, name, trace.step, phase, fqn, group, seq,
+            dtype, in_shapes, out_shapes, in_bytes, out_bytes, size, busbw_factor,
+            None if dt is None else dt[0],  # dtensor_op, placements, mesh
             None if dt is None else _text(dt[2], list),
             None if dt is None or dt[3] is None else _text(dt[3]),
-            source if self.options.record_source else None,
-            None,
-            peer,
-            p2p_seq,
-            microbatch,
-            start_s,
-            False,
-            None,
-            self._tracker.unit,
-            compiled,
+            source if self._record_source else None,
+            None, peer, p2p_seq, microbatch, start_s, False, None, tracker.unit, compiled,  # latency_s ... compiled
         ))
         trace.add_event(event)
         if compiled and not self._compiled_seen:

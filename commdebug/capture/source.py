@@ -16,6 +16,11 @@ import torch
 
 from commdebug.sourcefiles import NOT_USER_DIRS, NOT_USER_MODULES
 
+try:
+    from commdebug.capture._frames import first_other as _first_other
+except ImportError:  # not built (no C compiler at install time) or not this Python: frame objects
+    _first_other = None
+
 __all__ = ["caller", "in_compiled_code"]
 
 # DTensor lowers an op to collectives inside this file; a collective with it on the stack came
@@ -67,28 +72,44 @@ def _kind(frame: Any) -> str:
 def caller(depth: int = 1) -> tuple[str | None, bool, bool]:
     """(``file:line`` of the first frame of the user's code above the frame `depth` levels up
     from the caller, whether DTensor dispatch is on the way there, whether compiled code is)."""
+    if _first_other is None:
+        return _walk_frames(depth + 1)
+    depth += 1
+    from_dtensor = compiled = False
+    library = _LIBRARY_FILES
+    while True:
+        # the library's frames, most of the walk (some twenty per collective), skipped in C,
+        # which reads the interpreter's frames without making a frame object of each
+        found = _first_other(depth, library)
+        if found is None:  # the bottom of the stack: no user frame
+            return None, from_dtensor, compiled
+        code, instruction, depth = found
+        # a file seen for the first time, or generated code (classified per code object)
+        kind = _KIND_BY_FILE.get(code.co_filename) or _kind(sys._getframe(depth))
+        if kind is _USER:
+            site = (id(code), instruction)
+            text = _SITES.get(site)
+            return (text or _site(site, sys._getframe(depth))), from_dtensor, compiled
+        if kind is _DTENSOR:
+            from_dtensor = True
+        elif kind is _COMPILED:
+            compiled = True
+        depth += 1
+
+
+def _walk_frames(depth: int) -> tuple[str | None, bool, bool]:
+    """:func:`caller` by frame objects, where :mod:`commdebug.capture._frames` is not built."""
     frame = sys._getframe(depth + 1)
     from_dtensor = compiled = False
     library = _LIBRARY_FILES
     try:
         while True:
-            # the library's frames, most of the walk (some twenty per collective): as few
-            # steps each as a loop can take, a set lookup on a string that caches its hash
             while frame.f_code.co_filename in library:
                 frame = frame.f_back
-            # a file seen for the first time, or generated code (classified per code object)
             kind = _KIND_BY_FILE.get(frame.f_code.co_filename) or _kind(frame)
             if kind is _USER:
-                # f_lineno decodes the line table: once per call site
                 site = (id(frame.f_code), frame.f_lasti)
-                text = _SITES.get(site)
-                if text is None:
-                    if len(_SITES) > 100_000:
-                        _SITES.clear()
-                        _SITE_CODES.clear()
-                    text = _SITES[site] = f"{frame.f_code.co_filename}:{frame.f_lineno}"
-                    _SITE_CODES[site[0]] = frame.f_code
-                return text, from_dtensor, compiled
+                return (_SITES.get(site) or _site(site, frame)), from_dtensor, compiled
             if kind is _DTENSOR:
                 from_dtensor = True
             elif kind is _COMPILED:
@@ -96,6 +117,16 @@ def caller(depth: int = 1) -> tuple[str | None, bool, bool]:
             frame = frame.f_back
     except AttributeError:  # the bottom of the stack (None has no f_code): no user frame
         return None, from_dtensor, compiled
+
+
+def _site(site: tuple[int, int], frame: Any) -> str:
+    """``file:line`` of a call site seen for the first time (f_lineno decodes the line table)."""
+    if len(_SITES) > 100_000:
+        _SITES.clear()
+        _SITE_CODES.clear()
+    text = _SITES[site] = f"{frame.f_code.co_filename}:{frame.f_lineno}"
+    _SITE_CODES[site[0]] = frame.f_code
+    return text
 
 
 def in_compiled_code(depth: int = 1) -> bool:
