@@ -274,17 +274,20 @@ def test_each_collective_passes_through_python_once(world, monkeypatch):
             dist.all_reduce(torch.ones(2))
     with CommDebugMode(light=True) as comm:
         funcol.all_reduce(torch.ones(4), "sum", dist.group.WORLD).wait()
+        # with gradients: torch's autograd kernel goes through its autograd.Function instead
+        funcol.all_reduce(torch.ones(5, requires_grad=True), "sum", dist.group.WORLD).wait()
         dist.all_reduce(torch.ones(4))
         with torch.inference_mode():
             dist.all_reduce(torch.ones(3))
     assert [e.size_bytes for e in started_inside.trace.events] == [8]
     assert [(e.op, e.aten_op, e.size_bytes) for e in comm.trace.events] == [
         ("all_reduce", "_c10d_functional.all_reduce.default", 16),
+        ("all_reduce", "_c10d_functional.all_reduce.default", 20),
         ("all_reduce", "c10d.allreduce_.default", 16),
         ("all_reduce", "c10d.allreduce_.default", 12),
     ]
     assert kernel_passes == {"c10d.allreduce_.default": 3}
-    assert recorded == {"_c10d_functional.all_reduce.default": 1, "c10d.allreduce_.default": 3}
+    assert recorded == {"_c10d_functional.all_reduce.default": 2, "c10d.allreduce_.default": 3}
     assert comm.in_flight() == []
     # only while a light recording is on: the op's own redispatch is back
     assert "redispatch" not in torch.ops._c10d_functional.all_reduce.default.__dict__
