@@ -37,9 +37,6 @@ __all__ = ["Recorder", "CONTEXT_EXIT"]
 
 _graph_task_id = torch._C._current_graph_task_id
 _new_tuple = tuple.__new__
-_perf_counter = time.perf_counter
-_Tensor = torch.Tensor
-_dtype_name = _ops._dtype_name
 _HOP = torch._ops.HigherOrderOperator
 
 
@@ -322,7 +319,7 @@ class Recorder(Stepping, TorchDispatchMode):
         # the common case, which light capture pays for every collective: no filter, no timer
         group = self._groups.resolve(spec.group, args)
         fqn, phase = self._where  # synced by __torch_dispatch__ just before
-        start_s = _perf_counter() - self._t0  # when it was called
+        start_s = time.perf_counter() - self._t0  # when it was called
         try:
             out = func(*args, **kwargs)
         except Exception as e:  # recorded all the same, as failed
@@ -394,7 +391,7 @@ class Recorder(Stepping, TorchDispatchMode):
         """Count one collective and keep its event; ``out`` is None when the call raised.
 
         Runs for every collective: what depends only on the op and its group comes from
-        ``_call_facts``, and a plain tensor's bytes are read here, without a call."""
+        ``_call_facts``, worked out on the op's first call on the group."""
         trace = self.trace
         facts = self._call_facts.get((name, group.name))
         if facts is None:  # the op's first call on this group
@@ -402,22 +399,12 @@ class Recorder(Stepping, TorchDispatchMode):
                 (spec.compat_key, spec.op, group.name), spec.busbw_factor(group.size), _ops.MESSAGE_SIZE[spec.size])
             trace.add_group(group)
         count_key, busbw_factor, size_rule = facts
-        where = spec.inputs
-        inputs = args[where] if type(where) is int and where < len(args) else _ops.pick(where, args, kwargs, out)
-        outputs = out if spec.outputs == "return" else _ops.pick(spec.outputs, args, kwargs, out)
-        if type(inputs) is _Tensor:
-            in_bytes, in_shapes, dtype = inputs.numel() * inputs.element_size(), (tuple(inputs.shape),), _dtype_name(inputs.dtype)
-        else:
-            in_bytes, in_shapes, dtype = _ops.tensor_bytes(inputs)
+        inputs = _ops.pick(spec.inputs, args, kwargs, out)
+        outputs = _ops.pick(spec.outputs, args, kwargs, out)
+        in_bytes, in_shapes, dtype = _ops.tensor_bytes(inputs)
         # in place (all_reduce_, broadcast_): the same tensor, read once
-        if outputs is inputs:
-            out_bytes, out_shapes = in_bytes, in_shapes
-        elif type(outputs) is _Tensor:
-            out_bytes, out_shapes = outputs.numel() * outputs.element_size(), (tuple(outputs.shape),)
-            dtype = dtype or _dtype_name(outputs.dtype)
-        else:
-            out_bytes, out_shapes, out_dtype = _ops.tensor_bytes(outputs)
-            dtype = dtype or out_dtype
+        out_bytes, out_shapes, out_dtype = (in_bytes, in_shapes, dtype) if outputs is inputs else _ops.tensor_bytes(outputs)
+        dtype = dtype or out_dtype
         size = size_rule(in_bytes, out_bytes, group.size)
 
         seq = p2p_seq = microbatch = None

@@ -298,9 +298,7 @@ class ModuleTracker:
         if _compiling():
             return call(mod, *args, **kwargs)
         self.forwards += 1
-        entry = self._known.get(id(mod))  # _entry_of, inline: this runs for every module call
-        if entry is None or entry[0]() is not mod:
-            entry = self._know(mod)
+        entry = self._entry_of(mod)
         fqn = entry[1]
         if fqn is None:
             return call(mod, *args, **kwargs)
