@@ -238,20 +238,22 @@ def compat_key_packet(key: str) -> Any:
     return packet
 
 
-_DTYPE_NAMES: dict[Any, str] = {}
+class _DtypeNames(dict):
+    """dtype -> its name without "torch.", worked out on first use: ``_DTYPE_NAMES[dtype]`` is
+    one lookup in C for every tensor of every collective."""
+
+    def __missing__(self, dtype: Any) -> str:
+        name = self[dtype] = str(dtype)[6:]  # "torch.float32" -> "float32"
+        return name
 
 
-def _dtype_name(dtype: Any) -> str:
-    name = _DTYPE_NAMES.get(dtype)
-    if name is None:
-        name = _DTYPE_NAMES[dtype] = str(dtype)[6:]  # "torch.float32" -> "float32"
-    return name
+_DTYPE_NAMES = _DtypeNames()
 
 
 def tensor_bytes(value: Any) -> tuple[int, tuple[tuple[int, ...], ...], str | None]:
     """Total bytes, shapes and dtype of a tensor or (nested) list of tensors."""
     if isinstance(value, torch.Tensor):  # the common case, without the walk
-        return value.numel() * value.element_size(), (tuple(value.shape),), _dtype_name(value.dtype)
+        return value.numel() * value.element_size(), (tuple(value.shape),), _DTYPE_NAMES[value.dtype]
     total = 0
     shapes: list[tuple[int, ...]] = []
     dtype = None
@@ -262,7 +264,7 @@ def tensor_bytes(value: Any) -> tuple[int, tuple[tuple[int, ...], ...], str | No
             total += v.numel() * v.element_size()
             shapes.append(tuple(v.shape))
             if dtype is None:
-                dtype = _dtype_name(v.dtype)
+                dtype = _DTYPE_NAMES[v.dtype]
         elif isinstance(v, (list, tuple)):
             stack.extend(reversed(v))
     return total, tuple(shapes), dtype

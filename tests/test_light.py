@@ -515,6 +515,39 @@ def test_light_records_a_collective_whose_tensors_come_by_keyword(world):
     assert [(e.op, e.size_bytes) for e in light] == [("all_gather", 16 * world)]
 
 
+def test_a_module_made_where_a_dead_one_was_gets_its_own_name(world):
+    """Light steps know modules by id: a module made after another died (Python often reuses
+    the memory, and so the id) must not inherit the dead one's name."""
+    import torch.distributed._functional_collectives as funcol
+
+    class Reduce(torch.nn.Module):
+        def forward(self, x):
+            return funcol.all_reduce(x, "sum", dist.group.WORLD).wait()
+
+    class Outer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = Reduce()
+
+        def forward(self, x):
+            return self.inner(x)
+
+    reused = 0
+    x = torch.ones(4)
+    with CommDebugMode(light=True) as comm:
+        for _ in range(20):
+            outer = Outer()
+            outer(x)
+            dead = {id(outer), id(outer.inner)}
+            del outer
+            fresh = Reduce()
+            reused += id(fresh) in dead
+            fresh(x)
+            del fresh
+    assert reused, "no id was reused: the test shows nothing on this interpreter"
+    assert Counter(e.module for e in comm.trace.events) == {"Outer.inner": 20, "Reduce": 20}
+
+
 def test_outside_a_light_recording_collectives_pass_no_kernel_of_ours(world):
     """The kernels exist only while a light recording is active, so the program before and
     after one runs as if commdebug were not imported; nested recordings keep them until the
@@ -540,29 +573,38 @@ def test_outside_a_light_recording_collectives_pass_no_kernel_of_ours(world):
 
 def test_node_ranges_find_the_innermost_call_also_after_the_oldest_were_dropped(monkeypatch):
     # Backward collectives of light steps are placed by the autograd numbers each module call
-    # made; a forward with no step boundary drops the oldest calls past a cap.
+    # made, logged as the calls start and end; a forward with no step boundary drops the oldest
+    # calls past a cap.
     from commdebug.capture import calls
 
-    numbers = iter(range(1000))
-    monkeypatch.setattr(calls, "_next_sequence_nr", lambda: next(numbers))
     monkeypatch.setattr(calls, "_CAP", 4)
+    numbers = iter(range(1000))
     ranges = calls.NodeRanges()
-    ranges.open(("Global", "Model"))  # made nodes 0 onwards
-    ranges.open(("Global", "Model", "layer0"))  # starts at 1
-    ranges.close()  # layer0 made node 1 (ends at 2)
-    ranges.open(("Global", "Model", "layer1"))  # starts at 3
-    ranges.close()  # ends at 4
+
+    def open_(path):
+        ranges.log.append((next(numbers), path))
+
+    def close():
+        ranges.log.append((next(numbers), None))
+
+    open_(("Global", "Model"))  # made nodes 0 onwards
+    open_(("Global", "Model", "layer0"))  # starts at 1
+    close()  # layer0 made node 1 (ends at 2)
+    open_(("Global", "Model", "layer1"))  # starts at 3
+    close()  # ends at 4
     assert ranges.find(1) == ("Global", "Model", "layer0")
+    assert not ranges.log  # folded by the first lookup
     assert ranges.find(2) == ("Global", "Model")  # between the layers: the enclosing call
     assert ranges.find(3) == ("Global", "Model", "layer1")
     # more calls than the cap: the oldest half goes, the open outer call still encloses
     for i in range(2, 5):
-        ranges.open(("Global", "Model", f"layer{i}"))
-        ranges.close()
+        open_(("Global", "Model", f"layer{i}"))
+        close()
+    ranges.fold()
     assert len(ranges.starts) < 5 and ranges.find(1) == ("Global", "Model")  # layer0 forgotten
     last = ranges.starts[-1]
     assert ranges.find(last) == ("Global", "Model", "layer4")
-    ranges.close()
+    close()
     assert ranges.find(last + 1) == ("Global", "Model")  # made by the outer call after layer4
     ranges.clear()
     assert ranges.find(last) is None

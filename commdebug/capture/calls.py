@@ -11,12 +11,14 @@ location only when a collective runs, so it keeps less and works the rest out th
   wrapper, so the all-gathers of its pre-hooks and the redistributions of its forward hooks
   belong to it, as under the full capture.
 - backward: every autograd node takes a sequence number from a per-thread counter when it is
-  made. The wrapper notes the counter before and after each module call made with gradients
-  enabled (:class:`NodeRanges`). A collective issued while autograd runs node N belongs to the
-  innermost module call whose range holds N's number: the module whose forward made N. Tensor
-  hooks run as part of the node that takes their gradient, so FSDP2's pre-backward unshard
-  belongs to the module that made its output's node. Outside any node (an engine callback,
-  FSDP2's final callback) the tracker's state decides, as in the full capture.
+  made. As each module call made with gradients enabled starts, the wrapper logs the counter
+  and the module's path, and as it ends, the counter: two list appends, worked into ranges
+  only when a backward collective asks (:class:`NodeRanges`). A collective issued while
+  autograd runs node N belongs to the innermost module call whose range holds N's number: the
+  module whose forward made N. Tensor hooks run as part of the node that takes their gradient,
+  so FSDP2's pre-backward unshard belongs to the module that made its output's node. Outside
+  any node (an engine callback, FSDP2's final callback) the tracker's state decides, as in the
+  full capture.
 
 Limits: the counter is per thread, so a forward run on several threads at once may misplace
 backward collectives; ``AccumulateGrad`` nodes have no number in any range (DDP's reducer
@@ -33,48 +35,64 @@ import torch
 
 from commdebug.capture.patches import ClassPatch
 
-__all__ = ["MODULE_CALL", "NodeRanges", "hidden", "nested_call"]
+__all__ = ["LOG_CAP", "MODULE_CALL", "NodeRanges", "hidden", "nested_call", "next_number"]
 
-_next_sequence_nr = torch._C._autograd._get_sequence_nr
+# the number the next autograd node made on this thread will take
+next_number = torch._C._autograd._get_sequence_nr
 _OPEN = 1 << 64  # above every sequence number, AccumulateGrad's UINT64_MAX included
 _CAP = 1 << 16  # records kept; the oldest half goes past this (forwards with no step boundary)
+LOG_CAP = 1 << 12  # log entries a module call folds before it logs (forwards with no backward)
 
 
 class NodeRanges:
     """The autograd sequence numbers made inside each module call, to find the call behind a node.
 
-    Calls nest (each closes before its caller does), so :meth:`close` ends the innermost open one.
+    A module call costs two appends to :attr:`log` (the counter and the module's path as the call
+    starts, the counter and None as it ends): a light step makes one for every module call, and
+    most steps look up far fewer nodes than they make calls. The ranges are worked out from the
+    log when :meth:`find` or :meth:`clear` next runs. Calls nest (each ends before its caller
+    does), so an end closes the innermost open call.
 
     >>> ranges = NodeRanges()
-    >>> ranges.open(("Global", "Model"))  # doctest: +SKIP
-    >>> ranges.close(); ranges.find(node._sequence_nr())  # doctest: +SKIP
+    >>> ranges.log.append((next_number(), ("Global", "Model")))   # doctest: +SKIP
+    >>> ranges.log.append((next_number(), None))                   # doctest: +SKIP
+    >>> ranges.find(node._sequence_nr())                           # doctest: +SKIP
+    ('Global', 'Model')
     """
 
-    __slots__ = ("starts", "ends", "paths", "parents", "_open")
+    __slots__ = ("log", "starts", "ends", "paths", "parents", "_open")
 
     def __init__(self) -> None:
+        self.log: list[tuple[int, tuple[str, ...] | None]] = []  # not folded yet, oldest first
         self.starts: list[int] = []  # ascending: calls open in order and the counter only grows
         self.ends: list[int] = []
         self.paths: list[tuple[str, ...]] = []
         self.parents: list[int] = []  # index of the enclosing call's record, -1 for none
         self._open: list[int] = []  # indices of the calls not closed yet, outermost first
 
-    def open(self, path: tuple[str, ...]) -> None:
-        if len(self.starts) >= _CAP:
-            self._drop_oldest(len(self.starts) // 2)
-        opened = self._open
-        opened.append(len(self.starts))
-        self.starts.append(_next_sequence_nr())
-        self.ends.append(_OPEN)
-        self.paths.append(path)
-        self.parents.append(opened[-2] if len(opened) > 1 else -1)
-
-    def close(self) -> None:
-        if self._open:
-            self.ends[self._open.pop()] = _next_sequence_nr()
+    def fold(self) -> None:
+        """Turn the log into ranges (also when it grows past its cap: forwards with no step
+        boundary and no backward)."""
+        log, self.log = self.log, []
+        starts, ends, paths, parents, opened = self.starts, self.ends, self.paths, self.parents, self._open
+        for number, path in log:
+            if path is None:
+                if opened:
+                    ends[opened.pop()] = number
+                continue
+            if len(starts) >= _CAP:
+                self._drop_oldest(len(starts) // 2)
+                starts, ends, paths, parents, opened = self.starts, self.ends, self.paths, self.parents, self._open
+            parents.append(opened[-1] if opened else -1)
+            opened.append(len(starts))
+            starts.append(number)
+            ends.append(_OPEN)
+            paths.append(path)
 
     def find(self, sequence_nr: int) -> tuple[str, ...] | None:
         """The path of the innermost call that made the node numbered ``sequence_nr``."""
+        if self.log:
+            self.fold()
         i = bisect_right(self.starts, sequence_nr) - 1
         ends, parents = self.ends, self.parents
         # the calls that hold the number all enclose the latest call started before it
@@ -86,6 +104,7 @@ class NodeRanges:
 
     def clear(self) -> None:
         """Forget the calls, at a step boundary (their graphs are gone), unless one is open."""
+        self.fold()
         if not self._open:
             self.starts.clear()
             self.ends.clear()

@@ -49,7 +49,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch.nn.modules.module import register_module_forward_pre_hook
 
-from commdebug.capture.calls import MODULE_CALL, NodeRanges
+from commdebug.capture.calls import LOG_CAP, MODULE_CALL, NodeRanges, next_number
 from commdebug.capture.calls import hidden as _call_patch_hidden
 from commdebug.capture.compiled import MODULE_COMPILE, OPTIMIZED_CALL, CompiledCall, compiling
 from commdebug.capture.fsdp import FSDP_PATCHES
@@ -63,6 +63,8 @@ _GRAPH = ("", False)  # _hooked's value for a compiled module's graph: not track
 _GLOBAL_PRE_HOOKS = torch.nn.modules.module._global_forward_pre_hooks
 _graph_task_id = torch._C._current_graph_task_id
 _compiling = compiling
+_compiler = torch.compiler
+_dynamo_compiling = torch.compiler.is_dynamo_compiling
 _current_node = torch._C._current_autograd_node
 _grad_enabled = torch.is_grad_enabled
 _ROOT = (GLOBAL,)
@@ -209,7 +211,7 @@ class ModuleTracker:
         """The module path a module had in its last forward (for work done on its behalf
         outside its forward, e.g. a pipeline stage's sends); registers it if never called."""
         if self.calls:
-            fqn = self._entry_of(mod)[1]
+            fqn = (self._known.get(id(mod)) or self._know(mod))[1]
         else:
             known = self._hooked.get(mod)
             fqn = (known if known is not None else self._first_call(mod))[0]
@@ -274,17 +276,14 @@ class ModuleTracker:
         self._on_first_call(mod, fqn, self.stack[-1] if self.stack else GLOBAL)
         return known
 
-    def _entry_of(self, mod: torch.nn.Module) -> list:
-        """A light step's entry for ``mod`` in ``_known``, made on first sight."""
-        entry = self._known.get(id(mod))
-        return entry if entry is not None and entry[0]() is mod else self._know(mod)
-
     def _know(self, mod: torch.nn.Module) -> list:
         """A light step's first sight of ``mod`` in this context: named and announced as by
-        :meth:`_first_call`, without a hook."""
+        :meth:`_first_call`, without a hook. The entry leaves ``_known`` when the module dies,
+        before its id can be reused: ``_known.get(id(mod))`` needs no check."""
         graph = isinstance(mod, torch.fx.GraphModule) and mod not in self._names and in_compiled_code()
         fqn = None if graph else self.name_of(mod)
-        entry = self._known[id(mod)] = [weakref.ref(mod), fqn, None, None]
+        key, known = id(mod), self._known
+        entry = known[key] = [weakref.ref(mod, lambda _: known.pop(key, None)), fqn, None, None]
         if fqn is not None:
             for param in mod._parameters.values():
                 if param is not None:
@@ -294,11 +293,16 @@ class ModuleTracker:
 
     def _call(self, call: Callable, mod: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
         """A module call in a light step (``MODULE_CALL``): ``call(mod, *args, **kwargs)`` with
-        the module on the stack, and its autograd nodes' numbers noted when it makes any."""
-        if _compiling():
+        the module on the stack, and its autograd nodes' numbers logged when it makes any.
+
+        Runs for every module call of a light step, so the common case calls one Python
+        function, torch's ``is_dynamo_compiling`` (Dynamo answers it while it traces; the flag
+        beside it covers export and AOT tracing): a module seen before is one dict lookup, and
+        the autograd numbers go to a log (:class:`NodeRanges`)."""
+        if _dynamo_compiling() or _compiler._is_compiling_flag:
             return call(mod, *args, **kwargs)
         self.forwards += 1
-        entry = self._entry_of(mod)
+        entry = self._known.get(id(mod)) or self._know(mod)
         fqn = entry[1]
         if fqn is None:
             return call(mod, *args, **kwargs)
@@ -321,14 +325,18 @@ class ModuleTracker:
             self._ancestors[fqn] = parent
         self.stack.append(fqn)
         paths.append(path)
-        ranges = self._ranges if _grad_enabled() else None
-        if ranges is not None:
-            ranges.open(path)
+        log = self._ranges.log if _grad_enabled() else None
+        if log is not None:
+            if len(log) >= LOG_CAP:
+                self._ranges.fold()
+                log = self._ranges.log
+            log.append((next_number(), path))
         try:
             return call(mod, *args, **kwargs)
         finally:
-            if ranges is not None:
-                ranges.close()
+            if log is not None:
+                # the list the start went to, or the one a fold inside the call left
+                self._ranges.log.append((next_number(), None))
             self.stack.pop()
             paths.pop()
 
