@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -53,3 +55,36 @@ def test_compiled_overhead_bench_prints_its_ratios_and_no_added_graph():
     for name in ("full/bare", "light/bare"):
         assert re.search(rf"^{name}: eager \d+\.\d+, compiled \d+\.\d+; added per step", proc.stdout, flags=re.M), proc.stdout
     assert "graphs the recordings added to the compiled program: 0 " in proc.stdout
+
+
+def _instructions_bench():
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import instructions
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    return instructions
+
+
+def test_instructions_bench_reads_cachegrinds_summary_and_works_out_a_step():
+    # the summary cachegrind printed for a real run on the CI machine (recorded: a run under
+    # valgrind takes minutes)
+    bench = _instructions_bench()
+    text = (ROOT / "tests" / "data" / "cachegrind_summary.txt").read_text()
+    few = bench.parse_summary(text)
+    assert few == {"instructions": 14_243_743_071, "I1 misses": 103_839_245, "D1 misses": 140_780_583, "LL misses": 34_789_827}
+    many = {name: value + 20 * 1000 for name, value in few.items()}
+    assert bench.per_step(few, many, 20) == {name: 1000.0 for name in few}
+    with pytest.raises(ValueError, match="no I1 misses, D1 misses, LL misses"):
+        bench.parse_summary("==1== I   refs:      14,243,743,071\n")
+
+
+def test_instructions_bench_says_what_is_missing_without_valgrind(tmp_path):
+    # only python on the PATH: the bench must say what to install, not fail in a subprocess
+    (tmp_path / "python").symlink_to(sys.executable)
+    proc = subprocess.run([str(tmp_path / "python"), "bench/instructions.py"], capture_output=True, text=True, cwd=ROOT,
+                          timeout=120, env={"PATH": str(tmp_path)})
+    assert proc.returncode == 1
+    assert "valgrind is not on the PATH" in proc.stderr and "Traceback" not in proc.stderr
+    proc = subprocess.run([sys.executable, "bench/instructions.py", "--variants", "light"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 1 and "bare first" in proc.stderr
