@@ -608,3 +608,23 @@ def test_node_ranges_find_the_innermost_call_also_after_the_oldest_were_dropped(
     assert ranges.find(last + 1) == ("Global", "Model")  # made by the outer call after layer4
     ranges.clear()
     assert ranges.find(last) is None
+
+
+def test_forwards_with_no_backward_keep_the_module_call_log_bounded(world, monkeypatch):
+    """A light step logs every module call made with gradients on, for backward collectives to
+    find; forwards that never reach a backward or a step boundary must not grow it forever."""
+    from commdebug.capture import calls
+    from commdebug.capture import tracker as tracker_module
+
+    monkeypatch.setattr(tracker_module, "LOG_CAP", 8)
+    monkeypatch.setattr(calls, "_CAP", 16)
+    chain = torch.nn.Sequential(*[torch.nn.Linear(2, 2) for _ in range(5)])
+    x = torch.ones(1, 2, requires_grad=True)
+    with CommDebugMode(light=True) as comm:
+        for _ in range(200):
+            chain(x)  # six module calls, twelve log entries, nothing that folds them
+        ranges = comm._tracker._ranges
+        # a call folds a log of 8 before it logs; the calls still running add at most 12
+        assert 0 < len(ranges.log) <= 8 + 12
+        assert len(ranges.starts) <= 16
+
