@@ -203,6 +203,22 @@ def test_light_records_the_same_collectives_as_full(workload, mesh):
         assert {e.phase for e in light} >= {"checkpoint", "backward"}
 
 
+def test_light_with_an_ops_filter_records_what_full_does_and_locates_no_other(world, monkeypatch):
+    """``ops`` keeps the same collectives under light as under full; the ones it leaves out are
+    run without being located (the cheapest a light recording can be)."""
+    from commdebug.capture.tracker import ModuleTracker
+
+    full, _ = _record(_EagerModel, _eager_body, ops=["all_reduce"])
+    located = []
+    location = ModuleTracker.location
+    monkeypatch.setattr(ModuleTracker, "location", lambda self: located.append(1) or location(self))
+    light, _ = _record(_EagerModel, _eager_body, ops=["all_reduce"], light=True)
+    _assert_same_collectives(list(full.trace.events), list(light.trace.events))
+    assert {e.op for e in light.trace.events} == {"all_reduce"}
+    # _EagerModel issues broadcast, barrier and all_gather besides: none was located
+    assert len(located) == len(light.trace.events) == 9  # three all_reduces a step
+
+
 def _hooks(model: torch.nn.Module) -> tuple[int, int, int]:
     """Global forward pre-hooks, and the forward hooks and pre-hooks on the model's modules."""
     mods = list(model.modules())

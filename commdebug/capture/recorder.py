@@ -292,6 +292,8 @@ class Recorder(Stepping, TorchDispatchMode):
         kernel. The same bookkeeping as under the dispatch mode, minus the op rows."""
         if spec is _WAIT:
             return self._wait(call, args, kwargs)
+        if not self._plain and not self._wanted(spec):  # plain: no filter
+            return call(*args, **kwargs)  # filtered out by ``ops``: not even located
         # light steps keep no op rows, and the tracker reports no moves: locate every collective
         self._where = self._tracker.location()
         return self._collective(call, name, spec, args, kwargs)
@@ -339,7 +341,7 @@ class Recorder(Stepping, TorchDispatchMode):
             self._meta_fresh = True
             self.refresh_metadata()
             self._plain = options.plain and self._async is None
-        if options.ops is not None and spec.op not in options.ops:
+        if not self._wanted(spec):
             return func(*args, **kwargs)  # not asked for: run it, record nothing
         group = self._groups.resolve(spec.group, args)
         peer = peer_rank(spec, args, group) if spec.is_p2p else None
@@ -385,6 +387,11 @@ class Recorder(Stepping, TorchDispatchMode):
         elif self._listeners:
             self._emit(event)
         return out
+
+    def _wanted(self, spec: _ops.CollectiveSpec) -> bool:
+        """Whether the ``ops`` filter lets this collective be recorded."""
+        ops = self.options.ops
+        return ops is None or spec.op in ops
 
     def _record_collective(self, name: str, spec: _ops.CollectiveSpec, args: tuple, kwargs: dict, out: Any, group: Any,
                 peer: int | None, fqn: str, phase: str, start_s: float) -> CollectiveEvent:
