@@ -12,8 +12,10 @@ each variant's best and median round, and ratios of best rounds (see ``ratios``)
 
 Then the whole-run case, as ``commdebug run`` records: one context around ``--run-steps``
 training steps with an optimizer, entered afresh each round, for bare, light capture
-(``light=True``: no dispatch mode, only collectives pay), light with ``detail_every=10`` and
-the full capture, each step timed: the ratios compare each step position's best round
+(``light=True``: no dispatch mode, only collectives pay), light with ``detail_every=10``, the
+full capture, and light with an ``ops`` filter that nothing in the step matches (every
+collective intercepted and every module call tracked, nothing recorded: the floor of light
+capture on this step), each step timed: the ratios compare each step position's best round
 (``envelope``). ``--dim 1024`` gives the case where compute dominates.
 
 Last, what light capture adds per event, each measured against the same loop bare: per module
@@ -213,6 +215,9 @@ def whole_run(model: torch.nn.Module, tokens: torch.Tensor, rounds: int, steps: 
         ("run-bare", lambda: None),
         ("run-light", lambda: CommDebugMode(light=True)),
         ("run-light-detail10", lambda: CommDebugMode(detail_every=10)),
+        # the floor of light capture on this step: every collective intercepted and every module
+        # call tracked, none recorded (no barrier runs here, so the filter matches nothing)
+        ("run-light-nothing", lambda: CommDebugMode(light=True, ops=["barrier"])),
         ("run-full", lambda: CommDebugMode()),
     ]
     for _, make in variants:  # warm up
@@ -236,6 +241,7 @@ def whole_run(model: torch.nn.Module, tokens: torch.Tensor, rounds: int, steps: 
     print(f"light/bare     = {ratio('run-light')}   target <= 1.05, goal 1.02")
     print(f"light-detail10/bare = {ratio('run-light-detail10')}   target <= 1.12")
     print(f"full/bare      = {ratio('run-full')}")
+    print(f"light-nothing/bare = {ratio('run-light-nothing')}   light recording nothing: its floor here")
 
 
 def per_event(rounds: int) -> None:

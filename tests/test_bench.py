@@ -18,7 +18,7 @@ def test_overhead_bench_prints_its_ratios():
         [sys.executable, "bench/overhead.py", "--rounds", "2", "--layers", "2"], capture_output=True, text=True, cwd=ROOT, timeout=300
     )
     assert proc.returncode == 0, proc.stderr
-    for name in ("ours/bare", "ours/reference", "ours/minimal", "light/bare", "light-detail10/bare", "full/bare"):
+    for name in ("ours/bare", "ours/reference", "ours/minimal", "light/bare", "light-detail10/bare", "full/bare", "light-nothing/bare"):
         assert re.search(rf"^{re.escape(name)}\s+= \d+\.\d\d", proc.stdout, flags=re.M), proc.stdout
     assert re.search(r"ours-loop: .* \d+ collectives\)", proc.stdout)
     for label in ("module call (forward + backward)", "eager c10d all_reduce", "functional all_reduce + wait", "the same, caches swept between calls"):
