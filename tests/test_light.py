@@ -21,7 +21,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from torch.distributed.tensor import Shard, distribute_tensor
+from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
@@ -168,6 +168,30 @@ class _ReentrantTP(torch.nn.Module):
         return x
 
 
+class _GatherInsideForward(torch.nn.Module):
+    """torchtitan's sequence-parallel feed-forward: the block all-gathers its Shard(1) input in
+    its own forward, not in a pre-hook, for two column-parallel children. That all-gather's
+    backward, a reduce-scatter, runs after both children's backward and before any marker of
+    the block's is reached."""
+
+    def __init__(self, mesh) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.mesh = mesh
+        self.w1, self.w3 = torch.nn.Linear(16, 32, bias=False), torch.nn.Linear(16, 32, bias=False)
+        self.w2 = torch.nn.Linear(32, 16, bias=False)
+        parallelize_module(self, mesh, {"w1": ColwiseParallel(use_local_output=False), "w3": ColwiseParallel(use_local_output=False),
+                                        "w2": RowwiseParallel(output_layouts=Shard(1), use_local_output=False)})
+
+    def forward(self, x):
+        h = x.redistribute(self.mesh, [Replicate()])
+        return self.w2(torch.nn.functional.silu(self.w1(h)) * self.w3(h))
+
+
+def _sequence_sharded(mesh):
+    return lambda: DTensor.from_local(torch.ones(2, 1, 16, requires_grad=True), mesh, [Shard(1)])
+
+
 WORKLOADS = {
     # workload -> (make(mesh), body, ops a correct capture records)
     "tp_mlp": (lambda mesh: _tp_mlp(mesh), _train(3, lambda: torch.ones(4, 16, requires_grad=True)), {"all_reduce"}),
@@ -188,6 +212,7 @@ WORKLOADS = {
     "fsdp2_checkpointed": (
         lambda mesh: fsdp_transformer(ModelConfig(n_layers=2, checkpoint_layers=True), mesh=mesh),
         _fsdp_body, {"all_gather", "reduce_scatter"}),
+    "gather_inside_a_block_forward": (lambda mesh: torch.nn.Sequential(_GatherInsideForward(mesh)), None, {"all_gather", "reduce_scatter"}),
     "tp_reentrant_checkpoint": (lambda mesh: _ReentrantTP(mesh), _train(2, lambda: torch.ones(4, 16, requires_grad=True)), {"all_reduce"}),
 }
 
@@ -195,6 +220,7 @@ WORKLOADS = {
 @pytest.mark.parametrize("workload", sorted(WORKLOADS))
 def test_light_records_the_same_collectives_as_full(workload, mesh):
     make, body, ops = WORKLOADS[workload]
+    body = body or _train(2, _sequence_sharded(mesh))
     full, light = _full_and_light(lambda: make(mesh), body)
     _assert_same_collectives(full, light)
     assert {e.op for e in light} >= ops
@@ -217,6 +243,16 @@ def test_light_with_an_ops_filter_records_what_full_does_and_locates_no_other(wo
     assert {e.op for e in light.trace.events} == {"all_reduce"}
     # _EagerModel issues broadcast, barrier and all_gather besides: none was located
     assert len(located) == len(light.trace.events) == 9  # three all_reduces a step
+
+
+def test_a_reduce_scatter_undoing_a_blocks_own_all_gather_belongs_to_the_block(mesh):
+    """Found on torchtitan's llama3 plan: the full capture gave this backward reduce-scatter to
+    whichever child's backward ran last (w1 or w3), light capture to the block."""
+    for light in (False, True):
+        comm, _ = _record(lambda: torch.nn.Sequential(_GatherInsideForward(mesh)), _train(2, _sequence_sharded(mesh)), light=light)
+        where = Counter((e.op, e.module, e.phase) for e in comm.trace.events)
+        assert where == {("all_gather", "Sequential.0", "forward"): 2, ("reduce_scatter", "Sequential.0.w2", "forward"): 2,
+                         ("reduce_scatter", "Sequential.0", "backward"): 2}, (light, where)
 
 
 def _hooks(model: torch.nn.Module) -> tuple[int, int, int]:

@@ -31,7 +31,7 @@ from commdebug.capture.source import caller
 from commdebug.capture.stepping import Stepping, say_once
 from commdebug.capture.timing import AsyncTimer, SyncTimer, nvtx_label, on_cuda
 from commdebug.capture.tracker import ModuleTracker
-from commdebug.model.trace import FORWARD, GLOBAL, CollectiveEvent, Trace
+from commdebug.model.trace import BACKWARD, FORWARD, GLOBAL, CollectiveEvent, Trace
 
 __all__ = ["Recorder", "CONTEXT_EXIT"]
 
@@ -432,7 +432,11 @@ class Recorder(Stepping, TorchDispatchMode):
             seq = seqs[group.name]
             seqs[group.name] = seq + 1
         tracker = self._tracker
-        trace.add_collective(tracker.path(phase) if path is None else path, phase, count_key, size)
+        if path is None:
+            path = tracker.path(phase)
+            if phase == BACKWARD:  # the autograd node running may name an ancestor of the markers' module
+                fqn = path[-1]
+        trace.add_collective(path, phase, count_key, size)
 
         source, from_dtensor, compiled = caller(2)
         dt = self._last_dtensor if from_dtensor else None

@@ -98,7 +98,8 @@ class ModuleTracker:
         self._hooked: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.stack: list[str] = []
         self.paths: list[tuple[str, ...]] = []
-        self._calls: list[tuple[tuple, list[torch.Tensor]]] = []  # (args, their tensors) per call
+        # (args, their tensors, whether the call's start went to the node-range log) per call
+        self._calls: list[tuple[tuple, list[torch.Tensor], bool]] = []
         self.fw_phase = FORWARD
         self.bw_path: tuple[str, ...] = (GLOBAL,)
         self.task = -1  # graph task the backward state belongs to
@@ -189,8 +190,26 @@ class ModuleTracker:
         """The current module and all its running ancestors, Global first, each once (after
         :meth:`location`, for the op it located)."""
         if phase == BACKWARD:
-            return self._bw_found if self.calls else self.bw_path
+            return self._bw_found if self.calls else self._marked_or_ancestor()
         return self.paths[-1] if self.paths else (GLOBAL,)
+
+    def _marked_or_ancestor(self) -> tuple[str, ...]:
+        """A backward collective's path under the markers (full capture): theirs, unless autograd
+        runs a node that an ancestor of the marked module made outside it. Such a node is the
+        ancestor's work: a redistribution its own forward did for all its children (torchtitan's
+        sequence-parallel blocks all-gather their input inside the block's forward, not in a
+        pre-hook), whose backward runs after the children's, with no marker of the ancestor's
+        reached yet. Light steps find every backward collective's module this way."""
+        marked = self.bw_path
+        if self._pinned or len(marked) < 2:
+            return marked
+        node = _current_node()
+        if node is None:
+            return marked
+        made = self._ranges.find(node._sequence_nr())
+        if made is not None and len(made) < len(marked) and marked[: len(made)] == made:
+            return made
+        return marked
 
     def _node_path(self) -> tuple[str, ...]:
         # light steps: the module call that made the autograd node running now
@@ -259,8 +278,14 @@ class ModuleTracker:
             # it had in the real forward
             parent = self._ancestors.get(fqn, (GLOBAL,))
         self.stack.append(fqn)
-        paths.append(parent if fqn in parent else (*parent, fqn))
-        self._calls.append((args, inputs))
+        path = parent if fqn in parent else (*parent, fqn)
+        paths.append(path)
+        # the autograd numbers the call's nodes take, as light steps log them (NodeRanges): a
+        # backward collective's node may belong to an ancestor of the markers' module
+        logged = torch.is_grad_enabled()
+        if logged:
+            self._log_start(path)
+        self._calls.append((args, inputs, logged))
         self._on_move()
 
     def _first_call(self, mod: torch.nn.Module) -> tuple[str, bool]:
@@ -325,6 +350,7 @@ class ModuleTracker:
             self._ancestors[fqn] = parent
         self.stack.append(fqn)
         paths.append(path)
+        # _log_start written out: one Python call less on every module call of a light step
         log = self._ranges.log if _grad_enabled() else None
         if log is not None:
             if len(log) >= LOG_CAP:
@@ -339,6 +365,16 @@ class ModuleTracker:
                 self._ranges.log.append((next_number(), None))
             self.stack.pop()
             paths.pop()
+
+    def _log_start(self, path: tuple[str, ...]) -> list:
+        """Log a module call's start (its path, the autograd number the next node takes);
+        returns the log its end goes to (folded first when full: forwards with no backward)."""
+        log = self._ranges.log
+        if len(log) >= LOG_CAP:
+            self._ranges.fold()
+            log = self._ranges.log
+        log.append((next_number(), path))
+        return log
 
     def step_ended(self) -> None:
         """A step boundary: the autograd graphs of the step are gone, and so is the need to
@@ -371,7 +407,9 @@ class ModuleTracker:
             while True:
                 top = self.stack.pop()
                 path = self.paths.pop()
-                pre_args, inputs = self._calls.pop()
+                pre_args, inputs, logged = self._calls.pop()
+                if logged:
+                    self._ranges.log.append((next_number(), None))
                 if top == fqn:
                     break
             self._on_move()
