@@ -662,17 +662,17 @@ def test_node_ranges_find_the_innermost_call_also_after_the_oldest_were_dropped(
     assert ranges.find(last) is None
 
 
-def test_forwards_with_no_backward_keep_the_module_call_log_bounded(world, monkeypatch):
-    """A light step logs every module call made with gradients on, for backward collectives to
+@pytest.mark.parametrize("light", [True, False])
+def test_forwards_with_no_backward_keep_the_module_call_log_bounded(world, monkeypatch, light):
+    """Both captures log every module call made with gradients on, for backward collectives to
     find; forwards that never reach a backward or a step boundary must not grow it forever."""
     from commdebug.capture import calls
-    from commdebug.capture import tracker as tracker_module
 
-    monkeypatch.setattr(tracker_module, "LOG_CAP", 8)
+    monkeypatch.setattr(calls, "LOG_CAP", 8)
     monkeypatch.setattr(calls, "_CAP", 16)
     chain = torch.nn.Sequential(*[torch.nn.Linear(2, 2) for _ in range(5)])
     x = torch.ones(1, 2, requires_grad=True)
-    with CommDebugMode(light=True) as comm:
+    with CommDebugMode(light=light) as comm:
         for _ in range(200):
             chain(x)  # six module calls, twelve log entries, nothing that folds them
         ranges = comm._tracker._ranges

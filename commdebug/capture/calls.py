@@ -27,6 +27,7 @@ all-reduces from their hooks), so those go where the tracker's state says.
 
 from __future__ import annotations
 
+import weakref
 from bisect import bisect_right
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
@@ -34,11 +35,19 @@ from typing import Any, Callable, Iterator
 import torch
 
 from commdebug.capture.patches import ClassPatch
+from commdebug.capture.source import in_compiled_code
+from commdebug.model.trace import GLOBAL
 
-__all__ = ["LOG_CAP", "MODULE_CALL", "NodeRanges", "hidden", "nested_call", "next_number"]
+__all__ = ["LOG_CAP", "MODULE_CALL", "CallTracking", "NodeRanges", "hidden", "nested_call", "next_number"]
 
 # the number the next autograd node made on this thread will take
 next_number = torch._C._autograd._get_sequence_nr
+_graph_task_id = torch._C._current_graph_task_id
+_compiler = torch.compiler
+_dynamo_compiling = torch.compiler.is_dynamo_compiling
+_current_node = torch._C._current_autograd_node
+_grad_enabled = torch.is_grad_enabled
+_ROOT = (GLOBAL,)
 _OPEN = 1 << 64  # above every sequence number, AccumulateGrad's UINT64_MAX included
 _CAP = 1 << 16  # records kept; the oldest half goes past this (forwards with no step boundary)
 LOG_CAP = 1 << 12  # log entries a module call folds before it logs (forwards with no backward)
@@ -121,6 +130,104 @@ class NodeRanges:
         self.paths = [self.paths[i] for i in keep]
         self.parents = [renumber.get(self.parents[i], -1) for i in keep]
         self._open = [renumber[i] for i in self._open]
+
+
+class CallTracking:
+    """Light steps' half of :class:`~commdebug.capture.tracker.ModuleTracker`: module calls
+    tracked by the ``Module.__call__`` wrapper (``_call``) instead of hooks, and a backward
+    collective's module found by its autograd node (``_node_path``). It shares the tracker's
+    state (``stack``, ``paths``, ``_known``, ``_ranges``, ``bw_path``...), which the tracker's
+    ``__init__`` sets up; the full capture's hooks log module calls here too (``_log_start``)."""
+
+    def _node_path(self) -> tuple[str, ...]:
+        # light steps: the module call that made the autograd node running now
+        found = None
+        if not self._pinned:
+            node = _current_node()
+            if node is not None:
+                found = self._ranges.find(node._sequence_nr())
+                if found is None:
+                    # AccumulateGrad (no number in any range): its parameter's module, where
+                    # DDP's reducer all-reduces a bucket the parameter's gradient completed
+                    owner = self._param_owners.get(id(getattr(node, "variable", None)))
+                    found = owner[3] if owner is not None else None
+        self._bw_found = found = found or self.bw_path
+        return found
+
+    def _know(self, mod: torch.nn.Module) -> list:
+        """A light step's first sight of ``mod`` in this context: named and announced as by
+        :meth:`_first_call`, without a hook. The entry leaves ``_known`` when the module dies,
+        before its id can be reused: ``_known.get(id(mod))`` needs no check."""
+        graph = isinstance(mod, torch.fx.GraphModule) and mod not in self._names and in_compiled_code()
+        fqn = None if graph else self.name_of(mod)
+        key, known = id(mod), self._known
+        entry = known[key] = [weakref.ref(mod, lambda _: known.pop(key, None)), fqn, None, None]
+        if fqn is not None:
+            for param in mod._parameters.values():
+                if param is not None:
+                    self._param_owners.setdefault(id(param), entry)
+            self._on_first_call(mod, fqn, self.stack[-1] if self.stack else GLOBAL)
+        return entry
+
+    def _call(self, call: Callable, mod: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
+        """A module call in a light step (``MODULE_CALL``): ``call(mod, *args, **kwargs)`` with
+        the module on the stack, and its autograd nodes' numbers logged when it makes any.
+
+        Runs for every module call of a light step, so the common case calls one Python
+        function, torch's ``is_dynamo_compiling`` (Dynamo answers it while it traces; the flag
+        beside it covers export and AOT tracing): a module seen before is one dict lookup, and
+        the autograd numbers go to a log (:class:`NodeRanges`)."""
+        if _dynamo_compiling() or _compiler._is_compiling_flag:
+            return call(mod, *args, **kwargs)
+        self.forwards += 1
+        entry = self._known.get(id(mod)) or self._know(mod)
+        fqn = entry[1]
+        if fqn is None:
+            return call(mod, *args, **kwargs)
+        paths = self.paths
+        if paths:
+            parent = paths[-1]
+        elif _graph_task_id() == -1:
+            parent = _ROOT
+            if self._new_forward:  # the first top-level module since the last backward
+                self._new_forward = False
+                self._root_path = (GLOBAL, fqn)
+                self._tasks.clear()
+        else:  # checkpoint recompute without its parents: the ancestors of the real forward
+            parent = self._ancestors.get(fqn, _ROOT)
+        if entry[2] is parent:
+            path = entry[3]
+        else:
+            path = entry[3] = parent if fqn in parent else (*parent, fqn)
+            entry[2] = parent
+            self._ancestors[fqn] = parent
+        self.stack.append(fqn)
+        paths.append(path)
+        # _log_start written out: one Python call less on every module call of a light step
+        log = self._ranges.log if _grad_enabled() else None
+        if log is not None:
+            if len(log) >= LOG_CAP:
+                self._ranges.fold()
+                log = self._ranges.log
+            log.append((next_number(), path))
+        try:
+            return call(mod, *args, **kwargs)
+        finally:
+            if log is not None:
+                # the list the start went to, or the one a fold inside the call left
+                self._ranges.log.append((next_number(), None))
+            self.stack.pop()
+            paths.pop()
+
+    def _log_start(self, path: tuple[str, ...]) -> list:
+        """Log a module call's start (its path, the autograd number the next node takes);
+        returns the log its end goes to (folded first when full: forwards with no backward)."""
+        log = self._ranges.log
+        if len(log) >= LOG_CAP:
+            self._ranges.fold()
+            log = self._ranges.log
+        log.append((next_number(), path))
+        return log
 
 
 def _module_call(original: Callable, patch: ClassPatch) -> Callable:

@@ -49,7 +49,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch.nn.modules.module import register_module_forward_pre_hook
 
-from commdebug.capture.calls import LOG_CAP, MODULE_CALL, NodeRanges, next_number
+from commdebug.capture.calls import MODULE_CALL, CallTracking, NodeRanges, next_number
 from commdebug.capture.calls import hidden as _call_patch_hidden
 from commdebug.capture.compiled import MODULE_COMPILE, OPTIMIZED_CALL, CompiledCall, compiling
 from commdebug.capture.fsdp import FSDP_PATCHES
@@ -63,14 +63,10 @@ _GRAPH = ("", False)  # _hooked's value for a compiled module's graph: not track
 _GLOBAL_PRE_HOOKS = torch.nn.modules.module._global_forward_pre_hooks
 _graph_task_id = torch._C._current_graph_task_id
 _compiling = compiling
-_compiler = torch.compiler
-_dynamo_compiling = torch.compiler.is_dynamo_compiling
 _current_node = torch._C._current_autograd_node
-_grad_enabled = torch.is_grad_enabled
-_ROOT = (GLOBAL,)
 
 
-class ModuleTracker:
+class ModuleTracker(CallTracking):
     """Keeps ``stack`` (running forwards, innermost last), ``paths`` (their module paths) and
     ``bw_path`` (the backward location: a module path, Global first).
 
@@ -125,7 +121,7 @@ class ModuleTracker:
         self._param_owners: dict[int, list] = {}  # id(parameter) -> its module's entry in _known
         self._ranges = NodeRanges()
         self._pinned = 0  # backward_of put the location on a module: nodes do not decide it
-        self._bw_found: tuple[str, ...] = _ROOT
+        self._bw_found: tuple[str, ...] = (GLOBAL,)
 
     # Names follow the reference: a module first seen with no known parent is named by its class,
     # its submodules "Parent.child", so keys match torch's CommDebugMode.
@@ -211,21 +207,6 @@ class ModuleTracker:
             return made
         return marked
 
-    def _node_path(self) -> tuple[str, ...]:
-        # light steps: the module call that made the autograd node running now
-        found = None
-        if not self._pinned:
-            node = _current_node()
-            if node is not None:
-                found = self._ranges.find(node._sequence_nr())
-                if found is None:
-                    # AccumulateGrad (no number in any range): its parameter's module, where
-                    # DDP's reducer all-reduces a bucket the parameter's gradient completed
-                    owner = self._param_owners.get(id(getattr(node, "variable", None)))
-                    found = owner[3] if owner is not None else None
-        self._bw_found = found = found or self.bw_path
-        return found
-
     def path_of(self, mod: torch.nn.Module) -> tuple[str, ...]:
         """The module path a module had in its last forward (for work done on its behalf
         outside its forward, e.g. a pipeline stage's sends); registers it if never called."""
@@ -300,81 +281,6 @@ class ModuleTracker:
         self._handles.append(mod.register_forward_hook(post_hook, with_kwargs=True, always_call=True))
         self._on_first_call(mod, fqn, self.stack[-1] if self.stack else GLOBAL)
         return known
-
-    def _know(self, mod: torch.nn.Module) -> list:
-        """A light step's first sight of ``mod`` in this context: named and announced as by
-        :meth:`_first_call`, without a hook. The entry leaves ``_known`` when the module dies,
-        before its id can be reused: ``_known.get(id(mod))`` needs no check."""
-        graph = isinstance(mod, torch.fx.GraphModule) and mod not in self._names and in_compiled_code()
-        fqn = None if graph else self.name_of(mod)
-        key, known = id(mod), self._known
-        entry = known[key] = [weakref.ref(mod, lambda _: known.pop(key, None)), fqn, None, None]
-        if fqn is not None:
-            for param in mod._parameters.values():
-                if param is not None:
-                    self._param_owners.setdefault(id(param), entry)
-            self._on_first_call(mod, fqn, self.stack[-1] if self.stack else GLOBAL)
-        return entry
-
-    def _call(self, call: Callable, mod: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
-        """A module call in a light step (``MODULE_CALL``): ``call(mod, *args, **kwargs)`` with
-        the module on the stack, and its autograd nodes' numbers logged when it makes any.
-
-        Runs for every module call of a light step, so the common case calls one Python
-        function, torch's ``is_dynamo_compiling`` (Dynamo answers it while it traces; the flag
-        beside it covers export and AOT tracing): a module seen before is one dict lookup, and
-        the autograd numbers go to a log (:class:`NodeRanges`)."""
-        if _dynamo_compiling() or _compiler._is_compiling_flag:
-            return call(mod, *args, **kwargs)
-        self.forwards += 1
-        entry = self._known.get(id(mod)) or self._know(mod)
-        fqn = entry[1]
-        if fqn is None:
-            return call(mod, *args, **kwargs)
-        paths = self.paths
-        if paths:
-            parent = paths[-1]
-        elif _graph_task_id() == -1:
-            parent = _ROOT
-            if self._new_forward:  # the first top-level module since the last backward
-                self._new_forward = False
-                self._root_path = (GLOBAL, fqn)
-                self._tasks.clear()
-        else:  # checkpoint recompute without its parents: the ancestors of the real forward
-            parent = self._ancestors.get(fqn, _ROOT)
-        if entry[2] is parent:
-            path = entry[3]
-        else:
-            path = entry[3] = parent if fqn in parent else (*parent, fqn)
-            entry[2] = parent
-            self._ancestors[fqn] = parent
-        self.stack.append(fqn)
-        paths.append(path)
-        # _log_start written out: one Python call less on every module call of a light step
-        log = self._ranges.log if _grad_enabled() else None
-        if log is not None:
-            if len(log) >= LOG_CAP:
-                self._ranges.fold()
-                log = self._ranges.log
-            log.append((next_number(), path))
-        try:
-            return call(mod, *args, **kwargs)
-        finally:
-            if log is not None:
-                # the list the start went to, or the one a fold inside the call left
-                self._ranges.log.append((next_number(), None))
-            self.stack.pop()
-            paths.pop()
-
-    def _log_start(self, path: tuple[str, ...]) -> list:
-        """Log a module call's start (its path, the autograd number the next node takes);
-        returns the log its end goes to (folded first when full: forwards with no backward)."""
-        log = self._ranges.log
-        if len(log) >= LOG_CAP:
-            self._ranges.fold()
-            log = self._ranges.log
-        log.append((next_number(), path))
-        return log
 
     def step_ended(self) -> None:
         """A step boundary: the autograd graphs of the step are gone, and so is the need to
