@@ -184,7 +184,9 @@ class ModuleTracker(CallTracking):
 
     def path(self, phase: str) -> tuple[str, ...]:
         """The current module and all its running ancestors, Global first, each once (after
-        :meth:`location`, for the op it located)."""
+        :meth:`location`, for the collective it located). In backward its last module names the
+        collective's module, which may be an ancestor of the one :meth:`location` gave
+        (:meth:`_marked_or_ancestor`)."""
         if phase == BACKWARD:
             return self._bw_found if self.calls else self._marked_or_ancestor()
         return self.paths[-1] if self.paths else (GLOBAL,)
