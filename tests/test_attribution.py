@@ -387,6 +387,30 @@ def test_hooks_on_a_modules_inputs_belong_to_that_module(world):
     assert comm.trace.phase_totals("Sequential.0", "backward") == (0, 0)
 
 
+class _Scaled(nn.Module):
+    """Makes its block's input itself (a node of its own, outside the block)."""
+
+    def __init__(self):
+        super().__init__()
+        self.block = _Block()
+
+    def forward(self, x):
+        return self.block(x * 2)
+
+
+def test_hooks_on_a_modules_inputs_belong_to_it_also_when_its_parent_made_them(world):
+    """A collective run by a node its parent made outside the module belongs to the parent (a
+    redistribution in the parent's own forward); a hook the module put on that node's tensor, run
+    before the node's own work, still belongs to the module."""
+    torch.manual_seed(0)
+    model = _Scaled()
+    model.block.register_forward_pre_hook(_all_reduce_grads_when_done)
+    comm = CommDebugMode()
+    with comm:
+        model(torch.rand(4, 8, requires_grad=True)).sum().backward()
+    assert [(e.op, e.module, e.phase) for e in comm.trace.events] == [("all_reduce", "_Scaled.block", "backward")] * 4
+
+
 # ---- source lines -----------------------------------------------------------------------------
 
 

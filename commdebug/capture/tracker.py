@@ -121,6 +121,7 @@ class ModuleTracker(CallTracking):
         self._param_owners: dict[int, list] = {}  # id(parameter) -> its module's entry in _known
         self._ranges = NodeRanges()
         self._pinned = 0  # backward_of put the location on a module: nodes do not decide it
+        self._exit_node = 0  # id of the node an exit marker fired on, until its own work starts
         self._bw_found: tuple[str, ...] = (GLOBAL,)
 
     # Names follow the reference: a module first seen with no known parent is named by its class,
@@ -202,7 +203,7 @@ class ModuleTracker(CallTracking):
         if self._pinned or len(marked) < 2:
             return marked
         node = _current_node()
-        if node is None:
+        if node is None or id(node) == self._exit_node:  # a hook on an exiting module's inputs
             return marked
         made = self._ranges.find(node._sequence_nr())
         if made is not None and len(made) < len(marked) and marked[: len(made)] == made:
@@ -249,11 +250,7 @@ class ModuleTracker(CallTracking):
                 # A leaf module's exit would only move backward back to the leaf, where it
                 # already is (it has no children to leave), so leaves get none: most are leaves.
                 if parent_module:
-                    exit_hook = self._exits.get(fqn) or self._exit_marker(fqn)
-                    for t in inputs:
-                        # leaf tensors are skipped: a hook would stay on a long-lived input
-                        if t.grad_fn is not None:
-                            add_tensor_hook(t, exit_hook)
+                    self._mark_exits(fqn, [t for t in inputs if t.grad_fn is not None])
         elif paths:
             parent = paths[-1]
         else:
@@ -335,10 +332,7 @@ class ModuleTracker(CallTracking):
                 # could not see: the module's backward ends when their gradients are done
                 seen = {id(t) for t in inputs}
                 inputs = tensors_in(args) + (tensors_in(kwargs) if kwargs else [])
-                exit_hook = self._exits.get(fqn) or self._exit_marker(fqn)
-                for t in inputs:
-                    if id(t) not in seen and t.grad_fn is not None:
-                        add_tensor_hook(t, exit_hook)
+                self._mark_exits(fqn, [t for t in inputs if id(t) not in seen and t.grad_fn is not None])
             self._mark_entries(fqn, path, output, {id(t.grad_fn) for t in inputs})
 
         return post_hook
@@ -376,12 +370,32 @@ class ModuleTracker(CallTracking):
         self._entries[(fqn, path)] = entry
         return entry
 
+    def _mark_exits(self, fqn: str, inputs: list[torch.Tensor]) -> None:
+        """Exit markers on a module call's inputs (non-leaf tensors: a hook would stay on a
+        long-lived leaf), and on their nodes a pre-hook that says when the node's own work
+        starts: its tensor hooks, the exit's and the module's own, have all run by then."""
+        exit_hook = self._exits.get(fqn) or self._exit_marker(fqn)
+        nodes = set()
+        for t in inputs:
+            add_tensor_hook(t, exit_hook)
+            node = t.grad_fn
+            if id(node) not in nodes:
+                nodes.add(id(node))
+                node.register_prehook(self._node_starts)
+
+    def _node_starts(self, _: object) -> None:
+        if self._exit_node == id(_current_node()):
+            self._exit_node = 0
+
     def _exit_marker(self, fqn: str) -> Callable:
         def exit_(_: object) -> None:
             if not self.active:
                 return
             if _graph_task_id() != self.task:
                 self.begin_task()
+            # until the node starts its own work, what its tensor hooks issue (hooks a module
+            # put on its inputs) belongs to the module the exit names
+            self._exit_node = id(_current_node())
             path = self.bw_path
             if fqn in path and path[-1] != fqn:
                 self.bw_path = path[: path.index(fqn) + 1]
