@@ -219,15 +219,12 @@ class CallTracking:
             self.stack.pop()
             paths.pop()
 
-    def _log_start(self, path: tuple[str, ...]) -> list:
-        """Log a module call's start (its path, the autograd number the next node takes);
-        returns the log its end goes to (folded first when full: forwards with no backward)."""
-        log = self._ranges.log
-        if len(log) >= LOG_CAP:
+    def _log_start(self, path: tuple[str, ...]) -> None:
+        """Log a module call's start: its path and the autograd number the next node takes (the
+        log folded first when full: forwards with no backward)."""
+        if len(self._ranges.log) >= LOG_CAP:
             self._ranges.fold()
-            log = self._ranges.log
-        log.append((next_number(), path))
-        return log
+        self._ranges.log.append((next_number(), path))
 
 
 def _module_call(original: Callable, patch: ClassPatch) -> Callable:

@@ -235,6 +235,7 @@ class ModuleTracker(CallTracking):
         fqn, parent_module = known
         paths = self.paths
         inputs: list[torch.Tensor] = []
+        grad = torch.is_grad_enabled()
         if _graph_task_id() == -1:
             if paths:
                 parent = paths[-1]
@@ -245,7 +246,7 @@ class ModuleTracker(CallTracking):
                     self._root_path = (GLOBAL, fqn)
                     self._tasks.clear()  # no backward runs now: drop any that raised midway
             self._ancestors[fqn] = parent
-            if torch.is_grad_enabled():
+            if grad:
                 inputs = tensors_in(args)
                 # A leaf module's exit would only move backward back to the leaf, where it
                 # already is (it has no children to leave), so leaves get none: most are leaves.
@@ -262,10 +263,9 @@ class ModuleTracker(CallTracking):
         paths.append(path)
         # the autograd numbers the call's nodes take, as light steps log them (NodeRanges): a
         # backward collective's node may belong to an ancestor of the markers' module
-        logged = torch.is_grad_enabled()
-        if logged:
+        if grad:
             self._log_start(path)
-        self._calls.append((args, inputs, logged))
+        self._calls.append((args, inputs, grad))
         self._on_move()
 
     def _first_call(self, mod: torch.nn.Module) -> tuple[str, bool]:
