@@ -185,7 +185,7 @@ class CommDebugMode(Recorder):
         self._join_timing()
         if self._active:  # inside the context: how long so far
             self.trace.metadata["elapsed_s"] = time.perf_counter() - self._t0
-            self.trace.metadata["recorded_s"] = self._recorded_s + (0.0 if self._paused else time.perf_counter() - self._resumed_at)
+            self.trace.metadata["recorded_s"] = self.recorded_so_far()
         return render_summary(summarize(self.trace, by), header=header)
 
     def log_comm_debug_tracing_table_to_file(self, file_name: str = "comm_mode_log.txt", noise_level: int = 3) -> None:

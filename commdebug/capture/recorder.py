@@ -222,10 +222,7 @@ class Recorder(Stepping, TorchDispatchMode):
             # how the recording ended, for `check`; `commdebug run` says how the program did
             error = exc[1] if len(exc) > 1 else None
             meta.setdefault("ended_by", CONTEXT_EXIT if error is None else f"{type(error).__name__}: {error}")
-            meta["end_time"] = now()
-            meta["elapsed_s"] = time.perf_counter() - self._t0
-            meta["recorded_s"] = self._recorded_s
-            meta["steps"] = self.trace.steps
+            self.stamp_end(self._recorded_s)
         finally:
             self._active = self._light_on = False
             light_capture.detach(self)
@@ -548,6 +545,27 @@ class Recorder(Stepping, TorchDispatchMode):
                 if 0 <= pos < len(self.trace.events):
                     self._emit(self.trace.events[pos])
         self._async.pending.clear()
+
+    def stamp_end(self, recorded_s: float | None = None) -> None:
+        """Write the recording's end into the metadata: end time, elapsed and recorded seconds,
+        steps. At the context's exit; also by a session that writes its final dump from another
+        thread while the mode is still entered (a SIGTERM handled off the main thread), so that
+        every final dump has them."""
+        meta = self.trace.metadata
+        meta["end_time"] = now()
+        meta["elapsed_s"] = time.perf_counter() - self._t0
+        meta["recorded_s"] = self.recorded_so_far() if recorded_s is None else recorded_s
+        meta["steps"] = self.trace.steps
+
+    @property
+    def recording(self) -> bool:
+        """True between entering the context and leaving it (paused windows included)."""
+        return self._active
+
+    def recorded_so_far(self) -> float:
+        """Seconds spent recording (outside paused windows), up to now."""
+        running = self._active and not self._paused
+        return self._recorded_s + (time.perf_counter() - self._resumed_at if running else 0.0)
 
     def refresh(self) -> Trace:
         """Bring ``self.trace`` up to date before it is read or dumped mid-run: rank metadata,

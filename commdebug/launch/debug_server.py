@@ -3,7 +3,8 @@ experimental): ``commdebug run --debug-server PORT``.
 
 Every rank runs torch's worker server; commdebug registers a handler there, ``commdebug``, that
 answers the rank's live state (:class:`~commdebug.analysis.watch.RankLive`, as JSON) from the
-session's stream. Rank 0 runs torch's HTTP frontend on PORT with a ``/commdebug`` page: it asks
+session's stream. Rank 0 runs torch's HTTP frontend on PORT, on threads of its own process (never a
+fork: nothing of it can outlive the rank), with a ``/commdebug`` page: it asks
 every rank's worker, then gives the same verdict as ``commdebug watch`` (stalled ranks,
 stragglers, the collectives ranks wait in), across nodes, without a shared file system;
 ``/commdebug/json`` gives it as JSON.
@@ -33,68 +34,59 @@ FETCH_TIMEOUT_S = 10.0
 
 
 class DebugServer:
-    """torch's debug server with commdebug's worker handler and frontend page."""
+    """torch's debug server pieces with commdebug's worker handler and frontend page, all inside
+    this process: a worker server on every rank, the frontend's HTTP threads on rank 0.
+
+    torch's own ``start_debug_server`` forks rank 0 for the frontend; a fork of a recorded rank
+    carries its SIGTERM handler and session (it wrote rank 0's dump again when terminated), and
+    outlived a killed job holding its ports. Threads cannot outlive their process, and
+    :meth:`stop` joins them before the interpreter ends.
+    """
 
     def __init__(self, port: int, streamer: Any, stall_after: float = 60.0) -> None:
         self.port = port
         self.streamer = streamer
         self.stall_after = stall_after
-        self._started = False
+        self._worker: Any = None
+        self._frontend: Any = None
 
     def start(self) -> None:
         missing = [name for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if name not in os.environ]
         if missing:
             raise RuntimeError(f"torch's debug server needs a launcher's {', '.join(missing)} (torchrun sets them)")
-        import importlib.util
-
-        from torch._C._distributed_c10d import _register_handler
-
-        _register_handler(HANDLER, self._answer)
-        if importlib.util.find_spec("tabulate") is not None:
-            # torch's own start: its default pages on rank 0 import tabulate
-            from torch.distributed.debug import start_debug_server
-
-            start_debug_server(port=self.port, handlers=_frontend_handlers(self.stall_after))
-            self._torch = True
-        else:
-            self._start_like_torch()
-        self._started = True
-
-    def _start_like_torch(self) -> None:
-        """What ``start_debug_server`` does (a worker server on every rank, its address in the
-        launcher's store, the frontend in a process of rank 0), with commdebug's page only."""
-        import multiprocessing
         import socket
 
         from torch._C._distributed_c10d import _WorkerServer
-        from torch.distributed.debug._frontend import main
         from torch.distributed.debug._store import get_rank, tcpstore_client
 
+        global _current
+        _register_once()
+        _current = self
         self._worker = _WorkerServer("::", 0)
         tcpstore_client().set(f"rank{get_rank()}", f"http://{socket.gethostname()}:{self._worker.port}")
         if get_rank() == 0:
-            self._frontend = multiprocessing.Process(
-                target=main, daemon=True,
-                kwargs={"port": self.port, "dump_dir": None, "dump_interval": 60.0, "enabled_dumps": set(),
-                        "handlers": _frontend_handlers(self.stall_after), "fetch_timeout": FETCH_TIMEOUT_S})
-            self._frontend.start()
+            self._frontend = _start_frontend(self.port, _frontend_handlers(self.stall_after))
 
     def stop(self) -> None:
-        if not self._started:
-            return
-        self._started = False
-        try:
-            if getattr(self, "_torch", False):
-                from torch.distributed.debug import stop_debug_server
-
-                stop_debug_server()
-                return
-            if getattr(self, "_frontend", None) is not None:
-                self._frontend.terminate()
-                self._frontend.join(timeout=5)
-            self._worker.shutdown()
-        except Exception:
-            pass
+        """Stop serving and join every thread this server started (rank 0's frontend first: its
+        requests ask the worker servers)."""
+        global _current
+        if _current is self:
+            _current = None
+        frontend, self._frontend = self._frontend, None
+        if frontend is not None:
+            try:
+                frontend._server.shutdown()  # returns once serve_forever has returned
+                frontend._server.server_close()  # joins the requests still being answered
+                frontend._thread.join(timeout=FETCH_TIMEOUT_S + 5)
+            except Exception as e:
+                log.warning("commdebug: debug server frontend did not stop cleanly: %s", e)
+        worker, self._worker = self._worker, None
+        if worker is not None:
+            try:
+                worker.shutdown()
+            except Exception as e:
+                log.warning("commdebug: debug server worker did not stop cleanly: %s", e)
 
     def state(self) -> RankLive:
         """This rank's live state, from what its stream wrote."""
@@ -109,14 +101,57 @@ class DebugServer:
                           progress=progress, heartbeat=time.time(), in_flight=in_flight, hostname=meta.get("hostname"),
                           older_steps=s.older.steps)
 
-    def _answer(self, request: Any, response: Any) -> None:
-        # runs on the worker server's thread, whatever the training thread is doing
-        try:
-            body, status = json.dumps(self.state().to_dict()).encode(), 200
-        except Exception as e:
-            body, status = json.dumps({"error": f"{type(e).__name__}: {e}"}).encode(), 500
-        response.set_content(body, "application/json")
-        response.set_status(status)
+
+_current: DebugServer | None = None  # the server the worker handler answers for
+_registered = False
+
+
+def _answer(request: Any, response: Any) -> None:
+    # runs on the worker server's thread, whatever the training thread is doing
+    server = _current
+    try:
+        if server is None:
+            raise RuntimeError("this rank's recording has finished")
+        body, status = json.dumps(server.state().to_dict()).encode(), 200
+    except Exception as e:
+        body, status = json.dumps({"error": f"{type(e).__name__}: {e}"}).encode(), 500
+    response.set_content(body, "application/json")
+    response.set_status(status)
+
+
+def _register_once() -> None:
+    """Register :func:`_answer` with torch's handler registry, once per process, for good.
+
+    The registry is a C++ static: it drops its handlers after the interpreter has finalised, with
+    no thread state. Freeing a Python object then (a bound method's dealloc asks for the thread
+    state) aborts the process with ``Fatal Python error: PyThreadState_Get``: a healthy rank exits
+    -6 and its launcher fails the job. So the registry holds a module-level function whose one
+    extra reference is never given back: its count never reaches zero there."""
+    global _registered
+    if _registered:
+        return
+    import ctypes
+
+    from torch._C._distributed_c10d import _register_handler
+
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(_answer))
+    _register_handler(HANDLER, _answer)
+    _registered = True
+
+
+def _start_frontend(port: int, handlers: list[Any]) -> Any:
+    """torch's frontend (an HTTP server on its own thread) in this process, its requests
+    answered on threads that :meth:`DebugServer.stop` joins."""
+    from torch.distributed.debug._frontend import FrontendServer
+
+    for handler in handlers:
+        handler.fetch_timeout = FETCH_TIMEOUT_S
+    frontend = FrontendServer(port=port, handlers=handlers)
+    # ThreadingHTTPServer's request threads are daemons nobody joins; ours are joined on close
+    frontend._server.daemon_threads = False
+    frontend._server.block_on_close = True
+    log.info("commdebug: debug server frontend on port %d", frontend._server.server_port)
+    return frontend
 
 
 def _frontend_handlers(stall_after: float) -> list[Any]:

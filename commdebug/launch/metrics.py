@@ -84,9 +84,11 @@ class Metrics:
                          str(metadata.get("run_id"))).set(1)
 
     def close(self) -> None:
-        """Stop serving."""
+        """Stop serving and join the server's thread, so that the port is free and no thread of
+        ours is left for the interpreter's finalisation."""
         try:
             self._server.shutdown()
             self._server.server_close()
-        except Exception:
-            pass
+            self._thread.join(timeout=5)
+        except Exception as e:
+            log.warning("commdebug: metrics server did not stop cleanly: %s", e)

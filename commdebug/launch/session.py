@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import select
 import signal
 import socket
 import threading
@@ -36,6 +37,7 @@ from commdebug.model.dump import dump_text
 __all__ = ["RecordingSession", "rank_of"]
 
 log = logging.getLogger("commdebug")
+THREAD_POLL_S = 0.5  # how often the session's threads look whether the recording has finished
 
 
 def rank_of(meta: dict[str, Any]) -> int:
@@ -88,6 +90,7 @@ class RecordingSession:
         self._owner: int | None = None
         self._finishing: int | None = None
         self._pending_signal = False
+        self._threads: list[threading.Thread] = []  # ours, joined when the recording finishes
 
     # ---- life cycle ---------------------------------------------------------------------------
 
@@ -100,7 +103,7 @@ class RecordingSession:
             self._previous_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
             self._watch_signals()
         if self.hang_timeout is not None:
-            threading.Thread(target=self._watch, name="commdebug-hang-watchdog", daemon=True).start()
+            self._start_thread(self._watch, "commdebug-hang-watchdog")
         if self.options.stream:
             self.streamer = Streamer(self.mode, self.out, rank_of=rank_of, keep_steps=self.options.keep_steps).start()
         self.services.start()
@@ -125,6 +128,7 @@ class RecordingSession:
                 if self.streamer is not None:  # the dump holds all it held, and more
                     self.streamer.close(remove=path is not None)
                 self.services.stop()
+                self._join_threads()
                 if self.on_finish is not None:
                     self.on_finish(self, path)
                 return path
@@ -132,6 +136,18 @@ class RecordingSession:
                 self._finishing = None
                 if self._pending_signal:
                     self._on_sigterm(signal.SIGTERM, None)
+
+    def _start_thread(self, target: Callable[[], None], name: str) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def _join_threads(self) -> None:
+        """Join the session's threads (the one finishing excepted): a thread of ours still running
+        when the interpreter finalises can crash it, turning a healthy rank's exit into an abort."""
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(timeout=THREAD_POLL_S * 4)
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
         if self._finishing == threading.get_ident():
@@ -171,9 +187,11 @@ class RecordingSession:
 
         def wait() -> None:
             while not self._finished:
-                try:
+                try:  # wakes up now and then to end with the recording, never left for finalisation
+                    if not select.select([reader], [], [], THREAD_POLL_S)[0]:
+                        continue
                     data = reader.recv(64)
-                except OSError:
+                except (OSError, ValueError):
                     return
                 if not data:
                     return
@@ -182,7 +200,7 @@ class RecordingSession:
                     self.finish(reason="SIGTERM")
                     log.warning("commdebug: SIGTERM: dump written to %s", self.written)
 
-        threading.Thread(target=wait, name="commdebug-signal-watch", daemon=True).start()
+        self._start_thread(wait, "commdebug-signal-watch")
 
     # ---- writing ------------------------------------------------------------------------------
 
@@ -198,6 +216,8 @@ class RecordingSession:
         hung = self._hang_reported if final and self.reason not in ("exit", "sys.exit(0)", "sys.exit(None)") else ()
         stuck = self.mode.mark_in_flight(also=hung)
         meta["ended_by"] = self.reason if final else "hang"
+        if final and self.mode.recording:  # left entered: finished from another thread (SIGTERM's watcher)
+            self.mode.stamp_end()
         rank = rank_of(meta)
         path = self.out / f"rank{rank}.json"
         events, older = self.streamer.final() if final and self.streamer is not None else (None, None)
