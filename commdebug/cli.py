@@ -529,9 +529,14 @@ def _trace(args: argparse.Namespace) -> int:
 def _watch(args: argparse.Namespace) -> int:
     import time
 
-    from commdebug.analysis.watch import watch_path
+    from commdebug.analysis.watch import job_started, watch_path
     from commdebug.render.watch import render_watch
 
+    if not (args.once or args.json) and not job_started(args.dumps):
+        # started before the job, as one would in a second terminal: wait for it to appear
+        print(f"commdebug watch: waiting for {args.dumps} and the first rank's stream (Ctrl-C to stop)", flush=True)
+        while not job_started(args.dumps):
+            time.sleep(args.interval)
     if not Path(args.dumps).is_dir():
         raise CommDebugError(f"{args.dumps}: not a folder; `commdebug watch` reads the folder a job streams into")
     while True:

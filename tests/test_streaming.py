@@ -99,20 +99,29 @@ def test_a_torn_last_chunk_reads_up_to_it_with_one_note(tmp_path, world):
     assert bad.returncode == 2 and bad.stderr.startswith(f"commdebug: error: {stream}: line 2 of the stream is not valid JSON")
 
 
-def test_a_stream_newer_than_the_hang_dump_of_its_rank_is_the_one_read(tmp_path, world):
-    events = _events(world, 4)
-    meta = {"rank": 0, "world_size": 1, "backend": "fake", "ended_by": "hang"}
+def test_a_hang_dump_wins_over_its_live_stream_until_the_stream_shows_progress(tmp_path, world):
+    from commdebug.formats.readers import job_files
     from commdebug.model.dump import dump_text
 
+    events = _events(world, 4)
+    meta = {"rank": 0, "world_size": 1, "backend": "fake"}
     mode = commdebug.CommDebugMode()
-    dump = tmp_path / "rank0.json"
-    dump.write_text(dump_text(mode.trace))
-    stream = tmp_path / "rank0.jsonl"
-    stream.write_text(header_line(meta, 2, 1.0) + chunk_line(events, time=2.0, step=2, events_total=4))
-    os.utime(dump, (1, 1))
-    assert commdebug.formats.readers.job_files(tmp_path) == [stream]
-    os.utime(stream, (0, 0))
-    assert commdebug.formats.readers.job_files(tmp_path) == [dump]
+    dump, stream = tmp_path / "rank0.json", tmp_path / "rank0.jsonl"
+
+    def write(ended_by: str, progress: float) -> None:
+        mode.trace.metadata["ended_by"] = ended_by
+        dump.write_text(dump_text(mode.trace))
+        stream.write_text(header_line(meta, 2, 1.0) + chunk_line(events, time=progress, step=2, events_total=4, progress=progress))
+        os.utime(dump, (100, 100))
+        os.utime(stream, (200, 200))  # the stream is touched while its rank lives, hung or not
+
+    write("hang", progress=50.0)  # the watchdog's dump came after the rank's last progress: it is hung
+    assert job_files(tmp_path) == [dump]
+    assert job_files(tmp_path, live=True) == [stream]  # watch reads heartbeats and waiting times
+    write("hang", progress=150.0)  # new collectives after the hang dump: the hang is over
+    assert job_files(tmp_path) == [stream]
+    write("exit", progress=150.0)  # a final dump holds all its stream held, whatever the file times
+    assert job_files(tmp_path) == [dump]
 
 
 @pytest.mark.timeout(DEADLINE_S)

@@ -164,3 +164,45 @@ def test_a_rank_that_failed_or_vanished_after_the_others_finished_is_not_healthy
     done.ended_by = "exit"
     still = _rank(1, 5, now - 2)  # finishing a moment later: alive
     assert watch([done, still], now=now).healthy
+
+
+def test_ranks_waiting_apart_inside_stall_after_are_never_called_healthy():
+    """Both ranks stuck 15 s at one seq in different calls (stall_after 60): a hang in the
+    making, said at once; a wait in the same call is worded as waiting, not healthy."""
+    now = 1000.0
+    reduce = Call("all_reduce", "default_pg[2]", 4, "Global", "train.py:9", 2, True, now - 15)
+    gather = Call("all_gather_into_tensor", "default_pg[2]", 4, "Global", "train.py:12", 2, True, now - 15)
+    apart = watch([_rank(0, 2, now - 15, reduce), _rank(1, 2, now - 15, gather)], now=now)
+    assert (apart.apart, apart.hung, apart.healthy) == ([0, 1], False, False)
+    verdict = render_watch(apart).splitlines()[-1]
+    assert verdict.startswith("WAITING APART: rank 0 waits 15 s in all_reduce #4 on default_pg[2] in Global at train.py:9; "
+                              "rank 1 waits 15 s in all_gather_into_tensor #4"), verdict
+    assert "healthy" not in render_watch(apart)
+    assert apart.to_dict()["apart"] == [0, 1]
+
+    same = watch([_rank(0, 2, now - 15, reduce), _rank(1, 2, now - 15, reduce)], now=now)
+    assert (same.apart, same.hung, same.healthy) == ([], False, True)
+    verdict = render_watch(same).splitlines()[-1]
+    assert verdict.startswith("waiting: rank 0 waits 15 s in all_reduce #4") and "healthy" not in verdict, verdict
+
+    other_groups = watch([_rank(0, 2, now - 15, reduce), _rank(1, 2, now - 15, Call("all_reduce", "mesh_dp[2]", 7, None, None, 2, True, now - 15))], now=now)
+    assert other_groups.apart == []  # members of different groups wait in different calls by nature
+
+
+def test_watch_waits_for_a_stream_with_no_whole_line_yet(tmp_path, world):
+    from commdebug.analysis.watch import job_started, watch_path
+    from commdebug.model.stream import chunk_line, header_line
+    from test_streaming import _events
+
+    assert not job_started(tmp_path / "traces")  # no folder yet
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    (traces / "rank0.jsonl").write_text("")  # just created by its rank
+    assert not job_started(traces)
+    once = subprocess.run([sys.executable, "-m", "commdebug", "watch", str(traces), "--once"], capture_output=True, text=True, timeout=60)
+    assert once.returncode == 2 and "no rank has streamed a whole line yet" in once.stderr, once.stderr
+    meta = {"rank": 1, "world_size": 2, "backend": "gloo"}
+    (traces / "rank1.jsonl").write_text(header_line(meta, 2, 1.0) + chunk_line(_events(world, 2), time=2.0, step=1, events_total=2))
+    assert job_started(traces)
+    result = watch_path(traces)
+    assert [r.rank for r in result.ranks] == [1] and "no stream yet from rank 0" in result.notes

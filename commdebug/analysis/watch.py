@@ -14,6 +14,9 @@ last collective, and the collective it has been waiting in, if any. Then:
   is stalled too (it is probably gone: killed, or its node lost);
 - every live rank waiting for ``stall_after`` seconds, none stalled, is a **hang**
   (``commdebug check`` on the folder says which calls differ);
+- members of one group waiting in different calls (another sequence number or op) are
+  **apart**: such calls never match, so it is a hang in the making, said before ``stall_after``
+  has passed (a wait in the same call is only **waiting**, never called healthy);
 - a rank is a **straggler** when it is behind the median step by at least one step and by
   more than ``behind_pct`` percent;
 - a rank **failed** when its final dump says it ended by an error or a signal (not a normal
@@ -33,6 +36,7 @@ from typing import Any, Iterable
 
 from commdebug.model.aggregates import older_of
 from commdebug.model.rank_view import RankView
+from commdebug.model.stream import STREAM_SUFFIX
 from commdebug.model.trace import CollectiveEvent
 
 __all__ = ["Call", "RankLive", "WatchResult", "live_state", "watch", "watch_path", "RECENT_STEPS"]
@@ -150,11 +154,12 @@ class WatchResult:
     gone: list[int] = field(default_factory=list)  # ranks whose recording is no longer alive
     failed: list[int] = field(default_factory=list)  # finished by an error or a signal
     hung: bool = False
+    apart: list[int] = field(default_factory=list)  # ranks of a group whose members wait in different calls
     notes: list[str] = field(default_factory=list)
 
     @property
     def healthy(self) -> bool:
-        return not (self.stalled or self.stragglers or self.hung or self.failed or self.gone)
+        return not (self.stalled or self.stragglers or self.hung or self.failed or self.gone or self.apart)
 
     def rank(self, rank: int) -> RankLive:
         """The state of ``rank``."""
@@ -167,7 +172,7 @@ class WatchResult:
     def to_dict(self) -> dict[str, Any]:
         return {"healthy": self.healthy, "now": self.now, "stall_after": self.stall_after, "behind_pct": self.behind_pct,
                 "median_step": self.median_step, "stalled": self.stalled, "stragglers": self.stragglers,
-                "waiting": self.waiting, "finished": self.finished, "gone": self.gone, "failed": self.failed, "hung": self.hung,
+                "waiting": self.waiting, "apart": self.apart, "finished": self.finished, "gone": self.gone, "failed": self.failed, "hung": self.hung,
                 "notes": self.notes, "ranks": [r.to_dict() for r in self.ranks]}
 
 
@@ -198,22 +203,59 @@ def watch(ranks: Iterable[RankLive], *, now: float | None = None, stall_after: f
         result.gone.sort()
     if live and not result.stalled and len(result.waiting) == len(live):
         result.hung = all(now - r.waiting.since >= stall_after for r in live if r.waiting.since is not None)
+    result.apart = _apart(live)
     if median is not None:
         result.stragglers = [r.rank for r in live if r.rank not in result.stalled
                              and median - r.step >= 1 and median - r.step > median * behind_pct / 100]
     return result
 
 
+def _apart(live: list[RankLive]) -> list[int]:
+    """The ranks waiting in a group whose waiting members are in different calls."""
+    by_group: dict[str, dict[tuple[int | None, str], list[int]]] = {}
+    for r in live:
+        if r.waiting is not None:
+            by_group.setdefault(r.waiting.group, {}).setdefault((r.waiting.seq, r.waiting.op), []).append(r.rank)
+    return sorted(rank for calls in by_group.values() if len(calls) > 1 for ranks in calls.values() for rank in ranks)
+
+
+def job_started(path: str | os.PathLike) -> bool:
+    """True once ``path`` is a folder holding a rank file with at least one whole line (a
+    stream's header, or a dump): what ``watch`` waits for before its first frame."""
+    from commdebug.errors import DumpError
+    from commdebug.formats.readers import rank_files
+
+    try:
+        return any(_has_a_line(f) for f in rank_files(path, live=True))
+    except DumpError:  # no folder, or no rank file in it, yet
+        return False
+
+
+def _has_a_line(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return b"\n" in f.read(1 << 16) or path.suffix != STREAM_SUFFIX
+    except OSError:
+        return False
+
+
 def watch_path(path: str | os.PathLike, *, now: float | None = None, stall_after: float = 60.0,
                behind_pct: float = 10.0) -> WatchResult:
     """:func:`watch` over a folder of rank streams and dumps (whatever each rank wrote so far)."""
-    from commdebug.formats.readers import iter_ranks
+    from commdebug.formats.readers import job_files, load_rank
 
     states, notes, world = [], [], 0
-    for view in iter_ranks(Path(path)):
+    for f in job_files(Path(path), live=True):
+        if not _has_a_line(f):  # a stream just created: its rank is not there yet
+            continue
+        view = load_rank(f)
         states.append(_from_view(view))
         notes += [f"rank {view.rank}: {n}" for n in view.notes if "cut short" in n]
         world = max(world, int(view.metadata.get("world_size") or 0))
+    if not states:
+        from commdebug.errors import DumpError
+
+        raise DumpError(f"{path}: no rank has streamed a whole line yet (the job is starting)")
     result = watch(states, now=now, stall_after=stall_after, behind_pct=behind_pct)
     missing = sorted(set(range(world)) - {r.rank for r in states}) if world else []
     if missing:

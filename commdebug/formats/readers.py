@@ -14,7 +14,8 @@ Flight Recorder's, each told by its content.
 
 A rank's stream (``rank<R>.jsonl``, written while the program runs: docs/streaming.md) is read
 by all of them, up to a torn last chunk (said in a note); in a folder, a rank with both a dump
-and a stream counts once, by its newer file.
+and a stream counts once: by its final dump, or by its hang dump until the stream shows progress
+after it (``watch`` reads the newer of the two).
 
 Every problem is a :class:`~commdebug.errors.DumpError` naming the file, never a traceback.
 
@@ -155,8 +156,9 @@ def rank_from_name(p: Path) -> int:
     return int(m.group(1))
 
 
-def rank_files(folder: str | os.PathLike) -> list[Path]:
-    """The dump files of a folder, in rank order (by the number ending their name)."""
+def rank_files(folder: str | os.PathLike, *, live: bool = False) -> list[Path]:
+    """The dump files of a folder, in rank order (by the number ending their name); for a rank
+    with both a dump and a stream, the one :func:`_dump_or_stream` picks."""
     d = Path(folder)
     if not d.exists():
         raise DumpError(f"{d}: no such folder")
@@ -165,24 +167,18 @@ def rank_files(folder: str | os.PathLike) -> list[Path]:
     files = [f for f in d.iterdir() if f.is_file() and not f.name.startswith(".") and f.suffix not in (".html", ".txt", ".log") and _TRAILING_NUMBER.search(f.name)]
     if not files:
         raise DumpError(f"{d}: no rank dumps in this folder (expected rank<N>.json or Flight Recorder files)")
-    return sorted(_newest_of_each_rank(files), key=lambda f: (int(_TRAILING_NUMBER.search(f.name).group(1)), f.name))
+    return sorted(_one_of_each_rank(files, live), key=lambda f: (int(_TRAILING_NUMBER.search(f.name).group(1)), f.name))
 
 
-def _newest_of_each_rank(files: list[Path]) -> list[Path]:
+def _one_of_each_rank(files: list[Path], live: bool) -> list[Path]:
     """One file per rank where a rank has both a dump and a stream (``rank1.json`` and
-    ``rank1.jsonl``): the dump, unless the stream was written after it (a dump by the hang
-    watchdog, then more progress; the final dump replaces the stream at a normal exit)."""
+    ``rank1.jsonl``)."""
     dumps = {f.with_suffix(""): f for f in files if f.suffix == ".json"}
     streams = {f for f in files if f.suffix == STREAM_SUFFIX}
     out = []
     for f in files:
         if f.suffix == STREAM_SUFFIX and f.with_suffix("") in dumps:
-            dump = dumps[f.with_suffix("")]
-            try:
-                newer = f.stat().st_mtime_ns > dump.stat().st_mtime_ns
-            except OSError:  # one of them vanished meanwhile: keep the other
-                newer = not dump.exists()
-            out.append(f if newer else dump)
+            out.append(_dump_or_stream(dumps[f.with_suffix("")], f, live))
         elif f.suffix == ".json" and f.with_suffix(STREAM_SUFFIX) in streams:
             continue  # decided with its stream above
         else:
@@ -190,7 +186,54 @@ def _newest_of_each_rank(files: list[Path]) -> list[Path]:
     return out
 
 
-def job_files(folder: str | os.PathLike) -> list[Path]:
+def _dump_or_stream(dump: Path, stream: Path, live: bool) -> Path:
+    """Which of a rank's two files tells its story.
+
+    A final dump holds everything its stream held (it replaces the stream at the end; a stream
+    left beside it is one that could not be removed): the dump, whatever their times on disk. A
+    hang watchdog's dump (``ended_by: "hang"``) says where the rank is stuck, while its stream
+    keeps being touched to show the rank alive: the dump, unless the stream recorded progress (a
+    new collective or step) after the dump was written, when the hang is over. ``live`` readers
+    (``watch``) want the stream's heartbeats and waiting times: the newer file."""
+    try:
+        if live:
+            return stream if stream.stat().st_mtime_ns > dump.stat().st_mtime_ns else dump
+        if _ended_by_of(dump) != "hang":
+            return dump
+        progress = _last_progress(stream)
+        return stream if progress is not None and progress > dump.stat().st_mtime else dump
+    except OSError:  # one of them vanished meanwhile: keep the other
+        return stream if not dump.exists() else dump
+
+
+_ENDED_BY = re.compile(rb'"ended_by"\s*:\s*"((?:[^"\\]|\\.)*)"')
+_PROGRESS = re.compile(rb'"progress":(-?[0-9][0-9.eE+-]*)')
+
+
+def _ended_by_of(dump: Path) -> str | None:
+    """A dump's ``metadata.ended_by``, found by searching its bytes (as :func:`run_id_of`)."""
+    found = _ENDED_BY.findall(dump.read_bytes())
+    return found[-1].decode("utf-8", "replace") if len(set(found)) == 1 else None
+
+
+def _last_progress(stream: Path, block: int = 1 << 16) -> float | None:
+    """The wall time of a stream's last progress (its newest chunk's ``progress``), reading the
+    file from its end; None when no chunk has one."""
+    with open(stream, "rb") as f:
+        end = f.seek(0, os.SEEK_END)
+        tail = b""
+        while end > 0:
+            start = max(0, end - block)
+            f.seek(start)
+            tail = f.read(end - start) + tail
+            end = start
+            found = _PROGRESS.findall(tail[tail.find(b"\n") + 1:] if start else tail)  # whole lines only
+            if found:
+                return float(found[-1])
+    return None
+
+
+def job_files(folder: str | os.PathLike, *, live: bool = False) -> list[Path]:
     """:func:`rank_files`, refusing a folder whose dumps come from different runs.
 
     Every folder verb reads through this. Each file's run id is found by :func:`run_id_of`
@@ -199,17 +242,18 @@ def job_files(folder: str | os.PathLike) -> list[Path]:
     >>> job_files("traces/")      # doctest: +SKIP
     [PosixPath('traces/rank0.json'), PosixPath('traces/rank1.json')]
     """
-    files = rank_files(folder)
+    files = rank_files(folder, live=live)
     _refuse_mixed_runs(Path(folder), [(f, run_id_of(f)) for f in files])
     return files
 
 
-def iter_ranks(path: str | os.PathLike) -> Iterator[RankView]:
-    """Each rank of a folder (or the one dump a file is), loaded one at a time."""
+def iter_ranks(path: str | os.PathLike, *, live: bool = False) -> Iterator[RankView]:
+    """Each rank of a folder (or the one dump a file is), loaded one at a time; ``live``: a
+    rank's stream where it is newer than its dump (see :func:`_dump_or_stream`)."""
     p = Path(path)
     if not p.exists():
         raise DumpError(f"{p}: no such file or folder")
-    for f in job_files(p) if p.is_dir() else [p]:
+    for f in job_files(p, live=live) if p.is_dir() else [p]:
         yield load_rank(f)
 
 

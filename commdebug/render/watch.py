@@ -57,11 +57,14 @@ def _state(r: RankLive, result: WatchResult) -> str:
         gone = " and no sign of life: the process may be gone" if r.rank in result.gone else ""
         return f"STALLED: no progress for {idle}{gone}"
     if r.waiting is not None:
-        since = f" {_age(now - r.waiting.since)}" if r.waiting.since else ""
-        return f"waits{since} in {describe_call(r.waiting)}"
+        return f"waits{_since(result, r.waiting)} in {describe_call(r.waiting)}"
     if r.rank in result.stragglers:
         return f"STRAGGLER: {result.median_step - r.step:g} steps behind the median"
     return "running"
+
+
+def _since(result: WatchResult, call: Call) -> str:
+    return f" {_age(result.now - call.since)}" if call.since else ""
 
 
 def render_watch(result: WatchResult, title: str = "") -> str:
@@ -104,6 +107,13 @@ def _verdict(result: WatchResult) -> list[str]:
         r = result.rank(rank)
         last = f"; its last collective: {describe_call(r.last)} (step {r.last.step})" if r.last else ""
         out.append(f"GONE: rank {rank} stopped in step {r.step} without a final dump (killed, or its node lost){last}")
+    if result.apart and not result.hung:
+        calls = "; ".join(f"rank {w} waits{_since(result, c)} in {describe_call(c)}" for w, c in waiting if w in result.apart)
+        out.append(f"WAITING APART: {calls}: calls that differ on one group never match; a hang unless it clears "
+                   f"within {result.stall_after:g} s (--stall-after); `commdebug check` names where the ranks parted")
+    if not out and waiting:
+        calls = "; ".join(f"{who([w])} waits{_since(result, c)} in {describe_call(c)}" for w, c in waiting)
+        out.append(f"waiting: {calls} (a hang if every rank still waits after {result.stall_after:g} s)")
     if not out:
         live = len(result.ranks) - len(result.finished)
         out.append("healthy" + (f": {live} running" if live else "") + (f", {len(result.finished)} finished" if result.finished else ""))
