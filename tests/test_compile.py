@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import torch
@@ -80,6 +81,21 @@ def _record(net: Net, **options) -> CommDebugMode:
     return comm
 
 
+def _user_line(text: str) -> str:
+    """``file:line`` of the line of this file that ends with ``text``."""
+    lines = Path(__file__).read_text().splitlines()
+    return f"{__file__}:{next(i for i, line in enumerate(lines, 1) if line.endswith(text))}"
+
+
+# a compiled block's collectives name the user's line that called the block (forward) or ran
+# the backward, as eager names the user's line: not the block's def line, nor generated code
+CALLS_BLOCK, RUNS_BACKWARD = _user_line("x = block(x)"), _user_line("net(_X).sum().backward()")
+
+
+def _sources_are_the_callers(comm: CommDebugMode) -> bool:
+    return all(e.source == (CALLS_BLOCK if e.phase == FORWARD else RUNS_BACKWARD) for e in comm.trace.events)
+
+
 def _per_block(comm: CommDebugMode) -> dict:
     """Each block's forward and backward collective counts (its submodules' included)."""
     return {(fqn, phase): sum(s.count for s in comm.trace.collective_stats(fqn, phase)) for fqn in BLOCKS for phase in (FORWARD, BACKWARD)}
@@ -117,7 +133,7 @@ def test_inductor_blocks_compiled_outside_stay_compiled_and_count_as_eager(mesh,
         events = list(comm.trace.events)
         assert events and all(e.compiled for e in events)
         assert {e.aten_op for e in events} == {"_c10d_functional.all_reduce_.default"}
-        assert all("torchinductor" not in (e.source or "") for e in events)  # the user's line, not generated code
+        assert _sources_are_the_callers(comm)
     assert _multiset(full) == _multiset(light)
 
     full.generate_json_dump(str(tmp_path / "compiled.json"))
@@ -141,7 +157,7 @@ def test_blocks_compiled_inside_the_recording_run_fullgraph_and_count_as_eager(m
     assert counters["stats"]["unique_graphs"] == 1  # both blocks share one graph
     assert not counters["graph_break"]
     assert _per_block(comm) == eager
-    assert all(e.compiled for e in comm.trace.events)
+    assert all(e.compiled for e in comm.trace.events) and _sources_are_the_callers(comm)
     assert {comm.trace.modules[b].module_type for b in BLOCKS} == {f"class '{__name__}.MLP'"}
 
 

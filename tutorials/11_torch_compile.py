@@ -94,6 +94,7 @@ print(f"Dynamo without commdebug: {bare}; under CommDebugMode: {under}")
 compiled = [e for e in comm.trace.events if e.compiled]
 print(f"{len(compiled)} of {len(comm.trace.events)} collectives came from compiled code: "
       f"{sorted({e.aten_op for e in compiled})}")
+print(f"their source lines: {sorted({(e.phase, Path(e.source).name) for e in compiled})}")
 table = comm.generate_comm_debug_tracing_table(noise_level=1)
 print(table.splitlines()[0])  # the header says what compiled code gets
 start = table.index("        FSDPModel.layers.0\n")

@@ -1,9 +1,16 @@
 """Where a collective came from: the first frame of the user's code on the stack, whether
 DTensor's dispatch lowered it (then it belongs to the DTensor op seen last), and whether
-compiled code issued it (``torch.compile``: Inductor's generated module, an FX graph, or
-AOTAutograd's runtime, which also runs a compiled backward).
+compiled code issued it (``torch.compile``: a module Inductor's code cache loaded, an FX graph,
+or AOTAutograd's runtime, which also runs a compiled backward).
 
-Frames are classified once per code object: the walk runs for every collective.
+Compiled code is known by where it comes from, never by its path: Inductor writes its code
+wherever ``TORCHINDUCTOR_CACHE_DIR`` says. A compiled collective's line is the user's line that
+called the compiled function, as eager names the user's line: the frame that runs Dynamo's
+transformed code of the function, whose line there is the function's ``def``, is passed over
+(an eager call at a graph break keeps that frame's line, which is the call's own).
+
+Frames are classified once per file (or generated code object): the walk runs for every
+collective.
 """
 
 from __future__ import annotations
@@ -38,20 +45,48 @@ _KIND_BY_CODE: dict[int, str] = {}
 _CODES: list[Any] = []
 _SITES: dict[tuple[int, int], str] = {}  # (id of a user's code, instruction) -> "file:line"
 _SITE_CODES: dict[int, Any] = {}  # the codes _SITES names, kept alive while it does
-# what runs a compiled graph: AOTAutograd's runtime (forward and backward), the module Inductor
-# generates (under its cache directory, "torchinductor_<user>"), an FX graph's generated code
+# ids of the codes in _SITES that Dynamo made of a compiled function (see _site)
+_DYNAMO_CODES: set[int] = set()
+# what runs a compiled graph: AOTAutograd's runtime (forward and backward), a module Inductor
+# generated (see _inductor_generated), an FX graph's generated code
 _AOT_RUNTIME = os.path.join(os.path.dirname(torch.__file__), "_functorch", "_aot_autograd") + os.sep
+# the name Inductor's loader (runtime.compile_tasks._reload_python_module) gives each module its
+# code cache loads, followed by the module's key
+_INDUCTOR_LOADED = "torch._inductor.runtime.compile_tasks."
+
+
+def _inductor_generated(frame: Any) -> bool:
+    """Whether ``frame`` runs a module Inductor generated, wherever its cache folder is: one
+    that its code cache (``PyCodeCache``) loaded, or that its loader named (``fresh_cache`` and
+    ``cache_clear`` empty the code cache while what it loaded may still run)."""
+    if str(frame.f_globals.get("__name__")).startswith(_INDUCTOR_LOADED):
+        return True
+    codecache = sys.modules.get("torch._inductor.codecache")
+    if codecache is None:  # Inductor never loaded: nothing it generated runs
+        return False
+    filename, cache = frame.f_code.co_filename, codecache.PyCodeCache
+    return filename in cache.modules_no_attr or any(getattr(m, "__file__", None) == filename for m in cache.modules)
+
+
+def _dynamo_code(code: Any) -> bool:
+    """Whether ``code`` is what Dynamo made of a compiled function: it calls the compiled graph
+    from the function's ``def`` line, and what runs eagerly at a graph break from its own line."""
+    utils = sys.modules.get("torch._dynamo.utils")  # not loaded: nothing was compiled
+    return utils is not None and code in utils.orig_code_map
 
 
 def _frame_kind(frame: Any) -> str:
     filename = frame.f_code.co_filename
     if filename == _DTENSOR_DISPATCH:
         return _DTENSOR
-    if filename.startswith(_AOT_RUNTIME) or filename.startswith("<eval_with_key>") or "torchinductor" in filename:
+    if filename.startswith((_AOT_RUNTIME, "<eval_with_key>")):
         return _COMPILED
     if filename.startswith(NOT_USER_DIRS) or filename.startswith("<frozen") or frame.f_globals.get("__name__") in NOT_USER_MODULES:
         return _LIBRARY
-    return _USER
+    # after the library's files, which are most of the files met, so that only the others pay
+    # for looking through the code cache (Inductor's code also always runs under AOTAutograd's
+    # runtime, which marks it compiled even from a cache folder inside the library's)
+    return _COMPILED if _inductor_generated(frame) else _USER
 
 
 def _kind(frame: Any) -> str:
@@ -71,7 +106,8 @@ def _kind(frame: Any) -> str:
 
 def caller(depth: int = 1) -> tuple[str | None, bool, bool]:
     """(``file:line`` of the first frame of the user's code above the frame `depth` levels up
-    from the caller, whether DTensor dispatch is on the way there, whether compiled code is)."""
+    from the caller, passing over a compiled function's own frame above its compiled code,
+    whether DTensor dispatch is on the way there, whether compiled code is)."""
     if _first_other is None:
         return _walk_frames(depth + 1)
     depth += 1
@@ -88,8 +124,11 @@ def caller(depth: int = 1) -> tuple[str | None, bool, bool]:
         kind = _KIND_BY_FILE.get(code.co_filename) or _kind(sys._getframe(depth))
         if kind is _USER:
             site = (id(code), instruction)
-            text = _SITES.get(site)
-            return (text or _site(site, sys._getframe(depth))), from_dtensor, compiled
+            text = _SITES.get(site) or _site(site, sys._getframe(depth))
+            # the compiled function's own frame (its def line), below the compiled code it ran:
+            # its caller's line is the user's, as in eager
+            if not (compiled and site[0] in _DYNAMO_CODES):
+                return text, from_dtensor, compiled
         if kind is _DTENSOR:
             from_dtensor = True
         elif kind is _COMPILED:
@@ -109,7 +148,9 @@ def _walk_frames(depth: int) -> tuple[str | None, bool, bool]:
             kind = _KIND_BY_FILE.get(frame.f_code.co_filename) or _kind(frame)
             if kind is _USER:
                 site = (id(frame.f_code), frame.f_lasti)
-                return (_SITES.get(site) or _site(site, frame)), from_dtensor, compiled
+                text = _SITES.get(site) or _site(site, frame)
+                if not (compiled and site[0] in _DYNAMO_CODES):  # as in caller
+                    return text, from_dtensor, compiled
             if kind is _DTENSOR:
                 from_dtensor = True
             elif kind is _COMPILED:
@@ -120,12 +161,17 @@ def _walk_frames(depth: int) -> tuple[str | None, bool, bool]:
 
 
 def _site(site: tuple[int, int], frame: Any) -> str:
-    """``file:line`` of a call site seen for the first time (f_lineno decodes the line table)."""
+    """``file:line`` of a call site seen for the first time (f_lineno decodes the line table);
+    its code goes to _DYNAMO_CODES if Dynamo made it (the user's file holds both kinds)."""
     if len(_SITES) > 100_000:
         _SITES.clear()
         _SITE_CODES.clear()
-    text = _SITES[site] = f"{frame.f_code.co_filename}:{frame.f_lineno}"
-    _SITE_CODES[site[0]] = frame.f_code
+        _DYNAMO_CODES.clear()
+    code = frame.f_code
+    text = _SITES[site] = f"{code.co_filename}:{frame.f_lineno}"
+    _SITE_CODES[site[0]] = code
+    if _dynamo_code(code):
+        _DYNAMO_CODES.add(site[0])
     return text
 
 
