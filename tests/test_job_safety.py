@@ -112,7 +112,7 @@ def test_healthy_jobs_with_the_debug_server_and_metrics_exit_0_and_leave_nothing
             left = poll(lambda: not _processes_running(str(tmp_path / "job.py")), time.monotonic() + 20, 0.2)
             assert left, f"run {run}: processes outlived the job: {_processes_running(str(tmp_path / 'job.py'))}"
             for port in (debug, metrics, metrics + 1):
-                assert poll(lambda: not _listening(port), time.monotonic() + 10, 0.2), f"run {run}: port {port} still listened on"
+                assert poll(lambda port=port: not _listening(port), time.monotonic() + 10, 0.2), f"run {run}: port {port} still listened on"
             for rank in (0, 1):
                 meta = json.loads((tmp_path / "traces" / f"rank{rank}.json").read_text())["commdebug"]["metadata"]
                 assert meta["ended_by"] == "exit", meta
