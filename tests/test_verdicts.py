@@ -179,6 +179,38 @@ def test_a_majority_names_the_odd_ranks(tmp_path):
     assert [s.ranks for s in f.sides] == [[0, 1, 3], [2]]
 
 
+def _moved_broadcast(rank: int, data: dict) -> None:
+    """Rank 1 broadcasts from another line (the same op, size and dtype)."""
+    if rank == 1:
+        frame = next(f for f in data["entries"][1]["frames"] if f["filename"].endswith("make_fr_dumps.py"))
+        frame["line"] = 47
+
+
+def test_a_call_site_difference_without_steps_to_judge_it_is_a_note(tmp_path):
+    """Flight Recorder dumps record no steps: a call-site difference nothing after contradicts
+    may be a rank-dependent branch, so it must not turn the job red."""
+    result = check_path(fr_folder(tmp_path, "pickle", _moved_broadcast))
+    assert result.consistent, [f.message for f in result.findings]
+    [note] = [n for n in result.notes if "make_fr_dumps.py:47" in n]
+    assert note.startswith("group default_pg seq 1: ") and "make_fr_dumps.py:43" in note and "branch taken once" in note
+
+
+def test_a_call_site_difference_the_ranks_disagree_after_is_where_they_parted(tmp_path):
+    def moved_then_bigger(rank: int, data: dict) -> None:
+        _moved_broadcast(rank, data)
+        if rank == 1:
+            data["entries"][2]["input_sizes"] = [[8]]
+            data["entries"][2]["output_sizes"] = [[16]]
+
+    result = check_path(fr_folder(tmp_path, "pickle", moved_then_bigger))
+    diverged, mismatch = result.findings
+    assert (diverged.kind, diverged.seq, diverged.step, diverged.departed) == ("diverged", 1, None, [])
+    assert diverged.message.endswith("history cannot decide: the dumps record no steps to compare with")
+    assert [(s.ranks, s.source.rsplit("/", 1)[-1]) for s in diverged.sides] == [([0], "make_fr_dumps.py:43"), ([1], "make_fr_dumps.py:47")]
+    assert (mismatch.kind, mismatch.seq) == ("mismatch", 2) and mismatch.message.endswith("it follows where the ranks parted, seq 1")
+    assert "(step" not in render_check(result)  # no steps recorded, none invented
+
+
 def test_side_wording_lives_in_the_renderer():
     from commdebug.analysis.check import Side
     from commdebug.render.check import describe_side

@@ -4,6 +4,10 @@ Every member of a process group must issue the group's collectives in the same o
 with the same op, message size and dtype. For each group this aligns its members' sequences by
 sequence number and reports the first place they part:
 
+- ``diverged``: at one sequence number, ranks called from different sites (module, source line)
+  where the earlier steps agreed, while op, size and dtype may still agree: where they parted,
+  before the mismatch it causes (rules, and who departed when no majority can say:
+  :mod:`commdebug.analysis.divergence`);
 - ``mismatch``: at one sequence number, ranks issued different ops, sizes or dtypes;
 - ``missing``: some ranks never issued a collective the others did (the others wait for them);
   when those others have it unfinished (``in_flight``, a hang dump), the finding says so;
@@ -15,8 +19,9 @@ sequence number and reports the first place they part:
 - ``no_dump``: a rank of the job left no dump.
 
 The majority decides which side is odd; where there is none (two ranks, or two halves) the
-finding says the ranks disagree and names no side odd. Each finding names the group, the ranks
-on each side, the sequence number, the op and sizes, and the module and source line on each side.
+finding says the ranks disagree and names no side odd, and each rank's own earlier steps name the
+one that changed, where they can. Each finding names the group, the step, the ranks on each side,
+the sequence number, the op and sizes, and the module and source line on each side.
 
 Dumps are taken a moment apart: a rank may show a collective unfinished that another member
 already completed (gloo marks completion on a worker thread, after the caller went on). When any
@@ -28,8 +33,9 @@ Besides findings, the result holds per rank a small summary: how its recording e
 source line); where a rank stopped early this is the first thing to read.
 
 It streams: ranks are read one at a time; per group it keeps one reference sequence (interned
-signatures in integer arrays) and only what differs from it, so a thousand ranks of ten thousand
-collectives fit well under a gigabyte.
+signatures, call sites and steps in integer arrays) and only what differs from it, plus per rank a
+few numbers about its call sites, so a thousand ranks of ten thousand collectives fit well under
+a gigabyte.
 """
 
 from __future__ import annotations
@@ -37,44 +43,25 @@ from __future__ import annotations
 import os
 from array import array
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, Iterable
 
+from commdebug.analysis.divergence import (UNKNOWN_STEP, BranchNotes, GroupSites, Interner, Parting, aligned, diverged,
+                                           history_words, once_note)
+from commdebug.analysis.findings import Change, Finding, Side, ranks_text, who
 from commdebug.model.rank_view import RankView
 from commdebug.formats.readers import iter_ranks
 from commdebug.model.trace import CollectiveEvent, GroupInfo
 from commdebug.ops import shape_rule
 from commdebug.units import format_bytes
 
-__all__ = ["Side", "Finding", "LastCall", "RankSummary", "CheckResult", "check", "check_path", "who"]
+__all__ = ["Side", "Change", "Finding", "LastCall", "RankSummary", "CheckResult", "check", "check_path", "who"]
 
-
-@dataclass
-class Side:
-    """One side of a finding: which ranks, what they issued, where (worded by
-    :func:`commdebug.render.check.describe_side`)."""
-
-    ranks: list[int]
-    op: str | None = None
-    size_bytes: int | None = None
-    dtype: str | None = None
-    module: str | None = None
-    source: str | None = None
-    in_flight: bool = False
-    last_call: bool = False  # what these ranks did last on the group, not the call in question
-
-
-@dataclass
-class Finding:
-    kind: str
-    group: str
-    seq: int | None
-    message: str
-    sides: list[Side] = field(default_factory=list)
-    odd_ranks: list[int] = field(default_factory=list)  # mismatch: the minority; empty on a tie
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "group": self.group, "seq": self.seq, "message": self.message,
-                "sides": [s.__dict__ for s in self.sides], "odd_ranks": self.odd_ranks}
+# a call's signature (op, size, dtype) and site (module, source), read from each event in C
+_CALL = attrgetter("op", "size_bytes", "dtype", "module", "source")
+_SEQ = attrgetter("seq")
+_STEP = attrgetter("step")
+_IN_FLIGHT = attrgetter("in_flight")
 
 
 @dataclass(frozen=True)
@@ -146,41 +133,6 @@ class CheckResult:
         }
 
 
-def who(ranks: Iterable[int]) -> str:
-    """[3] -> "rank 3"; [0, 1, 2] -> "ranks 0-2"."""
-    rs = sorted(set(ranks))
-    if not rs:
-        return "no rank"
-    return f"rank {rs[0]}" if len(rs) == 1 else f"ranks {_ranks(rs)}"
-
-
-def _ranks(ranks: Iterable[int]) -> str:
-    """[0, 1, 2, 3, 5] -> "0-3,5"."""
-    out: list[str] = []
-    rs = sorted(set(ranks))
-    i = 0
-    while i < len(rs):
-        j = i
-        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
-            j += 1
-        out.append(str(rs[i]) if i == j else f"{rs[i]}-{rs[j]}")
-        i = j + 1
-    return ",".join(out)
-
-
-class _Interner:
-    def __init__(self) -> None:
-        self.ids: dict[Any, int] = {}
-        self.values: list[Any] = []
-
-    def __call__(self, value: Any) -> int:
-        i = self.ids.get(value)
-        if i is None:
-            i = self.ids[value] = len(self.values)
-            self.values.append(value)
-        return i
-
-
 class _Group:
     """One group's reference sequence and what differs from it."""
 
@@ -190,6 +142,7 @@ class _Group:
         self.first = 0  # sequence number of the reference's first entry
         self.sig = array("i")  # signature id per sequence number, from `first`
         self.ctx = array("i")  # (module, source) id
+        self.steps = array("i")  # the step it belongs to (UNKNOWN_STEP: not recorded)
         self.flight = array("b")
         self.members: dict[int, int] = {}  # rank -> its last sequence number (-1: none)
         self.first_of: dict[int, int] = {}  # rank -> its first kept sequence number
@@ -198,14 +151,21 @@ class _Group:
         self.diverge_ctx: dict[tuple[int, int], int] = {}  # (seq, sig) -> ctx id of one of them
         self.in_flight: dict[int, list[int]] = {}  # seq -> ranks with it unfinished
         self.a2a: dict[int, list[int]] = {}  # seq -> [sum in, sum out]
+        self.a2a_step: dict[int, int] = {}
+        self.sites = GroupSites()
         self.completed = -1  # the last seq some member's dump says completed
         self.completed_by: int | None = None  # that member
 
 
 class _Checker:
     def __init__(self) -> None:
-        self.sigs = _Interner()  # (op, size, dtype)
-        self.ctxs = _Interner()  # (module, source)
+        self.sigs = Interner()  # (op, size, dtype)
+        self.ctxs = Interner()  # (module, source)
+        self.patterns = Interner()  # a step's call-site ids on one group
+        self.calls = Interner()  # (op, size, dtype, module, source): one lookup per event
+        self.call_sig: list[int] = []  # call id -> signature id
+        self.call_ctx: list[int] = []  # call id -> call-site id
+        self.branches = BranchNotes()
         self.groups: dict[str, _Group] = {}
         self.findings: list[Finding] = []
         self.ranks: list[int] = []
@@ -214,7 +174,7 @@ class _Checker:
         self.rank_notes: dict[str, list[int]] = {}  # a rank's note -> the ranks that have it
         self.notes: list[str] = []  # the check's own
         self.summaries: list[RankSummary] = []
-        self.sends: dict[tuple, tuple[int, int]] = {}  # (group, src, dst, p2p seq) -> (bytes, ctx)
+        self.sends: dict[tuple, tuple[int, int, int]] = {}  # (group, src, dst, p2p seq) -> (bytes, ctx, step)
         self.recvs: dict[tuple, tuple[int, int]] = {}
 
     def add(self, view: RankView) -> None:
@@ -225,18 +185,19 @@ class _Checker:
             self.rank_notes.setdefault(note, []).append(rank)
         by_group: dict[str, list[CollectiveEvent]] = {}
         pair_p2p = view.source_format == "commdebug"
+        steps_known = view.source_format != "flight-recorder"
         for e in view.events:
             if e.seq is None:
                 if pair_p2p and e.peer is not None and e.p2p_seq is not None and e.op in ("send", "recv"):
-                    self._p2p(rank, e)
+                    self._p2p(rank, e, e.step if steps_known else None)
                 continue
             by_group.setdefault(e.group.name, []).append(e)
-            self._rules(rank, e)
+            self._rules(rank, e, e.step if steps_known else None)
         issued = sum(len(events) for events in by_group.values())
         self.collectives += issued
         self.summaries.append(_summary(view, issued))
         for name, events in by_group.items():
-            self._sequence(rank, view.groups.get(name) or events[0].group, events)
+            self._sequence(rank, view.groups.get(name) or events[0].group, events, steps_known)
         # a member of a known group that issued nothing on it
         for name, g in view.groups.items():
             if name not in by_group and g.ranks and rank in g.ranks:
@@ -254,52 +215,61 @@ class _Checker:
             g.ranks = info.ranks
         return g
 
-    def _sequence(self, rank: int, info: Any, events: list[CollectiveEvent]) -> None:
+    def _sequence(self, rank: int, info: Any, events: list[CollectiveEvent], steps_known: bool) -> None:
         g = self._group(info.name, info)
-        events.sort(key=lambda e: e.seq)
-        g.members[rank] = events[-1].seq
-        g.first_of[rank] = events[0].seq
-        last = events[-1]
-        g.last_of[rank] = (self.sigs((last.op, last.size_bytes, last.dtype)), self.ctxs((last.module, last.source)), last.in_flight)
+        events.sort(key=_SEQ)
+        sigs, ctxs = self._ids(events)
+        seqs = list(map(_SEQ, events))
+        steps = list(map(_STEP, events)) if steps_known else [UNKNOWN_STEP] * len(events)
+        if None in steps:  # a dump written without steps
+            steps = [UNKNOWN_STEP if s is None else s for s in steps]
+        g.members[rank] = seqs[-1]
+        g.first_of[rank] = seqs[0]
+        g.last_of[rank] = (sigs[-1], ctxs[-1], events[-1].in_flight)
         if g.ref_rank is None:  # the first member seen is the reference
-            g.ref_rank, g.first = rank, events[0].seq
-            for e in events:
-                pos = e.seq - g.first
-                while len(g.sig) < pos:  # a gap (events dropped): unknown entries
-                    g.sig.append(-1)
-                    g.ctx.append(-1)
-                    g.flight.append(0)
-                g.sig.append(self.sigs((e.op, e.size_bytes, e.dtype)))
-                g.ctx.append(self.ctxs((e.module, e.source)))
-                g.flight.append(1 if e.in_flight else 0)
+            g.ref_rank, g.first = rank, seqs[0]
+            g.sites.add(rank, seqs, steps, ctxs, sigs, self.patterns, None)
+            for e, s, c, step in zip(events, sigs, ctxs, steps):
+                _append(g, e.seq - g.first, s, c, step, e.in_flight)
                 if e.in_flight:
                     g.in_flight.setdefault(e.seq, []).append(rank)
             return
-        sig_of, ref_sig, first, n = self.sigs, g.sig, g.first, len(g.sig)
-        for e in events:
+        g.sites.add(rank, seqs, steps, ctxs, sigs, self.patterns, (g.ctx, g.steps, g.first))
+        ref_sig, first, n = g.sig, g.first, len(g.sig)
+        span = aligned(seqs, first, n)
+        if span is not None and ref_sig[span].tolist() == sigs:
+            # the usual case, compared in C: the reference's calls; only unfinished ones to note
+            if any(map(_IN_FLIGHT, events)):
+                for e in events:
+                    if e.in_flight:
+                        g.in_flight.setdefault(e.seq, []).append(rank)
+            return
+        for e, s, c, step in zip(events, sigs, ctxs, steps):
             if e.in_flight:
                 g.in_flight.setdefault(e.seq, []).append(rank)
             pos = e.seq - first
-            s = sig_of((e.op, e.size_bytes, e.dtype))
             if 0 <= pos < n:
                 if ref_sig[pos] == s or ref_sig[pos] == -1:
                     continue
             elif pos >= n:  # beyond the reference: the reference may be the short one
-                while len(g.sig) < pos:
-                    g.sig.append(-1)
-                    g.ctx.append(-1)
-                    g.flight.append(0)
-                g.sig.append(s)
-                g.ctx.append(self.ctxs((e.module, e.source)))
-                g.flight.append(1 if e.in_flight else 0)
+                _append(g, pos, s, c, step, e.in_flight)
                 n = len(g.sig)
                 continue
             else:
                 continue  # before the reference's first kept entry: dropped there
             g.divergent.setdefault(e.seq, {}).setdefault(s, []).append(rank)
-            g.diverge_ctx.setdefault((e.seq, s), self.ctxs((e.module, e.source)))
+            g.diverge_ctx.setdefault((e.seq, s), c)
 
-    def _rules(self, rank: int, e: CollectiveEvent) -> None:
+    def _ids(self, events: list[CollectiveEvent]) -> tuple[list[int], list[int]]:
+        """The events' signature and call-site ids, through one lookup of the whole call each
+        (reading an event's fields is most of the cost on a large folder)."""
+        calls = self.calls.many(map(_CALL, events))
+        for value in self.calls.values[len(self.call_sig):]:  # calls seen for the first time
+            self.call_sig.append(self.sigs(value[:3]))
+            self.call_ctx.append(self.ctxs(value[3:]))
+        return list(map(self.call_sig.__getitem__, calls)), list(map(self.call_ctx.__getitem__, calls))
+
+    def _rules(self, rank: int, e: CollectiveEvent, step: int | None) -> None:
         n = e.group.size
         rule = shape_rule(e.op)
         if n <= 0 or rule is None:
@@ -307,6 +277,7 @@ class _Checker:
         if rule.balanced:  # only the group's totals can be checked, once all members are read
             g = self._group(e.group.name, e.group)
             totals = g.a2a.setdefault(e.seq, [0, 0])
+            g.a2a_step.setdefault(e.seq, UNKNOWN_STEP if step is None else step)
             totals[0] += e.input_bytes
             totals[1] += e.output_bytes
             return
@@ -318,12 +289,12 @@ class _Checker:
             whole, part = bad
             self.findings.append(Finding("shape", e.group.label, e.seq,
                 f"{e.op} on rank {rank}: {rule.whole} {format_bytes(whole)} is not group size {n} x {rule.part} {format_bytes(part)}",
-                [Side([rank], e.op, e.size_bytes, e.dtype, e.module, e.source, e.in_flight)]))
+                [Side([rank], e.op, e.size_bytes, e.dtype, e.module, e.source, e.in_flight)], step=step))
 
-    def _p2p(self, rank: int, e: CollectiveEvent) -> None:
+    def _p2p(self, rank: int, e: CollectiveEvent, step: int | None) -> None:
         src, dst = (rank, e.peer) if e.op == "send" else (e.peer, rank)
         key = (e.group.label, src, dst, e.p2p_seq)
-        (self.sends if e.op == "send" else self.recvs)[key] = (e.size_bytes, self.ctxs((e.module, e.source)))
+        (self.sends if e.op == "send" else self.recvs)[key] = (e.size_bytes, self.ctxs((e.module, e.source)), step)
 
     # ---- findings -------------------------------------------------------------------------
 
@@ -336,7 +307,7 @@ class _Checker:
             absent = sorted(set(range(self.world_size)) - set(self.ranks))
             if absent:
                 self.findings.insert(0, Finding("no_dump", "", None, f"{who(absent)} of {self.world_size} left no dump", [Side(absent)]))
-        notes = [f"{who(ranks)}: {note}" for note, ranks in self.rank_notes.items()] + self.notes
+        notes = [f"{who(ranks)}: {note}" for note, ranks in self.rank_notes.items()] + self.notes + self.branches.lines(self.ctxs)
         return CheckResult(self.findings, sorted(self.ranks), len(self.groups), self.collectives, notes,
                            sorted(self.summaries, key=lambda s: s.rank))
 
@@ -352,7 +323,7 @@ class _Checker:
         ranks = sorted({r for s in seqs for r in g.in_flight.pop(s)})
         it = "it" if len(seqs) == 1 else "them"
         self.notes.append(
-            f"group {g.label} seq {_ranks(seqs)}: unfinished in the dump{'s' if len(ranks) > 1 else ''} of {who(ranks)}, "
+            f"group {g.label} seq {ranks_text(seqs)}: unfinished in the dump{'s' if len(ranks) > 1 else ''} of {who(ranks)}, "
             f"but rank {g.completed_by} completed {it}, so every member issued {it}: "
             "the dumps were taken a moment apart, not a hang")
 
@@ -361,6 +332,11 @@ class _Checker:
         module, source = self.ctxs.values[ctx] if ctx >= 0 else (None, None)
         return Side(sorted(ranks), op, size, dtype, module, source, in_flight)
 
+    def _step(self, g: _Group, seq: int) -> int | None:
+        pos = seq - g.first
+        step = g.steps[pos] if 0 <= pos < len(g.steps) else UNKNOWN_STEP
+        return None if step == UNKNOWN_STEP else step
+
     def _group_findings(self, g: _Group) -> None:
         members = set(g.members)
         if g.ranks:  # members that never issued anything on the group
@@ -368,14 +344,33 @@ class _Checker:
                 if r in self.ranks:
                     g.members.setdefault(r, -1)
             members = set(g.members)
-        # 1. different calls at one sequence number: the first one
-        if g.divergent:
-            self.findings.append(self._mismatch(g, min(g.divergent)))
-        # 2. some members stopped short of the others
         last = max(g.members.values(), default=-1)
         short = sorted(r for r, l in g.members.items() if l < last)
-        if short:
-            stop = min(g.members[r] for r in short) + 1  # the first seq some rank never issued
+        stop = min(g.members[r] for r in short) + 1 if short else None  # the first seq some rank never issued
+        mismatch = min(g.divergent) if g.divergent else None
+        # 0. where call sites parted, before (or at) the first op or size difference
+        parting = g.sites.parting(g.sig, g.ctx, g.steps, g.first, lambda seq: self._having(g, seq))
+        self.branches.add(g.label, g.sites, sorted(members))
+        later = [s for s in (mismatch, stop) if s is not None]
+        parted_before = None  # a diverged finding's seq, before the mismatch it causes
+        if parting is not None and parting.seq != mismatch:
+            if later and parting.seq > min(later):
+                parting = None  # the ranks had already parted by op, size or count
+            elif parting.settled or later:
+                departed, changes, undecided = self._who_departed(g, parting, [s[0] for s in parting.sides], parting.odd)
+                side_of = lambda ranks, sig, ctx: self._side(ranks, sig, ctx, self._stuck(g, parting.seq, ranks))
+                self.findings.append(diverged(g.label, parting, side_of, departed, changes, undecided))
+                parted_before = parting.seq
+            else:
+                self.notes.append(once_note(g.label, parting, self.ctxs))
+        # 1. different calls at one sequence number: the first one
+        if mismatch is not None:
+            found = self._mismatch(g, mismatch, parting if parting is not None and parting.seq == mismatch else None)
+            if parted_before is not None:
+                found.message += f"; it follows where the ranks parted, seq {parted_before}"
+            self.findings.append(found)
+        # 2. some members stopped short of the others
+        if stop is not None:
             pos = stop - g.first
             ahead = sorted(r for r in members if g.members[r] >= stop)
             missing = sorted(r for r in short if g.members[r] < stop)
@@ -390,43 +385,76 @@ class _Checker:
                 msg = f"group {g.label} seq {stop}: {who(missing)} never issued it; the other {len(ahead)} did"
             sides = [side]
             for r in missing:  # what each short rank did last on this group: its own record of it
-                last = g.last_of.get(r)
-                side = self._side([r], *last) if last is not None else Side([r])
+                last_call = g.last_of.get(r)
+                side = self._side([r], *last_call) if last_call is not None else Side([r])
                 side.last_call = True
                 sides.append(side)
-            self.findings.append(Finding("missing", g.label, stop, msg, sides))
+            self.findings.append(Finding("missing", g.label, stop, msg, sides, step=self._step(g, stop)))
         elif g.in_flight and min(g.in_flight) not in g.divergent:  # a hang where everyone issued the call
             seq = min(g.in_flight)
             pos = seq - g.first
             waiting = sorted(set(g.in_flight[seq]))
             self.findings.append(Finding("in_flight", g.label, seq,
                 f"group {g.label} seq {seq}: {who(waiting)} had it unfinished when they wrote their dumps",
-                [self._side(waiting, g.sig[pos], g.ctx[pos], True)]))
+                [self._side(waiting, g.sig[pos], g.ctx[pos], True)], step=self._step(g, seq)))
         for seq, (sent, received) in sorted(g.a2a.items()):
             if sent != received:
+                step = g.a2a_step.get(seq, UNKNOWN_STEP)
                 self.findings.append(Finding("all_to_all", g.label, seq,
-                    f"group {g.label} seq {seq}: all_to_all members send {format_bytes(sent)} in total but receive {format_bytes(received)}"))
+                    f"group {g.label} seq {seq}: all_to_all members send {format_bytes(sent)} in total but receive {format_bytes(received)}",
+                    step=None if step == UNKNOWN_STEP else step))
 
-    def _mismatch(self, g: _Group, seq: int) -> Finding:
+    @staticmethod
+    def _having(g: _Group, seq: int) -> list[int]:
+        """The members that issued `seq` (by their first and last kept sequence numbers)."""
+        return [r for r, last in g.members.items() if last >= seq and g.first_of.get(r, 0) <= seq]
+
+    @staticmethod
+    def _stuck(g: _Group, seq: int, ranks: list[int]) -> bool:
+        return bool(ranks) and set(g.in_flight.get(seq, ())).issuperset(ranks)
+
+    def _who_departed(self, g: _Group, parting: Parting, sides: list[list[int]],
+                      odd: list[int]) -> tuple[list[int], list[Change], str | None]:
+        """With a majority (`odd`: the others), how the odd ranks changed their step, where their
+        own history shows it; without one, who departed from their own earlier steps
+        (:meth:`GroupSites.verdict`). `sides`: the finding's ranks, by side."""
+        step_of = parting.step_of.get
+        if odd:
+            changes = g.sites.changes(odd, step_of, parting.step, self.patterns, self.ctxs)
+            return sorted({r for c in changes for r in c.ranks}), changes, None
+        return g.sites.verdict(sides, step_of, parting.step, self.patterns, self.ctxs)
+
+    def _mismatch(self, g: _Group, seq: int, parting: Parting | None) -> Finding:
         """Ranks issued different calls at `seq`: the sides, and the odd ones if a majority
-        agrees (the largest side, when larger than every other); on a tie, no side is odd."""
+        agrees (the largest side, when larger than every other); on a tie, no side is odd. Where
+        call sites parted here too (`parting`), the ranks' own steps say who changed."""
         pos = seq - g.first
-        having = [r for r, last in g.members.items() if last >= seq and g.first_of.get(r, 0) <= seq]
+        having = self._having(g, seq)
         odd = {r for ranks in g.divergent[seq].values() for r in ranks}
-        stuck = set(g.in_flight.get(seq, ()))
         base = [r for r in having if r not in odd]
-        sides = [self._side(base, g.sig[pos], g.ctx[pos], bool(base) and stuck.issuperset(base))]
+        sides = [self._side(base, g.sig[pos], g.ctx[pos], self._stuck(g, seq, base))]
         for sig, ranks in g.divergent[seq].items():
-            sides.append(self._side(ranks, sig, g.diverge_ctx[(seq, sig)], stuck.issuperset(ranks)))
+            sides.append(self._side(ranks, sig, g.diverge_ctx[(seq, sig)], self._stuck(g, seq, ranks)))
         sides = sorted((s for s in sides if s.ranks), key=lambda s: (-len(s.ranks), s.ranks[0]))
         head = f"group {g.label} seq {seq}: ranks issued different collectives; "
-        if len(sides) > 1 and len(sides[0].ranks) == len(sides[1].ranks):  # no majority
+        step = self._step(g, seq) if parting is None else parting.step
+        tie = len(sides) > 1 and len(sides[0].ranks) == len(sides[1].ranks)
+        departed: list[int] = []
+        changes: list[Change] = []
+        history = ""
+        if parting is not None:  # its ranks are the ones that issued seq, these sides' ranks
+            odd_ranks = [] if tie else [r for s in sides[1:] for r in s.ranks]
+            departed, changes, undecided = self._who_departed(g, parting, [s.ranks for s in sides], odd_ranks)
+            history = history_words(departed, changes, undecided, majority=not tie)
+        if tie:  # no majority
             sides.sort(key=lambda s: s.ranks[0])
             counts = " against ".join(str(len(s.ranks)) for s in sides)
-            return Finding("mismatch", g.label, seq, f"{head}the {sum(len(s.ranks) for s in sides)} ranks disagree, {counts} (no majority)", sides)
+            msg = f"{head}the {sum(len(s.ranks) for s in sides)} ranks disagree, {counts} (no majority){history}"
+            return Finding("mismatch", g.label, seq, msg, sides, step=step, departed=departed, changes=changes)
         minority = sorted(r for s in sides[1:] for r in s.ranks)
         verb = "differs" if len(minority) == 1 else "differ"
-        return Finding("mismatch", g.label, seq, f"{head}{who(minority)} {verb} from the other {len(sides[0].ranks)}", sides, minority)
+        msg = f"{head}{who(minority)} {verb} from the other {len(sides[0].ranks)}{history}"
+        return Finding("mismatch", g.label, seq, msg, sides, minority, step, departed, changes)
 
     def _p2p_findings(self) -> None:
         for key in sorted(set(self.sends) | set(self.recvs), key=lambda k: (k[0], k[1], k[2], k[3])):
@@ -445,7 +473,21 @@ class _Checker:
                 sides.append(self._side([src], self.sigs(("send", send[0], None)), send[1]))
             if recv:
                 sides.append(self._side([dst], self.sigs(("recv", recv[0], None)), recv[1]))
-            self.findings.append(Finding("unmatched", group, seq, msg, sides))
+            self.findings.append(Finding("unmatched", group, seq, msg, sides, step=(send or recv)[2]))
+
+
+def _append(g: _Group, pos: int, sig: int, ctx: int, step: int, in_flight: bool) -> None:
+    """Put a call at `pos` of the group's reference sequence, after unknown entries for any gap
+    (events dropped)."""
+    while len(g.sig) < pos:
+        g.sig.append(-1)
+        g.ctx.append(-1)
+        g.steps.append(UNKNOWN_STEP)
+        g.flight.append(0)
+    g.sig.append(sig)
+    g.ctx.append(ctx)
+    g.steps.append(step)
+    g.flight.append(1 if in_flight else 0)
 
 
 def _unknown(name: str) -> GroupInfo:

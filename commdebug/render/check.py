@@ -1,5 +1,5 @@
-"""``commdebug check`` as text: a verdict line, how each rank ended, then each finding with its
-sides, then notes.
+"""``commdebug check`` as text: a verdict line, how each rank ended, then each finding (with its
+step, where the dumps record steps) and its sides, then notes.
 
     consistent: 2 ranks, 1 group, 24 collectives per rank
       ranks 0-1: ended by exit; last all_reduce #23 on default_pg[2] at train.py:34
@@ -39,7 +39,7 @@ def render_check(result: CheckResult) -> str:
     for i, f in enumerate(result.findings, 1):
         if i == 1:
             lines.append("")
-        lines.append(f"{i}. [{f.kind}] {f.message}")
+        lines.append(f"{i}. [{f.kind}] {f.message}" + ("" if f.step is None else f" (step {f.step})"))
         lines.extend(f"     {describe_side(side)}" for side in f.sides)
     lines.extend(f"note: {n}" for n in result.notes)
     return "\n".join(lines) + "\n"
