@@ -201,7 +201,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="list only the K ranks furthest from the median (slowest or most deviant), 0 for all (default: all below 64 ranks, else 16; with --json, all)")
     _folder_options(report, steps="only these steps' calls, e.g. 10-12 (default all)")
 
-    check = verb("check", "check that the ranks' collectives match (order, op, size, dtype, send/recv pairs); exit 0 consistent, 1 not, 2 bad input")
+    check = verb("check", "check that the ranks' collectives match (order, op, size, dtype, call sites, send/recv pairs) and name where ranks parted, at which step; exit 0 consistent, 1 not, 2 bad input")
     check.add_argument("dumps", metavar="DUMPS", help=DUMPS_HELP + "; PyTorch Flight Recorder dumps too")
     check.add_argument("--json", action="store_true", help="print JSON (default text)")
     _quiet_option(check)

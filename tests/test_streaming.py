@@ -142,3 +142,27 @@ def test_keep_steps_bounds_a_3000_step_run_and_summary_counts_every_collective(t
     # raw events of the last 50 steps only
     trace = commdebug.load(dump)
     assert {e.step for e in trace.events} == set(range(2950, 3000))
+
+
+def test_check_says_whether_a_stream_only_rank_still_runs_where_it_can_know(tmp_path, world):
+    """A rank with only a stream is either still running or was killed; on the host that wrote
+    the stream, its pid says which (a file's times cannot: a rank killed a second ago looks
+    alive)."""
+    import socket
+
+    from commdebug.analysis.check import check_path
+    from commdebug.render.check import render_check
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout
+    events = _events(world, 2)
+    lines = {}
+    for name, pid, host in (("alive", os.getpid(), socket.gethostname()), ("dead", int(dead), socket.gethostname()),
+                            ("elsewhere", os.getpid(), "another-node")):
+        meta = {"rank": 0, "world_size": 1, "backend": "fake", "pid": pid, "hostname": host}
+        stream = tmp_path / name / "rank0.jsonl"
+        stream.parent.mkdir()
+        stream.write_text(header_line(meta, 2, 1.0) + chunk_line(events, time=2.0, step=1, events_total=2))
+        lines[name] = next(line for line in render_check(check_path(stream.parent)).splitlines() if line.startswith("  rank 0:"))
+    assert lines["alive"].startswith("  rank 0: still running: no final dump yet; its stream says step 1"), lines
+    assert "its process is gone (killed: SIGKILL, the OOM killer)" in lines["dead"], lines
+    assert "killed: SIGKILL, the OOM killer, a lost node; or still running" in lines["elsewhere"], lines

@@ -41,6 +41,7 @@ a gigabyte.
 from __future__ import annotations
 
 import os
+import socket
 from array import array
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -93,6 +94,8 @@ class RankSummary:
     # last chunk, and whether its last chunk was torn
     stream_step: int | None = None
     stream_torn: bool = False
+    # whether its process still runs, where that can be known (this host): None elsewhere
+    stream_alive: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -507,7 +510,24 @@ def _summary(view: RankView, collectives: int) -> RankSummary:
     if isinstance(stream, dict):
         summary.stream_step = int(stream.get("step") or 0)
         summary.stream_torn = bool(stream.get("torn"))
+        summary.stream_alive = _process_alive(view.metadata)
     return summary
+
+
+def _process_alive(meta: dict[str, Any]) -> bool | None:
+    """Whether the process that wrote a stream still runs, asked of this host's kernel when the
+    stream was written here; None when it was written on another host (or names no pid). A
+    file's times cannot tell: a rank killed a second ago and a live one look the same."""
+    pid, host = meta.get("pid"), meta.get("hostname")
+    if not isinstance(pid, int) or host != socket.gethostname():
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process by that number
+        return True
+    return True
 
 
 def check(ranks: Iterable[RankView]) -> CheckResult:

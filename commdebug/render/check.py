@@ -82,8 +82,11 @@ def _ending(s: RankSummary) -> str:
     if s.stream_step is not None and s.ended_by in (None, "hang"):
         torn = ", its last chunk torn" if s.stream_torn else ""
         called = f", its last collective in step {s.last.step}" if s.last is not None and s.last.step is not None else ""
-        return (f"no final dump, only its stream{torn}: it stops in step {s.stream_step}{called} (killed: SIGKILL, the OOM "
-                "killer, a lost node; or still running)")
+        if s.stream_alive:
+            return f"still running: no final dump yet; its stream says step {s.stream_step}{called}"
+        why = ("its process is gone (killed: SIGKILL, the OOM killer)" if s.stream_alive is False
+               else "killed: SIGKILL, the OOM killer, a lost node; or still running")
+        return f"no final dump, only its stream{torn}: it stops in step {s.stream_step}{called} ({why})"
     if s.ended_by is None:
         return "ending not recorded" + (" (Flight Recorder dump)" if s.source_format == "flight-recorder" else "")
     if s.ended_by == "hang":
