@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set up .venv (idempotent) and run a job: `demo` (the main job) or `test` (the whole suite).
+# Set up .venv (idempotent) and run a job: `demo` (the main job) or `test` (ruff, mypy, then the
+# whole suite; a finding of either fails the run before pytest starts).
 #   bash scripts/dev.sh demo [commdebug demo options]
 #   bash scripts/dev.sh test [pytest options]
 set -euo pipefail
@@ -27,6 +28,14 @@ fi
 if [ "$job" = demo ]; then
   exec .venv/bin/commdebug demo "$@"
 fi
+
+# Static checks first (seconds with their caches): a finding stops the run with the tool's message.
+# Versions are pinned in the `test` extra of pyproject.toml, settings in its [tool.ruff] and
+# [tool.mypy] tables (docs/development.md).
+echo "== ruff check" >&2
+.venv/bin/ruff check --quiet
+echo "== mypy" >&2
+.venv/bin/mypy
 
 # Browser tests drive Debian's Chromium through Playwright (never `playwright install`).
 if [ ! -x /usr/bin/chromium ]; then
