@@ -47,7 +47,8 @@ def encode_events(events: Iterable[CollectiveEvent]) -> dict[str, Any]:
     count = 0
     for e in events:
         count += 1
-        for name, value in zip(FIELDS, e):
+        fields: tuple[Any, ...] = e  # each field's type goes with its name, dispatched on below
+        for name, value in zip(FIELDS, fields, strict=True):
             if name == "group":
                 value = ref(value.name)
             elif name in _TEXT:
@@ -77,14 +78,15 @@ def decode_events(block: Any, groups: dict[str, GroupInfo], source: str = "<dump
     texts[None] = None
 
     def shape(i: Any) -> tuple:
-        return () if i is None else tuple(tuple(s) for s in json.loads(texts[i]))
+        text = texts[i]
+        return () if text is None else tuple(tuple(s) for s in json.loads(text))
 
     def group(i: Any) -> GroupInfo:
         name = texts[i]
         return UNKNOWN_GROUP if name is None else groups.get(name) or GroupInfo(name, "", 0, None)
 
     def column(name: str, decode: Any = None) -> list:
-        values = columns.get(name)
+        values: list[Any] | None = columns.get(name)
         if values is None:  # a field added after the dump was written: its default
             return [CollectiveEvent._field_defaults.get(name)] * count
         if len(values) != count:
@@ -106,7 +108,7 @@ def decode_events(block: Any, groups: dict[str, GroupInfo], source: str = "<dump
             else:
                 decoded.append(column(name))
         # tuple.__new__ straight from C: zip's rows have exactly one value per field
-        return list(map(partial(tuple.__new__, CollectiveEvent), zip(*decoded)))
+        return list(map(partial(tuple.__new__, CollectiveEvent), zip(*decoded, strict=True)))
     except KeyError as e:
         raise DumpError(f"{source}: malformed events (string index {e.args[0]!r} is not in the string table)") from None
     except (IndexError, TypeError, ValueError) as e:

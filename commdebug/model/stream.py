@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -151,7 +152,7 @@ def parse_stream(raw: bytes, source: str) -> StreamContent:
         raise DumpError(f"{source}: an empty stream (the process was killed before it recorded anything)")
     events = decode_events(merged.block(), content.groups, source)
     indices = merged.columns["index"]
-    if any(a >= b for a, b in zip(indices, indices[1:])):  # an event written again: its later line wins
+    if any(a >= b for a, b in pairwise(indices)):  # an event written again: its later line wins
         by_index = {e.index: e for e in events}
         events = sorted(by_index.values(), key=lambda e: e.index)
     content.events = events
@@ -225,7 +226,7 @@ def stream_trace(content: StreamContent) -> Trace:
 
     def count(module: str, phase: str, key: str, op: str, group: str, nbytes: int, n: int) -> None:
         path = _module_path(module)
-        for parent, fqn in zip([None] + path[:-1], path):
+        for parent, fqn in zip([None, *path[:-1]], path, strict=True):
             if fqn != GLOBAL:
                 trace.add_module(fqn, parent)
         trace.add_collective(path, phase, (key, op, group), nbytes, n)

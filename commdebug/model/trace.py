@@ -123,7 +123,7 @@ class CollectiveEvent(NamedTuple):
 
     Field meanings: docs/json-format.md."""
 
-    index: int
+    index: int  # type: ignore[assignment]  # shadows tuple.index(), which nothing calls: the dump's name
     op: str
     key: str
     aten_op: str
@@ -228,7 +228,7 @@ class CollectiveEvent(NamedTuple):
         )
 
 
-def check_noise_level(noise_level: int) -> int:
+def check_noise_level(noise_level: object) -> int:
     if not isinstance(noise_level, int) or not 0 <= noise_level <= 3:
         raise ValueError(f"noise_level must be 0, 1, 2 or 3, got {noise_level!r}")
     return noise_level
@@ -430,7 +430,7 @@ class Trace:
 
     def operations(self, fqn: str, phase: str) -> list[OpRow]:
         """The module's own op rows in a phase, in first-seen order, identical rows merged."""
-        merged: dict[tuple, int] = {}
+        merged: dict[tuple[str, tuple[str, ...], tuple[str, ...], str], int] = {}
         for sig, count in self.op_counts.get((fqn, phase), {}).items():
             name, shapes, shardings, mesh = (sig, (), (), None) if isinstance(sig, str) else sig
             text = (
