@@ -197,7 +197,7 @@ def diff_traces(a: Trace, b: Trace, rank: int | None = None, *, ignore_groups: b
     for group in sorted(set(oa) & set(ob)):
         sa, sb = oa[group], ob[group]
         if sa != sb and sorted(sa) == sorted(sb):  # same calls, other order (count changes are above)
-            i = next(i for i, (x, y) in enumerate(zip(sa, sb)) if x != y)
+            i = next(i for i, (x, y) in enumerate(zip(sa, sb, strict=True)) if x != y)
             reorders.append(Reorder(rank, group, i, sa[i], sb[i]))
     return Diff(changes, reorders, moved_a + moved_b)
 

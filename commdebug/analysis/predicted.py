@@ -82,7 +82,7 @@ def trace_predictions(trace: Trace, cluster: Any = None, *, ranks_per_node: int 
         return None
     sums: dict[tuple[str, str, str, str], list] = {}
     chains: dict[str, tuple[str, ...]] = {}
-    for event, seconds in zip(trace.events, prediction.seconds):
+    for event, seconds in zip(trace.events, prediction.seconds, strict=True):
         if seconds is None:
             continue
         chain = chains.get(event.module)

@@ -138,7 +138,7 @@ class FolderModules:
         calls: dict[str, int] = {}
         for r in self.ranks:
             if r.step_ops:
-                for (_, op), c in zip(r.step_ops.keys, r.step_ops.calls):
+                for (_, op), c in zip(r.step_ops.keys, r.step_ops.calls, strict=True):
                     calls[op] = calls.get(op, 0) + c
         return sorted(calls, key=lambda op: (-calls[op], op))
 
@@ -244,10 +244,10 @@ def _numbers(trace: Trace, path: Path, tree: ModuleTree, one: Any) -> RankModule
         for e in trace.events:
             if not e.latency_s or not math.isfinite(e.latency_s):  # untimed, NaN or infinite
                 continue
-            fqn: str | None = e.module if e.module in trace.modules else GLOBAL
-            while fqn is not None:  # descendants included, like the counts
-                acc[tree.index(fqn)] += e.latency_s
-                fqn = trace.modules[fqn].parent
+            at: str | None = e.module if e.module in trace.modules else GLOBAL
+            while at is not None:  # descendants included, like the counts
+                acc[tree.index(at)] += e.latency_s
+                at = trace.modules[at].parent
         seconds = [None] * n
         for i in present:
             seconds[i] = float(f"{acc[i]:.4g}")

@@ -22,7 +22,7 @@ import os
 import statistics
 from array import array
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from commdebug.analysis.check import who
 from commdebug.model.rank_view import RankView
@@ -240,7 +240,7 @@ class _Stragglers:
         self.paired_time: dict[str, float] = {}  # op -> latency sum of its paired calls
         self.ranks: dict[int, tuple[list[float], dict[str, list[list[int]]]]] = {}
 
-    def rank(self, rank: int):
+    def rank(self, rank: int) -> Callable[[str, int, float, str], None]:
         """A function recording one timed call of ``rank``: (group, seq, latency, op)."""
         total = [0.0]
         spans: dict[str, list[list[int]]] = {}
@@ -268,10 +268,10 @@ class _Stragglers:
         for name, calls in self.groups.items():
             sums = array("d", [0.0])
             running = 0.0
-            for least, count, op in zip(calls.least, calls.count, calls.op):
+            for least, count, op_id in zip(calls.least, calls.count, calls.op, strict=True):
                 if count:
                     running += least
-                    least_by_op[op] += least * count
+                    least_by_op[op_id] += least * count
                 sums.append(running)
             prefix[name] = sums
         by_rank = {s.rank: s for s in stats}

@@ -119,7 +119,7 @@ class _Binned:
         cells = [self.bins[b] for b in sorted(self.bins)]
 
         def nth(i: int) -> float:
-            seen = 0
+            seen = 0.0
             for count, total in cells:
                 seen += count
                 if i < seen:
@@ -288,7 +288,8 @@ def _keyed(trace: Trace, key_of: Callable[[CollectiveEvent], tuple], cluster: An
 
     prediction = predict_trace(trace, cluster, ranks_per_node=ranks_per_node)
     seconds = prediction.seconds if prediction is not None else itertools.repeat(None)
-    return prediction, ((key_of(e), e, s) for e, s in zip(trace.events, seconds))
+    # strict=False: without a prediction, `seconds` repeats None without end
+    return prediction, ((key_of(e), e, s) for e, s in zip(trace.events, seconds, strict=False))
 
 
 def _older_rows(trace: Trace, by: str) -> Iterator[tuple[tuple, list]]:
@@ -329,7 +330,7 @@ def summarize(trace: Trace, by: str = "op", cluster: Any = None, ranks_per_node:
         if tally is None:
             tally = tallies[key] = _Tally(_Exact())
         tally.add_totals(*totals)
-    rows = sorted((t.row(dict(zip(columns, key))) for key, t in tallies.items()), key=_order(by))
+    rows = sorted((t.row(dict(zip(columns, key, strict=True))) for key, t in tallies.items()), key=_order(by))
     header = _header(trace)
     if prediction is not None:
         header.update(cluster=prediction.cluster.name, predicted_s=prediction.total_s, prediction_notes=prediction.notes)
@@ -382,11 +383,11 @@ def summarize_ranks(traces: Iterable[Trace], by: str = "op", cluster: Any = None
         headers.append(header)
     rows = []
     for key, tally in tallies.items():
-        row = tally.row(dict(zip(columns, key)))
+        row = tally.row(dict(zip(columns, key, strict=True)))
         seen = per_rank[key]
-        row.per_rank = RankSpread(
-            rank_spread((seen[r][0] if r in seen else 0, r) for r in ranks),
-            rank_spread((t, r) for r, (_, t) in seen.items() if t is not None))
+        spread = rank_spread((seen[r][0] if r in seen else 0, r) for r in ranks)
+        assert spread is not None  # the row's calls came from a rank of `ranks`
+        row.per_rank = RankSpread(spread, rank_spread((t, r) for r, (_, t) in seen.items() if t is not None))
         rows.append(row)
     rows.sort(key=_order(by))
     return Summary(by, rows, _job_header(headers, ranks))
@@ -507,7 +508,7 @@ def _job_header(headers: list[dict[str, Any]], ranks: list[int]) -> dict[str, An
 
     def notes(name: str) -> list[str]:
         holders: dict[str, list[int]] = {}
-        for rank, h in zip(ranks, headers):
+        for rank, h in zip(ranks, headers, strict=True):
             for note in h.get(name) or []:
                 holders.setdefault(note, []).append(rank)
         return [f"{who(rs)}: {note}" for note, rs in holders.items()]

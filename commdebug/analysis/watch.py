@@ -201,8 +201,9 @@ def watch(ranks: Iterable[RankLive], *, now: float | None = None, stall_after: f
             if r.rank not in result.gone and seen is not None and now - seen >= GONE_AFTER_S:
                 result.gone.append(r.rank)
         result.gone.sort()
-    if live and not result.stalled and len(result.waiting) == len(live):
-        result.hung = all(now - r.waiting.since >= stall_after for r in live if r.waiting.since is not None)
+    waits = [r.waiting for r in live if r.waiting is not None]
+    if live and not result.stalled and len(waits) == len(live):
+        result.hung = all(now - w.since >= stall_after for w in waits if w.since is not None)
     result.apart = _apart(live)
     if median is not None:
         result.stragglers = [r.rank for r in live if r.rank not in result.stalled
