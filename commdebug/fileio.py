@@ -7,7 +7,7 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import IO, Iterable, Iterator
+from typing import Iterable, Iterator, TextIO
 
 from commdebug.errors import CommDebugError
 
@@ -63,7 +63,7 @@ def write_output(path: str | os.PathLike, content: str | Iterable[str]) -> Path:
 
 
 @contextlib.contextmanager
-def open_atomic(path: str | os.PathLike) -> Iterator[IO[str]]:
+def open_atomic(path: str | os.PathLike) -> Iterator[TextIO]:
     """A text file to write piece by piece that appears at ``path`` only when complete.
 
     >>> with open_atomic("trace.json") as f:   # doctest: +SKIP

@@ -167,7 +167,7 @@ def rank_files(folder: str | os.PathLike, *, live: bool = False) -> list[Path]:
     files = [f for f in d.iterdir() if f.is_file() and not f.name.startswith(".") and f.suffix not in (".html", ".txt", ".log") and _TRAILING_NUMBER.search(f.name)]
     if not files:
         raise DumpError(f"{d}: no rank dumps in this folder (expected rank<N>.json or Flight Recorder files)")
-    return sorted(_one_of_each_rank(files, live), key=lambda f: (int(_TRAILING_NUMBER.search(f.name).group(1)), f.name))
+    return sorted(_one_of_each_rank(files, live), key=lambda f: (rank_from_name(f), f.name))
 
 
 def _one_of_each_rank(files: list[Path], live: bool) -> list[Path]:
