@@ -163,7 +163,7 @@ def _predicted_track(view: RankView, cluster: Cluster, tid: int, events: list[Co
     yield {"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": tid}}
     ts = 0.0
     prediction = predict_events(events, cluster, rank=view.rank)
-    for e, seconds in zip(events, prediction.seconds):
+    for e, seconds in zip(events, prediction.seconds, strict=True):
         if seconds is None:
             continue
         dur = seconds * _US

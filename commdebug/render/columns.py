@@ -21,5 +21,5 @@ def align(rows: Sequence[Sequence[str]], left: int = 1) -> list[str]:
     for r in rows:
         for i, cell in enumerate(r):
             widths[i] = max(widths[i], len(cell))
-    return ["  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+    return ["  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=False))).rstrip()
             for r in rows]

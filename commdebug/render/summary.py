@@ -70,7 +70,7 @@ def summary_dict(summary: Summary, header: bool = True) -> dict[str, Any]:
     '64.00 KiB - 128.00 KiB'
     """
     data = summary.to_dict()
-    data["rows"] = [{**key_dict(r.key), **{k: v for k, v in d.items() if k not in r.key}} for r, d in zip(summary.rows, data["rows"])]
+    data["rows"] = [{**key_dict(r.key), **{k: v for k, v in d.items() if k not in r.key}} for r, d in zip(summary.rows, data["rows"], strict=True)]
     if not header:
         del data["header"]
     return data
@@ -147,11 +147,11 @@ def _per_rank_lines(summary: Summary, timed: bool) -> list[str]:
     keys = list(summary.rows[0].key)
     table = [key_titles(keys) + ["calls min", "median", "max"] + (["time ms min", "median", "max", "slowest"] if timed else [])]
     for r in summary.rows:
-        spread = r.per_rank
-        cells = key_cells(r.key) + _spread_cells(spread.calls, lambda v: f"{v:g}", holders=True)
+        spread = r.per_rank  # every row of a job's summary has one; "-" for a row that has not
+        cells = key_cells(r.key) + _spread_cells(spread.calls if spread else None, lambda v: f"{v:g}", holders=True)
         if timed:  # the max's holder is the slowest column
-            slowest = spread.slowest_rank
-            cells += _spread_cells(spread.time_s, format_ms, holders=False) + ["-" if slowest is None else f"r{slowest}"]
+            slowest = spread.slowest_rank if spread else None
+            cells += _spread_cells(spread.time_s if spread else None, format_ms, holders=False) + ["-" if slowest is None else f"r{slowest}"]
         table.append(cells)
     title = f"per rank, over {_plural(len(summary.header['ranks']), 'rank')}: min / median / max"
     if timed:

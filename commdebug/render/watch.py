@@ -58,7 +58,7 @@ def _state(r: RankLive, result: WatchResult) -> str:
         return f"STALLED: no progress for {idle}{gone}"
     if r.waiting is not None:
         return f"waits{_since(result, r.waiting)} in {describe_call(r.waiting)}"
-    if r.rank in result.stragglers:
+    if r.rank in result.stragglers and result.median_step is not None:
         return f"STRAGGLER: {result.median_step - r.step:g} steps behind the median"
     return "running"
 
