@@ -411,6 +411,22 @@ def test_hooks_on_a_modules_inputs_belong_to_it_also_when_its_parent_made_them(w
     assert [(e.op, e.module, e.phase) for e in comm.trace.events] == [("all_reduce", "_Scaled.block", "backward")] * 4
 
 
+def test_a_marker_hook_on_a_leaf_tensor_runs_as_register_hook_would():
+    """The markers' hook without a handle takes a tensor with no autograd node, as torch's
+    ``register_hook`` does: it used to reach for the missing node (None) and raise."""
+    from commdebug.capture.markers import add_tensor_hook
+
+    leaf = torch.ones(3, requires_grad=True)
+    made = leaf * 3
+    seen = []
+    add_tensor_hook(leaf, lambda g: seen.append(("leaf", g.tolist())))
+    add_tensor_hook(made, lambda g: seen.append(("made", g.tolist())))
+    add_tensor_hook(made, lambda g: seen.append(("first", g.tolist())), first=True)
+    (made * 2).sum().backward()
+    assert seen == [("first", [2.0] * 3), ("made", [2.0] * 3), ("leaf", [6.0] * 3)]
+    assert leaf.grad.tolist() == [6.0] * 3
+
+
 # ---- source lines -----------------------------------------------------------------------------
 
 

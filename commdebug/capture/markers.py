@@ -39,12 +39,16 @@ def add_tensor_hook(t: torch.Tensor, hook: Callable, first: bool = False) -> Non
 
     Autograd calls the hooks in the raw order of ``t._backward_hooks`` (``move_to_end`` only
     changes the OrderedDict's own view), so ``first`` refills the dict with ours in front.
-    Keys are ours, never ints, so they cannot collide with torch's handle ids.
+    Keys are ours, never ints, so they cannot collide with torch's handle ids (torch types the
+    dict by int keys). A leaf tensor (no ``grad_fn``) takes the hook as ``register_hook`` gives
+    it one.
     """
-    hooks = t._backward_hooks
+    hooks: dict[Any, Callable] | None = t._backward_hooks
     if hooks is None:
         t._backward_hooks = hooks = OrderedDict()
-        t.grad_fn._register_hook_dict(t)
+        node = t.grad_fn
+        if node is not None:
+            node._register_hook_dict(t)
     key = ("commdebug", next(_hook_keys))
     if first and hooks:
         others = list(hooks.items())
