@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from types import CodeType, FrameType
+from typing import Any, Callable
 
 import torch
 
 from commdebug.sourcefiles import NOT_USER_DIRS, NOT_USER_MODULES
 
+_first_other: Callable[[int, set[str]], tuple[CodeType, int, int] | None] | None
 try:
     from commdebug.capture._frames import first_other as _first_other
 except ImportError:  # not built (no C compiler at install time) or not this Python: frame objects
@@ -138,26 +140,26 @@ def caller(depth: int = 1) -> tuple[str | None, bool, bool]:
 
 def _walk_frames(depth: int) -> tuple[str | None, bool, bool]:
     """:func:`caller` by frame objects, where :mod:`commdebug.capture._frames` is not built."""
-    frame = sys._getframe(depth + 1)
+    frame: FrameType | None = sys._getframe(depth + 1)
     from_dtensor = compiled = False
     library = _LIBRARY_FILES
-    try:
-        while True:
-            while frame.f_code.co_filename in library:
-                frame = frame.f_back
-            kind = _KIND_BY_FILE.get(frame.f_code.co_filename) or _kind(frame)
-            if kind is _USER:
-                site = (id(frame.f_code), frame.f_lasti)
-                text = _SITES.get(site) or _site(site, frame)
-                if not (compiled and site[0] in _DYNAMO_CODES):  # as in caller
-                    return text, from_dtensor, compiled
-            if kind is _DTENSOR:
-                from_dtensor = True
-            elif kind is _COMPILED:
-                compiled = True
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if filename in library:
             frame = frame.f_back
-    except AttributeError:  # the bottom of the stack (None has no f_code): no user frame
-        return None, from_dtensor, compiled
+            continue
+        kind = _KIND_BY_FILE.get(filename) or _kind(frame)
+        if kind is _USER:
+            site = (id(frame.f_code), frame.f_lasti)
+            text = _SITES.get(site) or _site(site, frame)
+            if not (compiled and site[0] in _DYNAMO_CODES):  # as in caller
+                return text, from_dtensor, compiled
+        if kind is _DTENSOR:
+            from_dtensor = True
+        elif kind is _COMPILED:
+            compiled = True
+        frame = frame.f_back
+    return None, from_dtensor, compiled  # the bottom of the stack: no user frame
 
 
 def _site(site: tuple[int, int], frame: Any) -> str:
