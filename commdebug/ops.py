@@ -73,7 +73,8 @@ class CollectiveSpec:
     ``inputs``/``outputs``: argument index holding the tensor(s), ``"return"`` for the op's
     result, ``"out"`` for the ``out=`` keyword, ``None`` when there is none.
     ``group``: argument index of the group name (functional ops) or ProcessGroup (c10d ops);
-    ``"legacy"`` for the old functional ops that pass ``(tag, ranks, group_size)``.
+    ``"legacy"`` for the old functional ops that pass ``(tag, ranks, group_size)``; ``None`` for
+    an eager c10d op not in the table (its second argument, if it has one).
     ``size``: which bytes are the message size S: ``"in"``, ``"out"``, ``"in_x_n"`` (gather:
     each rank sends its input, S is the whole gathered buffer), ``"out_x_n"`` (scatter), ``"zero"``.
     ``peer``: for point-to-point ops, the argument index of the other side's rank in the group.
@@ -85,7 +86,7 @@ class CollectiveSpec:
     compat_key: str  # the reference CommDebugMode's count key, e.g. "c10d_functional.all_reduce"
     inputs: int | str | None
     outputs: int | str | None
-    group: int | str
+    group: int | Literal["legacy"] | None
     size: str
     factor: str
     peer: int | None = None
@@ -101,7 +102,8 @@ class CollectiveSpec:
         return BUSBW_FACTORS[self.factor](max(group_size, 1))
 
 
-def _row(op, compat, inputs, outputs, group, size, factor, peer=None, returns_done=False):
+def _row(op: str, compat: str, inputs: int | str | None, outputs: int | str | None, group: int | Literal["legacy"],
+         size: str, factor: str, peer: int | None = None, returns_done: bool = False) -> CollectiveSpec:
     return CollectiveSpec(op, compat, inputs, outputs, group, size, factor, peer, returns_done)
 
 
@@ -175,8 +177,8 @@ _TABLE: dict[str, CollectiveSpec] = {
     "c10d.monitored_barrier_": _row("barrier", "c10d.monitored_barrier_", None, None, 1, "zero", "zero"),
 }
 
-# Eager c10d ops not in the table are still counted, under their own name, with no bytes.
-_UNKNOWN_C10D_SPEC = dict(inputs=None, outputs=None, group=None, size="zero", factor="zero")
+# Eager c10d ops not in the table are still counted, under their own name, with no bytes
+# (lookup gives them a spec with no tensors and no group index).
 _NOT_COLLECTIVE_C10D = {"c10d.check_for_nan"}
 
 
@@ -214,7 +216,8 @@ def lookup(packet: Any) -> CollectiveSpec | None:
     name = str(packet)  # "namespace.name"
     spec = _TABLE.get(name)
     if spec is None and name.startswith("c10d.") and name not in _NOT_COLLECTIVE_C10D:
-        spec = CollectiveSpec(op=name.split(".", 1)[1].rstrip("_"), compat_key=name, **_UNKNOWN_C10D_SPEC)  # type: ignore[arg-type]
+        spec = CollectiveSpec(op=name.split(".", 1)[1].rstrip("_"), compat_key=name, inputs=None, outputs=None,
+                              group=None, size="zero", factor="zero")
     _by_packet[packet] = spec
     return spec
 

@@ -4,12 +4,15 @@ global ranks)."""
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import torch
 import torch.distributed as dist
 
 from commdebug.model.trace import UNKNOWN_GROUP, GroupInfo
+
+if TYPE_CHECKING:
+    from torch.distributed.distributed_c10d import GroupName
 
 __all__ = ["GroupResolver", "peer_rank"]
 
@@ -41,7 +44,7 @@ class GroupResolver:
         """The ProcessGroup object of a group resolved before, or None."""
         return self._pgs.get(name)
 
-    def resolve(self, spec_group: int | str | None, args: tuple) -> GroupInfo:
+    def resolve(self, spec_group: int | Literal["legacy"] | None, args: tuple) -> GroupInfo:
         if type(spec_group) is int and spec_group < len(args):  # the common case, cached
             value = args[spec_group]
             info = self._by_name.get(value) if type(value) is str else None
@@ -64,7 +67,8 @@ class GroupResolver:
             try:
                 from torch.distributed.distributed_c10d import _resolve_process_group
 
-                pg = self._pgs[name] = _resolve_process_group(name)
+                # a group name is a str: torch 2.13 types it GroupName, older releases as str
+                pg = self._pgs[name] = _resolve_process_group(cast("GroupName", name))
                 info = _describe(pg, name)
             except Exception:  # a group torch no longer knows: keep the name
                 info = GroupInfo(name, "", 0, None)
