@@ -30,7 +30,7 @@ from __future__ import annotations
 import weakref
 from bisect import bisect_right
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 
@@ -38,14 +38,19 @@ from commdebug.capture.patches import ClassPatch
 from commdebug.capture.source import in_compiled_code
 from commdebug.model.trace import GLOBAL
 
-__all__ = ["LOG_CAP", "MODULE_CALL", "CallTracking", "NodeRanges", "hidden", "nested_call", "next_number"]
+if TYPE_CHECKING:
+    from torch.autograd.graph import Node
+
+__all__ = ["LOG_CAP", "MODULE_CALL", "CallTracking", "NodeRanges", "current_node", "hidden", "nested_call", "next_number"]
 
 # the number the next autograd node made on this thread will take
 next_number = torch._C._autograd._get_sequence_nr
 _graph_task_id = torch._C._current_graph_task_id
 _compiler = torch.compiler
 _dynamo_compiling = torch.compiler.is_dynamo_compiling
-_current_node = torch._C._current_autograd_node
+# the autograd node running now; torch's stub says it returns a Node, but outside a backward
+# (or between nodes) it returns None
+current_node: Callable[[], Node | None] = torch._C._current_autograd_node
 _grad_enabled = torch.is_grad_enabled
 _ROOT = (GLOBAL,)
 _OPEN = 1 << 64  # above every sequence number, AccumulateGrad's UINT64_MAX included
@@ -139,11 +144,30 @@ class CallTracking:
     state (``stack``, ``paths``, ``_known``, ``_ranges``, ``bw_path``...), which the tracker's
     ``__init__`` sets up; the full capture's hooks log module calls here too (``_log_start``)."""
 
+    if TYPE_CHECKING:  # the tracker's state, set by its __init__
+        stack: list[str]
+        paths: list[tuple[str, ...]]
+        bw_path: tuple[str, ...]
+        forwards: int
+        _names: weakref.WeakKeyDictionary[torch.nn.Module, str]
+        _known: dict[int, list[Any]]  # id(module) -> [weakref, fqn, parent path last seen, path under it]
+        _param_owners: dict[int, list[Any]]
+        _ranges: NodeRanges
+        _pinned: int
+        _bw_found: tuple[str, ...]
+        _new_forward: bool
+        _root_path: tuple[str, ...]
+        _tasks: list[tuple[int, tuple[str, ...]]]
+        _ancestors: dict[str, tuple[str, ...]]
+        _on_first_call: Callable[[torch.nn.Module, str, str], None]
+
+        def name_of(self, mod: torch.nn.Module) -> str: ...
+
     def _node_path(self) -> tuple[str, ...]:
         # light steps: the module call that made the autograd node running now
         found = None
         if not self._pinned:
-            node = _current_node()
+            node = current_node()
             if node is not None:
                 found = self._ranges.find(node._sequence_nr())
                 if found is None:

@@ -16,7 +16,7 @@ The wrappers read the trackers from ``patch.users`` (``active``, ``calls``, ``un
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from commdebug.capture.patches import ClassPatch
 
@@ -33,7 +33,7 @@ def _fsdp_post_backward(original: Any, patch: ClassPatch) -> Any:
     carries that module's gradients."""
 
     def post_backward(group: Any, *args: Any, **kwargs: Any) -> Any:
-        modules = getattr(group, "modules", ())
+        modules: Sequence[Any] = getattr(group, "modules", ())  # FSDPParamGroup.modules
         trackers = [t for t in patch.users if t.active]
         if not trackers:
             return original(group, *args, **kwargs)
@@ -74,7 +74,7 @@ def _fsdp_unshard(original: Any, patch: ClassPatch) -> Any:
 
 def _fsdp_pre_backward(original: Any, patch: ClassPatch) -> Any:
     def _pre_backward(state: Any, *args: Any, **kwargs: Any) -> Any:
-        modules = getattr(state, "_modules", ())
+        modules: Sequence[Any] = getattr(state, "_modules", ())  # FSDPState._modules
         trackers = [t for t in patch.users if t.active and t.calls] if len(modules) == 1 else []
         saved = [(t, t.backward_of(modules[0])) for t in trackers]
         try:

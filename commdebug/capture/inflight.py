@@ -199,15 +199,16 @@ class InFlight:
             _, _, group, seq, work, _ = entry
             if seq is not None and seq < finished.get(group, -1):
                 self._drop_other(index)
-        tracked = [(entry, table, key) for table in (self._by_storage, self._by_work) for key, entry in list(table.items())]
+        tracked: list[tuple[tuple, dict[int, tuple] | None, int]] = [
+            (entry, table, key) for table in (self._by_storage, self._by_work) for key, entry in list(table.items())]
         tracked += [(entry, None, index) for index, entry in list(self._others.items())]
         if len(tracked) > _MAX_TRACKED:  # the oldest go
             tracked.sort(key=lambda item: item[0][0])
-            for entry, table, key in tracked[: len(tracked) - _MAX_TRACKED]:
-                if table is None:
+            for entry, home, key in tracked[: len(tracked) - _MAX_TRACKED]:
+                if home is None:
                     self._drop_other(key)
                 else:
-                    _pop_if(table, key, entry)
+                    _pop_if(home, key, entry)
 
 
 def _pop_if(table: dict[int, tuple], key: int, entry: tuple) -> tuple | None:

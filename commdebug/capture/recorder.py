@@ -203,7 +203,7 @@ class Recorder(Stepping, TorchDispatchMode):
             self._pause()  # until the window opens
         return self
 
-    def __exit__(self, *exc: Any) -> None:  # type: ignore[override]
+    def __exit__(self, *exc: Any) -> None:
         if not self._active:
             return
         if self._paused:  # the mode is not on the stack: put it back for the pop below
@@ -250,7 +250,7 @@ class Recorder(Stepping, TorchDispatchMode):
 
     # ---- the hot path -----------------------------------------------------------------------
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(self, func: Any, types: tuple[type, ...], args: tuple = (), kwargs: dict | None = None) -> Any:
         # Runs for every op: dict keys here are ints and strings, whose hashes are computed in
         # C; hashing an OpOverload calls a Python __hash__.
         info = _FUNC_INFO.get(id(func))
@@ -312,7 +312,7 @@ class Recorder(Stepping, TorchDispatchMode):
 
     # ---- collectives ------------------------------------------------------------------------
 
-    def _collective(self, func, name: str, spec: _ops.CollectiveSpec, args: tuple, kwargs: dict):
+    def _collective(self, func: Callable[..., Any], name: str, spec: _ops.CollectiveSpec, args: tuple, kwargs: dict) -> Any:
         if not self._plain or spec.is_p2p:
             return self._collective_with_options(func, name, spec, args, kwargs)
         # the common case, which light capture pays for every collective: no filter, no timer
@@ -330,7 +330,7 @@ class Recorder(Stepping, TorchDispatchMode):
             self._emit(event)
         return out
 
-    def _collective_with_options(self, func, name: str, spec: _ops.CollectiveSpec, args: tuple, kwargs: dict):
+    def _collective_with_options(self, func: Callable[..., Any], name: str, spec: _ops.CollectiveSpec, args: tuple, kwargs: dict) -> Any:
         """:meth:`_collective` with what the plain path leaves out: the first call (metadata),
         the ``ops`` and ``crossnode_only`` filters, timing, NVTX ranges, point-to-point peers."""
         options = self.options
@@ -459,7 +459,7 @@ class Recorder(Stepping, TorchDispatchMode):
 
     # ---- in flight (hang detection) ----------------------------------------------------------
 
-    def _wait(self, func, args: tuple, kwargs: dict):
+    def _wait(self, func: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         try:
             out = func(*args, **kwargs)
         except Exception as e:

@@ -7,9 +7,15 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
+
+if TYPE_CHECKING:
+    from commdebug.capture.config import Options
+    from commdebug.capture.pipelining import PipelineTags
+    from commdebug.capture.tracker import ModuleTracker
+    from commdebug.model.trace import Trace
 
 __all__ = ["Stepping", "say_once"]
 
@@ -24,12 +30,33 @@ def say_once(key: str, message: str) -> None:
         log.warning("commdebug: %s", message)
 
 
-class Stepping:
-    """Step boundaries and what is on the dispatch mode stack; mixed into the Recorder, whose
+class Stepping(TorchDispatchMode):
+    """Step boundaries and what is on the dispatch mode stack; the Recorder's base, whose
     state (``trace``, ``options``, ``_tracker``, ``_pipeline``, ``_mode_on``, ``_light_on``,
     ``_paused``, ``_active``) it reads and sets."""
 
     step_listeners: list[Callable[[int], None]] = []  # per instance once one is added
+
+    if TYPE_CHECKING:  # the Recorder's state, set by its _reset
+        options: Options
+        trace: Trace
+        _tracker: ModuleTracker
+        _pipeline: PipelineTags
+        _mode_on: bool
+        _light_on: bool
+        _paused: bool
+        _active: bool
+        _recorded_s: float
+        _resumed_at: float
+        _events_at_boundary: int
+        _forwards_at_boundary: int
+        _last_boundary_automatic: bool
+        _last_dtensor: tuple[Any, ...] | None
+
+        @property
+        def auto_step(self) -> bool: ...
+
+        def _join_timing(self) -> None: ...
 
     def _pause(self) -> None:
         """Stop recording without leaving the context: the dispatch mode is popped and the

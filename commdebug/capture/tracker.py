@@ -44,12 +44,12 @@ from __future__ import annotations
 
 import weakref
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 from torch.nn.modules.module import register_module_forward_pre_hook
 
-from commdebug.capture.calls import MODULE_CALL, CallTracking, NodeRanges, next_number
+from commdebug.capture.calls import MODULE_CALL, CallTracking, NodeRanges, current_node, next_number
 from commdebug.capture.calls import hidden as _call_patch_hidden
 from commdebug.capture.compiled import MODULE_COMPILE, OPTIMIZED_CALL, CompiledCall, compiling
 from commdebug.capture.fsdp import FSDP_PATCHES
@@ -57,13 +57,16 @@ from commdebug.capture.markers import add_tensor_hook, tensors_in
 from commdebug.capture.source import in_compiled_code
 from commdebug.model.trace import BACKWARD, CHECKPOINT, FORWARD, GLOBAL, OPTIMIZER
 
+if TYPE_CHECKING:
+    from torch.utils.hooks import RemovableHandle
+
 __all__ = ["ModuleTracker"]
 
 _GRAPH = ("", False)  # _hooked's value for a compiled module's graph: not tracked
 _GLOBAL_PRE_HOOKS = torch.nn.modules.module._global_forward_pre_hooks
 _graph_task_id = torch._C._current_graph_task_id
 _compiling = compiling
-_current_node = torch._C._current_autograd_node
+_current_node = current_node
 
 
 class ModuleTracker(CallTracking):
@@ -110,7 +113,7 @@ class ModuleTracker(CallTracking):
         self._handles: list = []  # our forward hook on each module seen
         self._compiled: list[tuple[weakref.ref, CompiledCall]] = []  # compiled calls we wrap
         self._optimizer_handles: list = []
-        self._pre_handle = None
+        self._pre_handle: RemovableHandle | None = None
         self.active = False
         # FSDP2: the module whose parameters the collectives issued now gather or reduce
         self.unit: str | None = None
@@ -167,7 +170,7 @@ class ModuleTracker(CallTracking):
             with _call_patch_hidden():
                 yield
         finally:
-            if hook is not None and self._pre_handle is handle:
+            if hook is not None and handle is not None and self._pre_handle is handle:
                 _GLOBAL_PRE_HOOKS[handle.id] = hook
 
     def location(self) -> tuple[str, str]:
@@ -379,7 +382,7 @@ class ModuleTracker(CallTracking):
         for t in inputs:
             add_tensor_hook(t, exit_hook)
             node = t.grad_fn
-            if id(node) not in nodes:
+            if node is not None and id(node) not in nodes:  # callers pass non-leaf tensors only
                 nodes.add(id(node))
                 node.register_prehook(self._node_starts)
 
