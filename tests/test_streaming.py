@@ -124,6 +124,27 @@ def test_a_hang_dump_wins_over_its_live_stream_until_the_stream_shows_progress(t
     assert job_files(tmp_path) == [dump]
 
 
+def test_a_flush_after_the_stream_closed_does_not_write_it_again(tmp_path, world):
+    """A step-boundary flush that waited for close() (SIGTERM ends the run as the training thread
+    reaches optimizer.step()) used to open the stream again: a file newer than the final dump,
+    read in its place, holding only the last chunk."""
+    from commdebug.launch.stream import Streamer
+
+    mode = commdebug.CommDebugMode()
+    with mode:
+        torch.distributed.all_reduce(torch.ones(16))
+        streamer = Streamer(mode, tmp_path, rank_of=lambda meta: 0)
+        assert streamer.flush() == 1
+        stream = streamer.path
+        assert stream is not None and stream.exists()
+        streamer.close(remove=True)
+        assert not stream.exists()
+        torch.distributed.all_reduce(torch.ones(16))
+        mode.step()
+        assert streamer.flush(boundary=True) == 0
+    assert not stream.exists()
+
+
 @pytest.mark.timeout(DEADLINE_S)
 def test_keep_steps_bounds_a_3000_step_run_and_summary_counts_every_collective(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -82,6 +82,7 @@ class Streamer:
         self._disk_from_step = 0
         self._written_at = 0.0
         self._failed = False
+        self._closed = False  # the final dump replaces the file: nothing writes it again
         self._thread: threading.Thread | None = None
 
     # ---- life cycle ---------------------------------------------------------------------------
@@ -111,6 +112,7 @@ class Streamer:
         """Stop, sync and close the file; ``remove`` it when the final dump replaces it."""
         self.stop()
         with self._lock:
+            self._closed = True
             if self._fd is not None:
                 try:
                     os.fsync(self._fd)
@@ -146,12 +148,15 @@ class Streamer:
         if self._failed:
             return 0
         with self._lock:
+            if self._closed:  # a flush that waited for close(): at a step boundary as SIGTERM ends the run
+                return 0
             trace = self.mode.trace
             meta = trace.metadata
-            if self._fd is None:
+            fd = self._fd
+            if fd is None:
                 if not meta.get("backend") and not trace.events_total:
                     return 0  # not part of the job (yet): no file, as for the final dump
-                self._open(meta)
+                fd = self._open(meta)
             step = trace.step
             events = self._tail(trace)
             first = events[0].index if events else trace.events_total
@@ -179,7 +184,7 @@ class Streamer:
                               metadata=json.loads(meta_text) if changed else None, progress=self.last_progress,
                               in_flight=self.in_flight)
             self._meta_text = meta_text
-            self._write(line)
+            self._write(fd, line)
             for e in again_written + written:
                 self.kept[e.index] = e
             self._fold(step, meta)
@@ -201,17 +206,18 @@ class Streamer:
             return tail
         return []
 
-    def _open(self, meta: dict[str, Any]) -> None:
+    def _open(self, meta: dict[str, Any]) -> int:
         self.path = self.out / f"rank{self.rank_of(meta)}{STREAM_SUFFIX}"
         # a new file: an earlier run's stream of the same rank is replaced, not appended to
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-        self._write(header_line(json.loads(json.dumps(meta, default=str)), SCHEMA_VERSION, time.time()))
+        fd = self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        self._write(fd, header_line(json.loads(json.dumps(meta, default=str)), SCHEMA_VERSION, time.time()))
+        return fd
 
-    def _write(self, text: str) -> None:
+    def _write(self, fd: int, text: str) -> None:
         data = text.encode("utf-8")
         view = memoryview(data)
         while view:  # one write in practice; a short write is finished, never interleaved
-            n = os.write(self._fd, view)
+            n = os.write(fd, view)
             view = view[n:]
         self._unsynced = True
         self._written_at = time.monotonic()
