@@ -65,7 +65,7 @@ class RecordingSession:
     """
 
     def __init__(self, out_dir: str | os.PathLike, *, hang_timeout: float | None = None, noise_level: int = 3, html: bool = True,
-                 on_finish: Callable[["RecordingSession", Path], None] | None = None, **options: Any) -> None:
+                 on_finish: Callable[["RecordingSession", Path | None], None] | None = None, **options: Any) -> None:
         self.out = output_folder(out_dir, "trace folder")
         if hang_timeout is not None and hang_timeout <= 0:
             raise CommDebugError(f"hang timeout must be a positive number of seconds, got {hang_timeout}")
