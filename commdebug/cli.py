@@ -310,8 +310,8 @@ def _view(args: argparse.Namespace) -> int:
     else:
         src = Path(args.dumps)
         trace = load(src)
-        out = args.out if args.out is not None else str(src.with_suffix(".html"))
-        out = output_file(_expand(out, trace.metadata), "HTML file")
+        name = args.out if args.out is not None else str(src.with_suffix(".html"))
+        out = output_file(_expand(name, trace.metadata), "HTML file")
         if out.resolve() == src.resolve():
             raise CommDebugError(f"{out}: the output would overwrite the dump; choose another -o")
         write_output(out, visualizer.render_html(trace, title=f"commdebug: {src.name}", cluster=cluster))
@@ -458,8 +458,8 @@ def _hook(args: argparse.Namespace) -> int:
         path = hook.install(args.site_dir)
         print(f"installed {path}\nrecord any program in this environment with: COMMDEBUG=1 COMMDEBUG_OUT=traces/ <your launch line>")
     elif args.action == "uninstall":
-        path = hook.uninstall(args.site_dir)
-        print(f"removed {path}" if path else f"not installed ({hook.hook_path(args.site_dir)} does not exist)")
+        removed = hook.uninstall(args.site_dir)
+        print(f"removed {removed}" if removed is not None else f"not installed ({hook.hook_path(args.site_dir)} does not exist)")
     else:
         path = hook.hook_path(args.site_dir)
         print(f"installed: {path}" if hook.installed(args.site_dir) else f"not installed ({path})")
