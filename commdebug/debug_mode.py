@@ -5,6 +5,7 @@ decides what happened; this class only asks the model, the analyses and the rend
 
 from __future__ import annotations
 
+import os
 import time
 from collections import defaultdict
 from typing import Any
@@ -188,7 +189,7 @@ class CommDebugMode(Recorder):
             self.trace.metadata["recorded_s"] = self.recorded_so_far()
         return render_summary(summarize(self.trace, by), header=header)
 
-    def log_comm_debug_tracing_table_to_file(self, file_name: str = "comm_mode_log.txt", noise_level: int = 3) -> None:
+    def log_comm_debug_tracing_table_to_file(self, file_name: str | os.PathLike = "comm_mode_log.txt", noise_level: int = 3) -> None:
         """Write the table, without colours, to ``file_name`` (atomically, folders created).
 
         ``{rank}`` and ``{world_size}`` in the name are replaced, so each rank writes its own:
@@ -196,14 +197,14 @@ class CommDebugMode(Recorder):
         text = render_table(self.trace, noise_level, color=False, predicted=self._table_predictions(noise_level))
         write_output(self._file_name(file_name), text)
 
-    def generate_json_dump(self, file_name: str = "comm_mode_log.json", noise_level: int = 3) -> None:
+    def generate_json_dump(self, file_name: str | os.PathLike = "comm_mode_log.json", noise_level: int = 3) -> None:
         """Write the JSON dump (docs/json-format.md): the reference's format plus our section.
 
         ``{rank}`` and ``{world_size}`` in the name are replaced:
         ``comm.generate_json_dump("traces/rank{rank}.json")``."""
         write_output(self._file_name(file_name), dump_text(self.refresh(), noise_level))
 
-    def _file_name(self, name: str) -> str:
+    def _file_name(self, name: str | os.PathLike) -> str:
         self.refresh_metadata()
         meta = self.trace.metadata
         return expand_placeholders(name, int(meta.get("rank") or 0), int(meta.get("world_size") or 1))

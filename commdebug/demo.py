@@ -11,6 +11,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
@@ -19,6 +20,10 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from commdebug.units import format_bytes
+
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy
 
 __all__ = [
     "ModelConfig",
@@ -121,7 +126,8 @@ def init_fake_world(world_size: int, rank: int = 0) -> None:
     dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
 
 
-def tensor_parallel_transformer(cfg: ModelConfig, world_size: int, device: str = "cpu", *, sequence_parallel: bool = False, mesh=None) -> Transformer:
+def tensor_parallel_transformer(cfg: ModelConfig, world_size: int, device: str = "cpu", *, sequence_parallel: bool = False,
+                                mesh: DeviceMesh | None = None) -> Transformer:
     """The transformer with Megatron-style tensor parallelism over all ranks of the world (or
     over ``mesh``, a 1-D DeviceMesh); ``sequence_parallel`` also shards norms and activations
     along the sequence, Megatron-SP style (all_gather / reduce_scatter instead of all_reduce)."""
@@ -170,20 +176,23 @@ def tensor_parallel_transformer(cfg: ModelConfig, world_size: int, device: str =
             plan[layer + "feed_forward.w1"] = ColwiseParallel()
             for name in ("attention.wo", "feed_forward.w2"):
                 plan[layer + name] = RowwiseParallel()
-    return parallelize_module(model, mesh, plan)
+    parallelize_module(model, mesh, plan)  # in place: the same module, its parameters DTensors
+    return model
 
 
-def fsdp_transformer(cfg: ModelConfig, device: str = "cpu", *, mesh=None, mp_policy=None) -> Transformer:
+def fsdp_transformer(cfg: ModelConfig, device: str = "cpu", *, mesh: DeviceMesh | None = None,
+                     mp_policy: MixedPrecisionPolicy | None = None) -> Transformer:
     """The transformer with FSDP2 (``fully_shard``) on every block and on the root, over the
     whole world or ``mesh``; ``mp_policy`` is FSDP2's MixedPrecisionPolicy."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     torch.manual_seed(0)
     model = Transformer(cfg).to(device)
-    kwargs = {"mesh": mesh, "mp_policy": mp_policy or MixedPrecisionPolicy()}
+    policy = mp_policy or MixedPrecisionPolicy()
     for layer in model.layers:
-        fully_shard(layer, **kwargs)
-    return fully_shard(model, **kwargs)
+        fully_shard(layer, mesh=mesh, mp_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=policy)  # in place: the same module, now also an FSDPModule
+    return model
 
 
 def fsdp_tp_transformer(cfg: ModelConfig, dp: int, tp: int, device: str = "cpu", *, sequence_parallel: bool = False) -> Transformer:
@@ -196,7 +205,8 @@ def fsdp_tp_transformer(cfg: ModelConfig, dp: int, tp: int, device: str = "cpu",
     model = tensor_parallel_transformer(cfg, tp, device, sequence_parallel=sequence_parallel, mesh=mesh["tp"])
     for layer in model.layers:
         fully_shard(layer, mesh=mesh["dp"])
-    return fully_shard(model, mesh=mesh["dp"])
+    fully_shard(model, mesh=mesh["dp"])  # in place, as in fsdp_transformer
+    return model
 
 
 def run_demo(world_size: int = 8, layers: int = 4, steps: int = 2, out_dir: str | os.PathLike = "commdebug_demo", noise_level: int = 0, checkpoint_layers: bool = False) -> dict[str, Path]:
