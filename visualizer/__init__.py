@@ -97,17 +97,17 @@ def _sig(seconds: float | None) -> float | None:
     return None if seconds is None or not math.isfinite(seconds) else float(f"{seconds:.6g}")
 
 
-def predictions_data(dump: commdebug.Trace | Mapping[str, Any], cluster: Any = None) -> dict[str, Any] | None:
-    """What the page embeds about predictions, or None without a cluster (or when `dump` is not
-    a commdebug dump the page could show): ``cluster`` (name), ``description``, ``notes``,
-    ``total_s``, ``events`` (predicted seconds of each event, in the dump's order, null where
-    not predicted), ``modules`` ({fqn: {phase: seconds}}, descendants included) and ``lines``
-    ({fqn: {"phase\tkey\tgroup": seconds}}, a module's collective rows).
+def predictions_data(dump: object, cluster: Any = None) -> dict[str, Any] | None:
+    """What the page embeds about predictions, or None without a cluster (or when `dump`, a
+    trace or parsed JSON, is not a commdebug dump the page could show): ``cluster`` (name),
+    ``description``, ``notes``, ``total_s``, ``events`` (predicted seconds of each event, in the
+    dump's order, null where not predicted), ``modules`` ({fqn: {phase: seconds}}, descendants
+    included) and ``lines`` ({fqn: {"phase\tkey\tgroup": seconds}}, a module's collective rows).
     """
     if isinstance(dump, commdebug.Trace):
         trace = dump
-    else:
-        section = dump.get("commdebug") if isinstance(dump, Mapping) else None
+    elif isinstance(dump, Mapping):
+        section = dump.get("commdebug")
         meta = section.get("metadata") if isinstance(section, Mapping) else None
         if cluster is None and not (isinstance(meta, Mapping) and meta.get("cluster") is not None):
             return None  # the common case: no cluster, no parse of the dump
@@ -115,6 +115,8 @@ def predictions_data(dump: commdebug.Trace | Mapping[str, Any], cluster: Any = N
             trace = commdebug.from_dump_dict(dump)
         except commdebug.DumpError:
             return None  # the page itself says what is wrong with it
+    else:
+        return None  # JSON that is no dump at all: the page says so
     predicted = commdebug.trace_predictions(trace, cluster)
     if predicted is None:
         return None
@@ -218,7 +220,7 @@ def ranks_data(folder: Any) -> tuple[dict[str, Any], list[str]]:
 def _us(seconds: Any) -> tuple:
     """Seconds as microseconds to 3 significant digits, whole numbers without ".0": a thousand
     ranks' times are most of the folder page, and "1230" is half the text of "0.00123"."""
-    out = []
+    out: list[int | float | None] = []
     for s in seconds:
         if s is None or not math.isfinite(s):
             out.append(None)
@@ -248,15 +250,17 @@ def heat_data(found: Any) -> dict[str, Any]:
     steps, ops = found.steps(), found.ops()
     step_at = {s: i for i, s in enumerate(steps)}
     op_at = {op: i for i, op in enumerate(ops)}
-    per = {f"{axis}_{m}": [] for axis in ("step", "op") for m in ("time", "bytes", "calls")}
+    per: dict[str, list[list[Any]]] = {f"{axis}_{m}": [] for axis in ("step", "op") for m in ("time", "bytes", "calls")}
     timed = False
     for r in found.ranks:
         so = r.step_ops
-        cols = {"step": [[None] * len(steps) for _ in range(3)], "op": [[None] * len(ops) for _ in range(3)]}
+        # per axis: its time, bytes and calls rows (None: no call there)
+        cols: dict[str, list[list[float | None]]] = {"step": [[None] * len(steps) for _ in range(3)],
+                                                     "op": [[None] * len(ops) for _ in range(3)]}
         if so is not None:
             timed = timed or so.seconds is not None
             seconds = so.seconds or (None,) * len(so.keys)
-            for (step, op), c, b, t in zip(so.keys, so.calls, so.bytes, seconds):
+            for (step, op), c, b, t in zip(so.keys, so.calls, so.bytes, seconds, strict=True):
                 for axis, i in (("step", step_at[step]), ("op", op_at[op])):
                     time_row, bytes_row, calls_row = cols[axis]
                     if t is not None:

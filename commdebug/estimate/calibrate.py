@@ -66,7 +66,7 @@ def parse_nccl_tests(path: str | Path) -> NcclTestsRun:
     op, factor = _op_of(text, p)
     hosts: dict[int, str] = {}
     points: list[tuple[int, float]] = []
-    for n, line in enumerate(text.splitlines(), 1):
+    for line in text.splitlines():
         m = _RANK.match(line.strip())
         if m:
             hosts[int(m.group(1))] = m.group(2)
