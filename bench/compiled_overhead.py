@@ -42,7 +42,7 @@ def main() -> None:
                 block.compile(fullgraph=True)
         optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
 
-        def train() -> None:
+        def train(model: torch.nn.Module = model, optimizer: torch.optim.Optimizer = optimizer) -> None:
             model(tokens).sum().backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
@@ -71,8 +71,8 @@ def main() -> None:
         for name, v in times.items():
             print(f"{label:>8} {name:>5}: {statistics.median(v) * 1e3:8.2f} ms/step (median of {args.rounds})")
         for name in ("full", "light"):
-            results[(label, name)] = statistics.median(x / y for x, y in zip(times[name], times["bare"]))
-            results[(label, name, "ms")] = statistics.median(x - y for x, y in zip(times[name], times["bare"])) * 1e3
+            results[(label, name)] = statistics.median(x / y for x, y in zip(times[name], times["bare"], strict=True))
+            results[(label, name, "ms")] = statistics.median(x - y for x, y in zip(times[name], times["bare"], strict=True)) * 1e3
         if compiled:
             print(f"graphs the recordings added to the compiled program: {added} (0: no recompilation)")
     for name in ("full", "light"):

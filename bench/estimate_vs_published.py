@@ -57,6 +57,10 @@ def torch_estimates(op: str, size: int, n: int) -> tuple[float | None, float | N
     return dtensor, inductor
 
 
+def _ratio(other: float | None, ours: float) -> str:
+    return "-" if other is None else f"{other / ours:.2f}"
+
+
 def main() -> None:
     for name, cluster in PRESETS.items():
         print(f"\n### {name}\n")
@@ -67,8 +71,7 @@ def main() -> None:
                 for size in SIZES:
                     t, bw = predicted_busbw(cluster, op, size, n)
                     dt, ind = torch_estimates(op, size, n)
-                    ratio = lambda x: "-" if x is None else f"{x / t:.2f}"
-                    print(f"| {op} | {layout} | {format_bytes(size)} | {t * 1e3:.4f} ms | {bw:.1f} | {ratio(dt)} | {ratio(ind)} |")
+                    print(f"| {op} | {layout} | {format_bytes(size)} | {t * 1e3:.4f} ms | {bw:.1f} | {_ratio(dt, t)} | {_ratio(ind, t)} |")
         print(f"\npublished figures for {name}:\n")
         print("| op | ranks | nodes | S | published busbw GB/s | predicted busbw GB/s | source |")
         print("|---|---|---|---|---|---|---|")

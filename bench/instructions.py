@@ -138,7 +138,7 @@ def main() -> None:
     runs = [(v, s) for v in variants for s in (few, many)]
     print(f"{len(runs)} runs under cachegrind, {args.jobs} at a time (a few minutes each)...", flush=True)
     with ThreadPoolExecutor(args.jobs) as pool:
-        counts = dict(zip(runs, pool.map(lambda r: measure(r[0], r[1], args), runs)))
+        counts = dict(zip(runs, pool.map(lambda r: measure(r[0], r[1], args), runs), strict=True))
     steps = {v: per_step(counts[(v, few)], counts[(v, many)], many - few) for v in variants}
     print(f"per step ({args.layers}-layer TP, D={args.dim}, fake PG world 8; steps {few} and {many}, "
           f"last level simulated as {args.ll})")

@@ -177,7 +177,7 @@ def ratios(times: dict[str, list[float]], a: str, b: str) -> tuple[float, float]
     cost, as ``timeit`` takes the best of its repeats. The median of the per-round ratios, which
     cancels slow drift instead, is printed beside it."""
     best = min(times[a]) / min(times[b])
-    return best, statistics.median(x / y for x, y in zip(times[a], times[b]))
+    return best, statistics.median(x / y for x, y in zip(times[a], times[b], strict=True))
 
 
 def envelope(rounds: list[list[float]]) -> float:
@@ -188,7 +188,7 @@ def envelope(rounds: list[list[float]]) -> float:
     keeps every step's own cost, also one that only some positions pay (the first step of a
     context meets every module for the first time; ``detail_every`` records step 0 in full
     detail), and drops the bursts that a round's mean keeps."""
-    return statistics.mean(min(column) for column in zip(*rounds))
+    return statistics.mean(min(column) for column in zip(*rounds, strict=True))
 
 
 def whole_run(model: torch.nn.Module, tokens: torch.Tensor, rounds: int, steps: int) -> None:

@@ -57,7 +57,7 @@ def slow_down(path: Path, step: int, factor: float) -> None:
 
     dump = json.loads(path.read_text())
     columns = dump["commdebug"]["events"]["columns"]
-    columns["latency_s"] = [lat * factor if s == step else lat for lat, s in zip(columns["latency_s"], columns["step"])]
+    columns["latency_s"] = [lat * factor if s == step else lat for lat, s in zip(columns["latency_s"], columns["step"], strict=True)]
     path.write_text(json.dumps(dump))
 
 
