@@ -116,7 +116,8 @@ def pipeline_full_and_light(rank: int, world_size: int, port: int, out_dir: str)
         for capture in ("full", "light"):
             comm = CommDebugMode(light=capture == "light")
             modes: list = []
-            hook = torch.nn.modules.module.register_module_forward_hook(lambda *_: modes.append(_get_current_dispatch_mode()))
+            hook = torch.nn.modules.module.register_module_forward_hook(
+                lambda *_, modes=modes: modes.append(_get_current_dispatch_mode()))
             with comm:
                 for _ in range(2):
                     step()

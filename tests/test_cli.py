@@ -507,5 +507,5 @@ def test_summary_latency_min_and_max(job):
         latencies = [e.latency_s for e in trace.events if e.op == row["op"] and row["size_bin"][0] <= e.size_bytes < max(row["size_bin"][1], 1)]
         assert (row["latency_min_s"], row["latency_max_s"]) == (min(latencies), max(latencies)), row
         assert row["size_bin_label"] in text and isinstance(row["size_bin"], list)
-        line = next(l for l in text.splitlines() if l.startswith(row["op"]) and row["size_bin_label"] in l)
+        line = next(s for s in text.splitlines() if s.startswith(row["op"]) and row["size_bin_label"] in s)
         assert f"{min(latencies) * 1e3:.3f}" in line.split() and f"{max(latencies) * 1e3:.3f}" in line.split()

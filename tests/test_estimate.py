@@ -7,6 +7,7 @@ import json
 import re
 import subprocess
 import sys
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -112,7 +113,7 @@ def nccl_tests_output(test: str, ranks: int, per_node: int, lat_us: float, busbw
              f"# nThread 1 nGpus 1 minBytes 8 maxBytes 1073741824 step: 4(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0",
              "#", "# Using devices"]
     for r in range(ranks):
-        lines.append(f"#  Rank {r:2d} Group  0 Pid {1000 + r:6d} on {'node%d' % (r // per_node):>10} device {r % per_node:2d} [0x{r:02x}] NVIDIA H100 80GB HBM3")
+        lines.append(f"#  Rank {r:2d} Group  0 Pid {1000 + r:6d} on {f'node{r // per_node}':>10} device {r % per_node:2d} [0x{r:02x}] NVIDIA H100 80GB HBM3")
     lines += ["#", "#                                                              out-of-place                       in-place",
               "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong",
               "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)"]
@@ -295,7 +296,7 @@ def test_table_lines_at_noise_1_show_the_sum_of_their_calls_predictions(plan):
         plain = comm.generate_comm_debug_tracing_table(0, color=False)
         assert len(lines) == sum(1 for t in plain.splitlines() if t.strip().startswith("*")) > 10
         for fqn, phase, key, label, shown, cluster in lines:
-            expected = sum(s for e, s in zip(trace.events, seconds)
+            expected = sum(s for e, s in zip(trace.events, seconds, strict=True)
                            if e.phase == phase and e.key == key and e.group.label == label and under(e.module, fqn))
             assert cluster == "h100-ib400" and shown == format_ms(expected), (fqn, phase, key)
     # the log file is the same table
@@ -406,7 +407,7 @@ def test_chrome_trace_has_a_predicted_track_per_rank(plan, tmp_path):
     seconds = predict_events(comm.trace.events, H100).seconds
     assert [e["args"]["op"] for e in pred] == [e.op for e in comm.trace.events]
     assert [e["dur"] for e in pred] == pytest.approx([s * 1e6 for s in seconds])
-    assert pred[0]["ts"] == 0 and all(b["ts"] == pytest.approx(a["ts"] + a["dur"]) for a, b in zip(pred, pred[1:]))
+    assert pred[0]["ts"] == 0 and all(b["ts"] == pytest.approx(a["ts"] + a["dur"]) for a, b in pairwise(pred))
     # --cluster overrides the dump's own
     other = cli("trace", str(path), "-o", str(out), "--cluster", "a100-ib200")
     assert other.returncode == 0

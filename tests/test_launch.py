@@ -61,7 +61,7 @@ def test_run_writes_every_rank_and_the_page(consistent):
         # 2 steps x (grad all_reduce, broadcast, pair all_reduce, send or recv) + barrier
         assert names.count("all_reduce") == 4 and names.count("broadcast") == 2 and names.count("barrier") == 1
         assert names.count("send" if rank % 2 == 0 else "recv") == 2
-        assert all(t is not None and t > 0 for t, op in zip(section["events"]["columns"]["latency_s"], names) if op not in ("send", "recv"))
+        assert all(t is not None and t > 0 for t, op in zip(section["events"]["columns"]["latency_s"], names, strict=True) if op not in ("send", "recv"))
 
 
 @pytest.mark.timeout(60)

@@ -121,7 +121,7 @@ def test_step_window_verbose_and_deepspeed_config(run):
         assert trace.metadata["timing"] == "sync"
         lines = (run / f"verbose{rank}.log").read_text().splitlines()
         assert len(lines) == len(trace.events)
-        for line, e in zip(lines, trace.events):
+        for line, e in zip(lines, trace.events, strict=True):
             fields = dict(part.split("=", 1) for part in line.split(" | "))
             assert fields["rank"] == str(rank) and fields["op"] == e.op
             assert fields["group"] == "default_pg[4]" and fields["module"] == "Global"
@@ -351,5 +351,5 @@ def test_verbose_without_logging_configured_still_prints(world):
     )
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    (line,) = [l for l in proc.stderr.splitlines() if l.startswith("[commdebug] ")]
+    (line,) = [s for s in proc.stderr.splitlines() if s.startswith("[commdebug] ")]
     assert line == "[commdebug] rank=0 | op=all_reduce | size=1.00 KiB | group=default_pg[4] | module=Global | at=<string>:6"

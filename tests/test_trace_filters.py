@@ -47,7 +47,7 @@ def job(tmp_path_factory) -> Path:
     write_rank_dumps(out, ranks=4, layers=1, steps=3, **SMALL)
     dump = json.loads((out / "rank3.json").read_text())
     cols = dump["commdebug"]["events"]["columns"]
-    cols["latency_s"] = [lat * 2 if s == 2 else lat for lat, s in zip(cols["latency_s"], cols["step"])]
+    cols["latency_s"] = [lat * 2 if s == 2 else lat for lat, s in zip(cols["latency_s"], cols["step"], strict=True)]
     (out / "rank3.json").write_text(json.dumps(dump))
     return out
 

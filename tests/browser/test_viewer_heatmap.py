@@ -18,7 +18,7 @@ def slow_down(path, step: int, factor: float) -> None:
     """Make one rank's dump `factor` times slower at `step` (every call of that step)."""
     dump = json.loads(path.read_text())
     columns = dump["commdebug"]["events"]["columns"]
-    columns["latency_s"] = [lat * factor if s == step else lat for lat, s in zip(columns["latency_s"], columns["step"])]
+    columns["latency_s"] = [lat * factor if s == step else lat for lat, s in zip(columns["latency_s"], columns["step"], strict=True)]
     path.write_text(json.dumps(dump))
 
 
