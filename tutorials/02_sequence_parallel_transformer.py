@@ -165,7 +165,7 @@ def per_layer(comm, title):
     print(f"===== per layer: {title} =====")
     print(f"{'layer':<9} {'forward':<12} {'backward':<12} {'optimizer':<10} {'S':>10} {'S x factor':>11}")
     for layer, row in rows.items():
-        cells = [f"{cell(row['calls'], phase):<{w}}" for phase, w in zip(PHASES, (12, 12, 10))]
+        cells = [f"{cell(row['calls'], phase):<{w}}" for phase, w in zip(PHASES, (12, 12, 10), strict=True)]
         print(f"{layer:<9} {' '.join(cells)} {format_bytes(row['S']):>10} {format_bytes(row['wire']):>11}")
 
 

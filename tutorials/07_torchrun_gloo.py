@@ -50,7 +50,7 @@ def masked_table(lines, host_col=None, sort_from=None):
     if sort_from is not None:
         rows[sort_from:] = sorted(rows[sort_from:])
     widths = [max(len(r[i]) for r in rows if i < len(r)) for i in range(max(map(len, rows)))]
-    return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip() for r in rows)
+    return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=False))).rstrip() for r in rows)
 
 
 with tempfile.TemporaryDirectory() as tmp:
@@ -58,7 +58,7 @@ with tempfile.TemporaryDirectory() as tmp:
     job = run("-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", "commdebug", "run",
               "--out", "traces", "--timing", "--", str(PROGRAM), "--steps", "3", cwd=tmp)
     print(re.sub(r"\d+\.\d+", "…", job.stdout), end="")  # the program's own prints (its losses masked)
-    print("\n".join(sorted(l for l in job.stderr.splitlines() if l.startswith("commdebug:"))))
+    print("\n".join(sorted(line for line in job.stderr.splitlines() if line.startswith("commdebug:"))))
 
     traces = Path(tmp, "traces")
     print("===== traces/ =====")

@@ -31,7 +31,7 @@ with tempfile.TemporaryDirectory() as tmp:
                          capture_output=True, text=True, cwd=tmp, env=ENV, timeout=120)
     print(f"exit status {job.returncode}")
     print("--- commdebug's lines on stderr (sorted; the seconds vary) ---")
-    ours = [re.sub(r"stuck for \d+ s", "stuck for … s", clean(l, tmp)) for l in job.stderr.splitlines() if l.startswith("commdebug: rank")]
+    ours = [re.sub(r"stuck for \d+ s", "stuck for … s", clean(line, tmp)) for line in job.stderr.splitlines() if line.startswith("commdebug: rank")]
     print("\n".join(sorted(ours)))
 
     print("===== the last events of each rank =====")

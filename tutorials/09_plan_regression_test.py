@@ -23,8 +23,8 @@ def pytest(tmp, **env):
     cmd = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "test_plan.py"]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp, env={**ENV, **env}, timeout=120)
     lines = proc.stdout.splitlines()
-    shown = [l[2:].rstrip() for l in lines if l.startswith("E  ") and ("difference" in l or "->" in l)]
-    shown += [l for l in lines if l.startswith("SKIPPED")]
+    shown = [line[2:].rstrip() for line in lines if line.startswith("E  ") and ("difference" in line or "->" in line)]
+    shown += [line for line in lines if line.startswith("SKIPPED")]
     summary = re.sub(r" in [\d.]+s$", "", lines[-1].strip("= "))  # no timing
     print("\n".join(shown + [summary, f"(exit status {proc.returncode})"]))
 
@@ -46,8 +46,8 @@ with tempfile.TemporaryDirectory() as tmp:
     plan.write_text(new)
     print("===== 3. the plan changed =====")
     before, after = old.splitlines(), new.splitlines()
-    print("\n".join(f"- {l}" for l in before if l not in after))
-    print("\n".join(f"+ {l}" for l in after if l not in before))
+    print("\n".join(f"- {line}" for line in before if line not in after))
+    print("\n".join(f"+ {line}" for line in after if line not in before))
     print("===== 4. pytest test_plan.py =====")
     pytest(tmp)
 

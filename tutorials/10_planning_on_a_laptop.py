@@ -133,7 +133,7 @@ for name, comm in recorded.items():
                 + [format_ms(s.header["predicted_s"]) for s in by_step])
 widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
 for r in rows:
-    print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))))
+    print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))))
 
 print()
 print("===== FSDP+TP: where the time goes (commdebug summary --by group) =====")
