@@ -94,5 +94,5 @@ class _WrapOnImport:
             if self.patch.users:
                 self.patch._install()
 
-        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]  # this loader only: patch once its module ran
         return spec
