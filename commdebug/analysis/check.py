@@ -43,15 +43,25 @@ from __future__ import annotations
 import os
 import socket
 from array import array
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Any, Iterable
+from typing import Any
 
-from commdebug.analysis.divergence import (UNKNOWN_STEP, BranchNotes, GroupSites, Interner, Parting, aligned, diverged,
-                                           history_words, once_note)
+from commdebug.analysis.divergence import (
+    UNKNOWN_STEP,
+    BranchNotes,
+    GroupSites,
+    Interner,
+    Parting,
+    aligned,
+    diverged,
+    history_words,
+    once_note,
+)
 from commdebug.analysis.findings import Change, Finding, Side, ranks_text, who
-from commdebug.model.rank_view import RankView
 from commdebug.formats.readers import iter_ranks
+from commdebug.model.rank_view import RankView
 from commdebug.model.trace import CollectiveEvent, GroupInfo
 from commdebug.ops import shape_rule
 from commdebug.units import format_bytes
@@ -177,8 +187,9 @@ class _Checker:
         self.rank_notes: dict[str, list[int]] = {}  # a rank's note -> the ranks that have it
         self.notes: list[str] = []  # the check's own
         self.summaries: list[RankSummary] = []
-        self.sends: dict[tuple, tuple[int, int, int]] = {}  # (group, src, dst, p2p seq) -> (bytes, ctx, step)
-        self.recvs: dict[tuple, tuple[int, int]] = {}
+        # (group, src, dst, p2p seq) -> (bytes, call site, step or None)
+        self.sends: dict[tuple[str, int, int, int], tuple[int, int, int | None]] = {}
+        self.recvs: dict[tuple[str, int, int, int], tuple[int, int, int | None]] = {}
 
     def add(self, view: RankView) -> None:
         rank = view.rank
@@ -190,21 +201,22 @@ class _Checker:
         pair_p2p = view.source_format == "commdebug"
         steps_known = view.source_format != "flight-recorder"
         for e in view.events:
-            if e.seq is None:
+            seq = e.seq
+            if seq is None:
                 if pair_p2p and e.peer is not None and e.p2p_seq is not None and e.op in ("send", "recv"):
                     self._p2p(rank, e, e.step if steps_known else None)
                 continue
             by_group.setdefault(e.group.name, []).append(e)
-            self._rules(rank, e, e.step if steps_known else None)
+            self._rules(rank, seq, e, e.step if steps_known else None)
         issued = sum(len(events) for events in by_group.values())
         self.collectives += issued
         self.summaries.append(_summary(view, issued))
         for name, events in by_group.items():
             self._sequence(rank, view.groups.get(name) or events[0].group, events, steps_known)
         # a member of a known group that issued nothing on it
-        for name, g in view.groups.items():
-            if name not in by_group and g.ranks and rank in g.ranks:
-                self._group(name, g).members.setdefault(rank, -1)
+        for name, info in view.groups.items():
+            if name not in by_group and info.ranks and rank in info.ranks:
+                self._group(name, info).members.setdefault(rank, -1)
         for name, seq in view.completed.items():
             g = self._group(name, view.groups.get(name) or _unknown(name))
             if seq > g.completed:
@@ -219,6 +231,7 @@ class _Checker:
         return g
 
     def _sequence(self, rank: int, info: Any, events: list[CollectiveEvent], steps_known: bool) -> None:
+        """A rank's collectives on one group (each with a sequence number)."""
         g = self._group(info.name, info)
         events.sort(key=_SEQ)
         sigs, ctxs = self._ids(events)
@@ -232,10 +245,10 @@ class _Checker:
         if g.ref_rank is None:  # the first member seen is the reference
             g.ref_rank, g.first = rank, seqs[0]
             g.sites.add(rank, seqs, steps, ctxs, sigs, self.patterns, None)
-            for e, s, c, step in zip(events, sigs, ctxs, steps):
-                _append(g, e.seq - g.first, s, c, step, e.in_flight)
+            for e, seq, s, c, step in zip(events, seqs, sigs, ctxs, steps, strict=True):
+                _append(g, seq - g.first, s, c, step, e.in_flight)
                 if e.in_flight:
-                    g.in_flight.setdefault(e.seq, []).append(rank)
+                    g.in_flight.setdefault(seq, []).append(rank)
             return
         g.sites.add(rank, seqs, steps, ctxs, sigs, self.patterns, (g.ctx, g.steps, g.first))
         ref_sig, first, n = g.sig, g.first, len(g.sig)
@@ -243,14 +256,14 @@ class _Checker:
         if span is not None and ref_sig[span].tolist() == sigs:
             # the usual case, compared in C: the reference's calls; only unfinished ones to note
             if any(map(_IN_FLIGHT, events)):
-                for e in events:
+                for e, seq in zip(events, seqs, strict=True):
                     if e.in_flight:
-                        g.in_flight.setdefault(e.seq, []).append(rank)
+                        g.in_flight.setdefault(seq, []).append(rank)
             return
-        for e, s, c, step in zip(events, sigs, ctxs, steps):
+        for e, seq, s, c, step in zip(events, seqs, sigs, ctxs, steps, strict=True):
             if e.in_flight:
-                g.in_flight.setdefault(e.seq, []).append(rank)
-            pos = e.seq - first
+                g.in_flight.setdefault(seq, []).append(rank)
+            pos = seq - first
             if 0 <= pos < n:
                 if ref_sig[pos] == s or ref_sig[pos] == -1:
                     continue
@@ -260,8 +273,8 @@ class _Checker:
                 continue
             else:
                 continue  # before the reference's first kept entry: dropped there
-            g.divergent.setdefault(e.seq, {}).setdefault(s, []).append(rank)
-            g.diverge_ctx.setdefault((e.seq, s), c)
+            g.divergent.setdefault(seq, {}).setdefault(s, []).append(rank)
+            g.diverge_ctx.setdefault((seq, s), c)
 
     def _ids(self, events: list[CollectiveEvent]) -> tuple[list[int], list[int]]:
         """The events' signature and call-site ids, through one lookup of the whole call each
@@ -272,15 +285,15 @@ class _Checker:
             self.call_ctx.append(self.ctxs(value[3:]))
         return list(map(self.call_sig.__getitem__, calls)), list(map(self.call_ctx.__getitem__, calls))
 
-    def _rules(self, rank: int, e: CollectiveEvent, step: int | None) -> None:
+    def _rules(self, rank: int, seq: int, e: CollectiveEvent, step: int | None) -> None:
         n = e.group.size
         rule = shape_rule(e.op)
         if n <= 0 or rule is None:
             return
         if rule.balanced:  # only the group's totals can be checked, once all members are read
             g = self._group(e.group.name, e.group)
-            totals = g.a2a.setdefault(e.seq, [0, 0])
-            g.a2a_step.setdefault(e.seq, UNKNOWN_STEP if step is None else step)
+            totals = g.a2a.setdefault(seq, [0, 0])
+            g.a2a_step.setdefault(seq, UNKNOWN_STEP if step is None else step)
             totals[0] += e.input_bytes
             totals[1] += e.output_bytes
             return
@@ -290,13 +303,16 @@ class _Checker:
         bad = rule.mismatch(e.input_bytes, e.output_bytes, n)
         if bad is not None:
             whole, part = bad
-            self.findings.append(Finding("shape", e.group.label, e.seq,
+            self.findings.append(Finding("shape", e.group.label, seq,
                 f"{e.op} on rank {rank}: {rule.whole} {format_bytes(whole)} is not group size {n} x {rule.part} {format_bytes(part)}",
                 [Side([rank], e.op, e.size_bytes, e.dtype, e.module, e.source, e.in_flight)], step=step))
 
     def _p2p(self, rank: int, e: CollectiveEvent, step: int | None) -> None:
-        src, dst = (rank, e.peer) if e.op == "send" else (e.peer, rank)
-        key = (e.group.label, src, dst, e.p2p_seq)
+        peer, p2p_seq = e.peer, e.p2p_seq
+        if peer is None or p2p_seq is None:  # not a paired send or receive
+            return
+        src, dst = (rank, peer) if e.op == "send" else (peer, rank)
+        key = (e.group.label, src, dst, p2p_seq)
         (self.sends if e.op == "send" else self.recvs)[key] = (e.size_bytes, self.ctxs((e.module, e.source)), step)
 
     # ---- findings -------------------------------------------------------------------------
@@ -348,7 +364,7 @@ class _Checker:
                     g.members.setdefault(r, -1)
             members = set(g.members)
         last = max(g.members.values(), default=-1)
-        short = sorted(r for r, l in g.members.items() if l < last)
+        short = sorted(r for r, seq in g.members.items() if seq < last)
         stop = min(g.members[r] for r in short) + 1 if short else None  # the first seq some rank never issued
         mismatch = min(g.divergent) if g.divergent else None
         # 0. where call sites parted, before (or at) the first op or size difference
@@ -361,7 +377,9 @@ class _Checker:
                 parting = None  # the ranks had already parted by op, size or count
             elif parting.settled or later:
                 departed, changes, undecided = self._who_departed(g, parting, [s[0] for s in parting.sides], parting.odd)
-                side_of = lambda ranks, sig, ctx: self._side(ranks, sig, ctx, self._stuck(g, parting.seq, ranks))
+                def side_of(ranks: list[int], sig: int, ctx: int, g: _Group = g, seq: int = parting.seq) -> Side:
+                    return self._side(ranks, sig, ctx, self._stuck(g, seq, ranks))
+
                 self.findings.append(diverged(g.label, parting, side_of, departed, changes, undecided))
                 parted_before = parting.seq
             else:
@@ -476,7 +494,8 @@ class _Checker:
                 sides.append(self._side([src], self.sigs(("send", send[0], None)), send[1]))
             if recv:
                 sides.append(self._side([dst], self.sigs(("recv", recv[0], None)), recv[1]))
-            self.findings.append(Finding("unmatched", group, seq, msg, sides, step=(send or recv)[2]))
+            step = send[2] if send else recv[2] if recv else None
+            self.findings.append(Finding("unmatched", group, seq, msg, sides, step=step))
 
 
 def _append(g: _Group, pos: int, sig: int, ctx: int, step: int, in_flight: bool) -> None:

@@ -30,10 +30,11 @@ were new to it; step call-site sequences are interned, so ranks running the same
 from __future__ import annotations
 
 from array import array
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 from itertools import groupby
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, cast
 
 from commdebug.analysis.findings import Change, Finding, Side, who
 
@@ -63,10 +64,10 @@ class Interner:
         """The ids of `values`: looked up in C, one Python call only for values not seen before
         (a rank's ten thousand calls have a few dozen distinct values)."""
         values = list(values)
-        ids = list(map(self.ids.get, values))
-        if None in ids:
-            ids = [self(v) if i is None else i for v, i in zip(values, ids)]
-        return ids
+        found = list(map(self.ids.get, values))
+        if None in found:
+            return [self(v) if i is None else i for v, i in zip(values, found, strict=True)]
+        return cast("list[int]", found)  # no None in it, as just asked
 
 
 @dataclass(frozen=True)
@@ -296,18 +297,22 @@ def _parting(seqs: list[int], steps: list[int], ctxs: list[int], sigs: list[int]
     return departure(at_first, False), None
 
 
-def _how(ranks: list[int], step: int, now: tuple[int, ...], before: tuple[int, ...], sites: list) -> list[Change]:
+def _how(ranks: list[int], step: int, now: tuple[int, ...], before: tuple[int, ...],
+         sites: Sequence[tuple[str | None, str | None]]) -> list[Change]:
     """The first two differences of a step's call sites from the previous step's."""
     out: list[Change] = []
     for tag, i1, i2, j1, j2 in SequenceMatcher(None, before, now, autojunk=False).get_opcodes():
         if tag == "equal":
             continue
         if tag == "delete":
-            out.append(Change(ranks, step, "skipped", *sites[before[i1]], i2 - i1))
+            module, source = sites[before[i1]]
+            out.append(Change(ranks, step, "skipped", module, source, i2 - i1))
         elif tag == "insert":
-            out.append(Change(ranks, step, "extra", *sites[now[j1]], j2 - j1))
+            module, source = sites[now[j1]]
+            out.append(Change(ranks, step, "extra", module, source, j2 - j1))
         else:
-            out.append(Change(ranks, step, "replaced", *sites[now[j1]], j2 - j1, *sites[before[i1]]))
+            (module, source), (instead_module, instead_source) = sites[now[j1]], sites[before[i1]]
+            out.append(Change(ranks, step, "replaced", module, source, j2 - j1, instead_module, instead_source))
         if len(out) == 2:
             break
     return out
