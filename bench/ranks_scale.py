@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import resource
 import shutil
 import subprocess
 import sys

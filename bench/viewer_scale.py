@@ -29,6 +29,7 @@ except ImportError:  # a checkout that is not installed
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from coldload import cold_loads, verdict
+
 from synthetic import transformer_dump
 
 TIMINGS = """() => {

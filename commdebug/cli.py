@@ -11,8 +11,9 @@ import json
 import os
 import sys
 import webbrowser
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from commdebug.errors import CommDebugError
 

@@ -83,7 +83,7 @@ class CommDebugMode(Recorder):
             except CommDebugError as e:
                 raise ConfigError(f"cluster: {e}") from None
 
-    def __enter__(self) -> "CommDebugMode":
+    def __enter__(self) -> CommDebugMode:
         cluster = None if self.options.cluster is None else load_cluster(self.options.cluster).to_dict()
         super().__enter__()
         if cluster is not None:
@@ -157,7 +157,7 @@ class CommDebugMode(Recorder):
         return self._sharding
 
     @property
-    def advanced_module_tracker(self) -> "_ReferenceTrackerView":
+    def advanced_module_tracker(self) -> _ReferenceTrackerView:
         """The reference's tracker dictionaries, for tests written against it."""
         return _ReferenceTrackerView(self)
 

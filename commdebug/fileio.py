@@ -6,8 +6,9 @@ import contextlib
 import os
 import re
 import tempfile
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator, TextIO
+from typing import TextIO
 
 from commdebug.errors import CommDebugError
 

@@ -15,8 +15,9 @@ of those names ask :func:`canonical_op` / :func:`aliases`; ``commdebug check`` a
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Mapping, Sequence, get_args
+from typing import Any, Literal, get_args
 
 import torch
 

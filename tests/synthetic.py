@@ -23,7 +23,8 @@ import json
 import math
 import os
 import pathlib
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from commdebug.model.events import encode_events
 from commdebug.model.trace import TRIVIAL_OPS, CollectiveEvent, GroupInfo

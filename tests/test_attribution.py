@@ -16,7 +16,8 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.debug import CommDebugMode as ReferenceMode
 
 from commdebug import CommDebugMode
-from commdebug.demo import ModelConfig, fsdp_transformer, fsdp_tp_transformer, tensor_parallel_transformer
+from commdebug.demo import ModelConfig, fsdp_tp_transformer, fsdp_transformer, tensor_parallel_transformer
+
 from conftest import plain_counts
 
 RS, AG, AR = "c10d._reduce_scatter_base_", "c10d._allgather_base_", "c10d_functional.all_reduce"

@@ -127,9 +127,7 @@ def test_version_and_help_say_defaults_and_ranges():
     top = cli("-h").stdout
     import argparse
 
-    from commdebug.cli import VERBS, _parser
-
-    from commdebug.cli import HIDDEN_VERBS
+    from commdebug.cli import HIDDEN_VERBS, VERBS, _parser
 
     verbs = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
     assert set(verbs.choices) == set(VERBS)
@@ -242,6 +240,7 @@ def test_run_bad_detail_every_is_a_usage_error(value):
 
 def test_table_and_summary_say_where_a_light_capture_has_detail(tmp_path, capsys):
     from commdebug import cli as cli_module
+
     from synthetic import transformer_dump, write_rank_dumps
 
     small = {"layers": 1, "steps": 3, "dim": 64, "ffn": 256, "vocab": 256, "tokens": 32}
@@ -494,8 +493,8 @@ def test_summary_without_header(job, capsys):
 
 def test_summary_latency_min_and_max(job):
     import commdebug
-    from commdebug.render.summary import render_summary, summary_dict
     from commdebug.analysis.summary import summarize
+    from commdebug.render.summary import render_summary, summary_dict
 
     trace = commdebug.load(job / "rank1.json")
     summary = summarize(trace, "op,bin")

@@ -9,6 +9,7 @@ from torch.distributed.tensor.debug import CommDebugMode as ReferenceMode
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 from commdebug import CommDebugMode
+
 from conftest import plain_counts
 
 c10d_functional = torch.ops.c10d_functional

@@ -9,8 +9,8 @@ are in test_divergence_jobs.py.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from commdebug.analysis.check import check
 from commdebug.model.rank_view import RankView

@@ -110,7 +110,7 @@ def test_cluster_file_round_trips_and_unknown_preset_is_an_error(tmp_path):
 def nccl_tests_output(test: str, ranks: int, per_node: int, lat_us: float, busbw_gbps: float, factor: float) -> str:
     """nccl-tests' text output for a run whose time is exactly lat + S*factor/busbw."""
     lines = [f"# Collective test starting: {test}",
-             f"# nThread 1 nGpus 1 minBytes 8 maxBytes 1073741824 step: 4(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0",
+             "# nThread 1 nGpus 1 minBytes 8 maxBytes 1073741824 step: 4(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0",
              "#", "# Using devices"]
     for r in range(ranks):
         lines.append(f"#  Rank {r:2d} Group  0 Pid {1000 + r:6d} on {f'node{r // per_node}':>10} device {r % per_node:2d} [0x{r:02x}] NVIDIA H100 80GB HBM3")

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from chrome_trace_rules import validate_chrome_trace
 from commdebug.launch import hook
+
+from chrome_trace_rules import validate_chrome_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 JOB = ROOT / "tests" / "programs" / "job.py"

@@ -26,9 +26,10 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, 
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 import commdebug
-import gloo_worker
 from commdebug import CommDebugMode
 from commdebug.demo import ModelConfig, fsdp_transformer, tensor_parallel_transformer
+
+import gloo_worker
 
 ROOT = Path(__file__).resolve().parents[1]
 LIGHT_JOB = ROOT / "tests" / "programs" / "light_job.py"
@@ -300,6 +301,7 @@ def test_each_collective_passes_through_python_once(world, monkeypatch):
     autograd keys, which the functional op's dispatch has left). Eager c10d from Python, also
     under inference mode (entered inside or before the recording), passes one kernel."""
     import torch.distributed._functional_collectives as funcol
+
     from commdebug.capture import light
 
     kernel_passes: Counter = Counter()

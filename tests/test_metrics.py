@@ -12,6 +12,7 @@ import torch.distributed as dist
 
 from commdebug.launch.metrics import metrics_port
 from commdebug.launch.session import RecordingSession
+
 from test_watch import free_port, poll
 
 

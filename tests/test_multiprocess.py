@@ -13,6 +13,7 @@ import pytest
 import torch.multiprocessing as mp
 
 import commdebug
+
 import gloo_worker
 
 DEADLINE_S = 120

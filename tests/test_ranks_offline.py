@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from chrome_trace_rules import validate_chrome_trace
 from commdebug.analysis.check import check_path
 from commdebug.analysis.report import report_path
+
+from chrome_trace_rules import validate_chrome_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAM = ROOT / "tests" / "programs" / "fake_ranks.py"

@@ -14,6 +14,7 @@ import commdebug
 from commdebug import CommDebugMode, DumpError
 from commdebug.model.dump import to_dump_dict
 from commdebug.render.table import render_table
+
 from conftest import plain_counts
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")

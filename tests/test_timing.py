@@ -14,12 +14,13 @@ import torch
 import torch.distributed as dist
 
 import commdebug
-import gloo_worker
 from commdebug import CommDebugMode
 from commdebug.analysis.summary import summarize
 from commdebug.capture.config import ConfigError
-from commdebug.capture.timing import AsyncTimer, WorkDone, _report
+from commdebug.capture.timing import AsyncTimer, _report
 from commdebug.render.summary import render_summary, size_bin_label
+
+import gloo_worker
 from test_multiprocess import DEADLINE_S, _spawn
 
 WORLD = 4

@@ -11,6 +11,7 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, 
 from torch.nn.modules import module as nn_module
 
 from commdebug import CommDebugMode
+
 from conftest import plain_counts
 
 

@@ -13,8 +13,9 @@ import json
 import pickle
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -170,6 +171,7 @@ def test_two_ranks_disagree_without_calling_either_odd(tmp_path, odd):
 
 def test_a_majority_names_the_odd_ranks(tmp_path):
     from commdebug.analysis.check import check
+
     from synthetic import write_rank_dumps
 
     write_rank_dumps(tmp_path, ranks=4, layers=1, steps=1, odd_rank=2, odd_module="Transformer.layers.0.attention.wo",

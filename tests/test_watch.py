@@ -190,9 +190,10 @@ def test_ranks_waiting_apart_inside_stall_after_are_never_called_healthy():
 
 
 def test_watch_waits_for_a_stream_with_no_whole_line_yet(tmp_path, world):
+    from test_streaming import _events
+
     from commdebug.analysis.watch import job_started, watch_path
     from commdebug.model.stream import chunk_line, header_line
-    from test_streaming import _events
 
     assert not job_started(tmp_path / "traces")  # no folder yet
     traces = tmp_path / "traces"

@@ -59,8 +59,8 @@ with tempfile.TemporaryDirectory() as tmp:
     print(check.stdout.replace(tmp, "traces").replace(str(PROGRAM.parent.parent) + os.sep, ""), end="")
 
 # torch's own CommDebugMode keeps a fixed list of the collectives it counts; send and recv are not in it.
-from torch.distributed.tensor.debug import _comm_mode  # noqa: E402
 import torch  # noqa: E402
+from torch.distributed.tensor.debug import _comm_mode  # noqa: E402
 
 print("===== torch's CommDebugMode =====")
 for op in ("allreduce_", "send", "recv_"):

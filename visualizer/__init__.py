@@ -21,7 +21,8 @@ import json
 import math
 import os
 import pathlib
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import markupsafe
 

@@ -25,9 +25,10 @@ CI fail when ``commdebug diff`` exits 1.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from commdebug.errors import CommDebugError, DumpError
 from commdebug.formats.readers import job_files, load, rank_from_name

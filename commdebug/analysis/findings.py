@@ -7,8 +7,9 @@ Kept apart from the check itself so that the modules building findings (:mod:`.c
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 __all__ = ["Side", "Change", "Finding", "who", "ranks_text"]
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from commdebug.estimate.cluster import Cluster
 from commdebug.estimate.alpha_beta import Prediction, predict_trace
+from commdebug.estimate.cluster import Cluster
 from commdebug.model.trace import GLOBAL, Trace
 
 __all__ = ["LinePrediction", "TracePredictions", "trace_predictions"]

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 from commdebug.analysis.check import CheckResult, check
 from commdebug.errors import DumpError

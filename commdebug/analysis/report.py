@@ -21,12 +21,13 @@ from __future__ import annotations
 import os
 import statistics
 from array import array
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from commdebug.analysis.check import who
-from commdebug.model.rank_view import RankView
 from commdebug.formats.readers import iter_ranks
+from commdebug.model.rank_view import RankView
 
 __all__ = ["RankStats", "OpStats", "Deviation", "Report", "report", "report_path", "DEVIATION_FIGURES"]
 

@@ -16,9 +16,10 @@ import itertools
 import math
 import os
 import statistics
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 from commdebug.errors import CommDebugError, DumpError
 from commdebug.model.aggregates import older_of

@@ -30,9 +30,10 @@ from __future__ import annotations
 import os
 import statistics
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from commdebug.model.aggregates import older_of
 from commdebug.model.rank_view import RankView
@@ -63,7 +64,7 @@ class Call:
     since: float | None = None  # wall time it has been unfinished since, when it is
 
     @classmethod
-    def of(cls, e: CollectiveEvent, since: float | None = None) -> "Call":
+    def of(cls, e: CollectiveEvent, since: float | None = None) -> Call:
         return cls(e.op, e.group.label, e.seq, e.module if e.module not in ("?", "") else None, e.source, e.step,
                    e.in_flight or since is not None, since)
 
@@ -87,7 +88,7 @@ class RankLive:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "RankLive":
+    def from_dict(cls, d: dict[str, Any]) -> RankLive:
         """From :meth:`to_dict`'s form (a rank's answer to the debug server)."""
         d = dict(d)
         d["last"] = Call(**d["last"]) if d.get("last") else None

@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import weakref
 from bisect import bisect_right
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import torch
 

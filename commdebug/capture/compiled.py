@@ -16,8 +16,9 @@ not import it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import ExitStack
-from typing import Any, Callable
+from typing import Any
 
 import torch
 

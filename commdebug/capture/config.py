@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from commdebug import ops as _ops
 from commdebug.errors import CommDebugError
@@ -57,7 +58,7 @@ class Options:
         return self.ops is None and not self.crossnode_only and self.timing == "off" and not self.nvtx
 
     @classmethod
-    def resolve(cls, kwargs: Mapping[str, Any], config: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None) -> "Options":
+    def resolve(cls, kwargs: Mapping[str, Any], config: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None) -> Options:
         """Defaults, then ``COMMDEBUG_*`` from ``env`` (``os.environ`` when None), then
         ``config`` (see :func:`read_config`), then ``kwargs``; validated."""
         options = cls()

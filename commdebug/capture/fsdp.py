@@ -16,7 +16,8 @@ The wrappers read the trackers from ``patch.users`` (``active``, ``calls``, ``un
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from commdebug.capture.patches import ClassPatch
 

@@ -47,8 +47,9 @@ from __future__ import annotations
 import sys
 import threading
 import warnings
+from collections.abc import Callable, Iterator
 from functools import partial
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import importlib.machinery
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["ClassPatch"]
 
@@ -31,7 +32,7 @@ class ClassPatch:
     >>> patch.add(recording); ...; patch.remove(recording)        # doctest: +SKIP
     """
 
-    def __init__(self, module: str, cls_name: str, wrappers: dict[str, Callable[[Any, "ClassPatch"], Any]]) -> None:
+    def __init__(self, module: str, cls_name: str, wrappers: dict[str, Callable[[Any, ClassPatch], Any]]) -> None:
         self.module = module
         self.cls_name = cls_name
         self.wrappers = wrappers

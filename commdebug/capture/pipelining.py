@@ -59,7 +59,7 @@ class PipelineTags:
             if tensor is not None:
                 self._tags[id(tensor)] = (tensor, tag)
 
-    def __enter__(self) -> "PipelineTags":
+    def __enter__(self) -> PipelineTags:
         _STAGE.add(self)
         return self
 

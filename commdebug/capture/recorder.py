@@ -14,7 +14,8 @@ import os
 import sys
 import time
 from collections import defaultdict
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import torch
 from torch.distributed.tensor import DTensor
@@ -113,7 +114,7 @@ class Recorder(Stepping, TorchDispatchMode):
         return True
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any] | str | os.PathLike, **overrides: Any) -> "Recorder":
+    def from_config(cls, config: Mapping[str, Any] | str | os.PathLike, **overrides: Any) -> Recorder:
         """A mode configured by a dict or a JSON file: our option names, or a DeepSpeed config
         with a ``comms_logger`` block, read as is. ``overrides`` win over the file.
 
@@ -166,7 +167,7 @@ class Recorder(Stepping, TorchDispatchMode):
 
     # ---- context ----------------------------------------------------------------------------
 
-    def __enter__(self) -> "Recorder":
+    def __enter__(self) -> Recorder:
         self._reset()
         self.trace.metadata = run_metadata()
         self.trace.metadata["timing"] = self.options.timing

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from types import CodeType, FrameType
-from typing import Any, Callable
+from typing import Any
 
 import torch
 

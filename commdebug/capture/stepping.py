@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
 

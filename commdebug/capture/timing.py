@@ -21,7 +21,8 @@ import threading
 import time
 import weakref
 from collections import deque
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import torch
 
@@ -97,8 +98,8 @@ class WorkDone(NamedTuple):
 
 # ProcessGroupNCCL accepts one completion hook per group, for its lifetime: ours is registered
 # once per group and hands each report to whichever timers are active.
-_active: "weakref.WeakSet[AsyncTimer]" = weakref.WeakSet()
-_hooked: "weakref.WeakSet[Any]" = weakref.WeakSet()
+_active: weakref.WeakSet[AsyncTimer] = weakref.WeakSet()
+_hooked: weakref.WeakSet[Any] = weakref.WeakSet()
 _lock = threading.Lock()
 
 
@@ -133,7 +134,7 @@ class AsyncTimer:
         self._note = note  # (key, message): said once by the mode
         self._watched: dict[str, bool] = {}
 
-    def __enter__(self) -> "AsyncTimer":
+    def __enter__(self) -> AsyncTimer:
         _active.add(self)
         return self
 

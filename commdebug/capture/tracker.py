@@ -43,14 +43,21 @@ Light steps need a location only per collective and track calls instead of hooks
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.nn.modules.module import register_module_forward_pre_hook
 
-from commdebug.capture.calls import MODULE_CALL, CallTracking, NodeRanges, current_node, next_number
-from commdebug.capture.calls import hidden as _call_patch_hidden
+from commdebug.capture.calls import (
+    MODULE_CALL,
+    CallTracking,
+    NodeRanges,
+    current_node,
+    hidden as _call_patch_hidden,
+    next_number,
+)
 from commdebug.capture.compiled import MODULE_COMPILE, OPTIMIZED_CALL, CompiledCall, compiling
 from commdebug.capture.fsdp import FSDP_PATCHES
 from commdebug.capture.markers import add_tensor_hook, tensors_in
@@ -462,7 +469,7 @@ class ModuleTracker(CallTracking):
 
     # ---- context ----------------------------------------------------------------------------
 
-    def __enter__(self) -> "ModuleTracker":
+    def __enter__(self) -> ModuleTracker:
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
         self.stack.clear()

@@ -12,8 +12,9 @@ Ranks map to nodes by consecutive blocks of ``ranks_per_node`` (default: the clu
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from commdebug.estimate.cluster import Cluster, ClusterError, Link
 from commdebug.estimate.presets import load_cluster

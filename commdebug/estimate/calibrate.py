@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 from commdebug.errors import CommDebugError
 from commdebug.estimate.cluster import Cluster, Link

@@ -5,9 +5,10 @@ or a JSON file (schema in docs/estimate.md); every bad key or value is one error
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from commdebug.errors import CommDebugError
 
@@ -52,7 +53,7 @@ class Cluster:
         return out
 
     @classmethod
-    def from_dict(cls, data: Any, where: str = "cluster") -> "Cluster":
+    def from_dict(cls, data: Any, where: str = "cluster") -> Cluster:
         """A cluster from the JSON schema; ``where`` (a file name) starts every error."""
         if not isinstance(data, Mapping):
             raise ClusterError(f"{where}: a cluster description is a JSON object, got {type(data).__name__}")

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping, NamedTuple
+from typing import Any, NamedTuple
 
 from commdebug.estimate.cluster import Cluster, ClusterError, Link
 
@@ -65,7 +66,7 @@ PUBLISHED: dict[str, list[Published]] = {
 }
 
 
-def load_cluster(spec: "str | os.PathLike | Cluster | Mapping[str, Any]") -> Cluster:
+def load_cluster(spec: str | os.PathLike | Cluster | Mapping[str, Any]) -> Cluster:
     """A preset name (``"h100-ib400"``), a JSON file, a dict of the schema, or a Cluster."""
     if isinstance(spec, Cluster):
         return spec

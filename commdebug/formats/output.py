@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import gzip
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from commdebug.fileio import open_atomic, write_output
 

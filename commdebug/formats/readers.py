@@ -30,8 +30,9 @@ import json
 import os
 import pickle
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from commdebug.errors import DumpError
 from commdebug.formats.flight_recorder import from_flight_recorder, is_flight_recorder

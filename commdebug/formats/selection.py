@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 from commdebug.errors import CommDebugError, DumpError
 from commdebug.formats.readers import job_files, load_rank, rank_from_name
@@ -43,7 +43,7 @@ class Selection:
     ranges: tuple[tuple[int, int], ...] | None = None
 
     @classmethod
-    def parse(cls, text: str | None, option: str) -> "Selection":
+    def parse(cls, text: str | None, option: str) -> Selection:
         """``"0-7,512"`` -> the numbers 0 to 7 and 512; None or empty -> everything. Raises
         :class:`SelectionError` naming `option` and the bad part."""
         if text is None:

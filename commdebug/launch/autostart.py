@@ -21,8 +21,9 @@ from __future__ import annotations
 import atexit
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 __all__ = ["record"]
 

@@ -87,7 +87,7 @@ class ChildRecording:
         self._folder: str | None = None
         self._saved: dict[str, str | None] = {}
 
-    def __enter__(self) -> "ChildRecording":
+    def __enter__(self) -> ChildRecording:
         self._folder = tempfile.mkdtemp(prefix="commdebug-run-")
         Path(self._folder, "sitecustomize.py").write_text(SITECUSTOMIZE, encoding="utf-8")
         Path(self._folder, SETTINGS).write_text(json.dumps(self.settings), encoding="utf-8")

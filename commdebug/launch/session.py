@@ -22,9 +22,10 @@ import select
 import signal
 import socket
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from commdebug.capture.config import SESSION_OPTIONS, check_option as _check_option
 from commdebug.debug_mode import CommDebugMode
@@ -65,7 +66,7 @@ class RecordingSession:
     """
 
     def __init__(self, out_dir: str | os.PathLike, *, hang_timeout: float | None = None, noise_level: int = 3, html: bool = True,
-                 on_finish: Callable[["RecordingSession", Path | None], None] | None = None, **options: Any) -> None:
+                 on_finish: Callable[[RecordingSession, Path | None], None] | None = None, **options: Any) -> None:
         self.out = output_folder(out_dir, "trace folder")
         if hang_timeout is not None and hang_timeout <= 0:
             raise CommDebugError(f"hang timeout must be a positive number of seconds, got {hang_timeout}")
@@ -94,7 +95,7 @@ class RecordingSession:
 
     # ---- life cycle ---------------------------------------------------------------------------
 
-    def start(self) -> "RecordingSession":
+    def start(self) -> RecordingSession:
         """Enter the mode (in the calling thread: dispatch modes are per thread) and install the
         SIGTERM handler and, with a hang timeout, the watchdog."""
         self.mode.__enter__()

@@ -26,9 +26,10 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from itertools import islice
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from commdebug.model.aggregates import Aggregates
 from commdebug.model.dump import SCHEMA_VERSION
@@ -87,7 +88,7 @@ class Streamer:
 
     # ---- life cycle ---------------------------------------------------------------------------
 
-    def start(self) -> "Streamer":
+    def start(self) -> Streamer:
         """Flush at the recorder's step boundaries, and start the background thread."""
         self.mode.add_step_listener(self._at_boundary)
         self._thread = threading.Thread(target=self._run, name="commdebug-stream", daemon=True)

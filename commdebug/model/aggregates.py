@@ -14,7 +14,8 @@ per-call bandwidth are not (they come from the kept events only).
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from commdebug.model.trace import CollectiveEvent
 
@@ -77,7 +78,7 @@ class Aggregates:
         for e in events:
             self.add(e)
 
-    def merge(self, other: "Aggregates") -> None:
+    def merge(self, other: Aggregates) -> None:
         """Add another set of totals to these."""
         self.events += other.events
         for key, r in other.rows.items():
@@ -102,7 +103,7 @@ class Aggregates:
                 "steps": [[step, *s] for step, s in sorted(self.steps.items())]}
 
     @classmethod
-    def from_dict(cls, d: Any) -> "Aggregates":
+    def from_dict(cls, d: Any) -> Aggregates:
         """Totals from :meth:`to_dict`'s form; a ``ValueError``/``TypeError``/``KeyError`` when malformed."""
         agg = cls()
         agg.events = int(d["events"])

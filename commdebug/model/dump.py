@@ -6,15 +6,29 @@ reference's) back into a :class:`Trace` or a :class:`RankView`. Files are read b
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from commdebug import ops as _ops
 from commdebug.errors import DumpError
 from commdebug.model.aggregates import Aggregates, set_older
 from commdebug.model.events import decode_events, encode_events
 from commdebug.model.rank_view import RankView
-from commdebug.model.trace import BACKWARD, CHECKPOINT, FORWARD, GLOBAL, OPTIMIZER, PHASES, TRIVIAL_OPS, CollectiveEvent, GroupInfo, Trace, check_noise_level, ops_at_noise
+from commdebug.model.trace import (
+    BACKWARD,
+    CHECKPOINT,
+    FORWARD,
+    GLOBAL,
+    OPTIMIZER,
+    PHASES,
+    TRIVIAL_OPS,
+    CollectiveEvent,
+    GroupInfo,
+    Trace,
+    check_noise_level,
+    ops_at_noise,
+)
 
 __all__ = ["SCHEMA_VERSION", "to_dump_dict", "dump_text", "from_dump_dict", "rank_view_from_dump_dict", "check_schema"]
 

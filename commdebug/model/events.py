@@ -14,8 +14,9 @@ Text columns hold string-table indices (or null); shapes are text (their JSON) i
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from functools import partial
-from typing import Any, Iterable
+from typing import Any
 
 from commdebug.errors import DumpError
 from commdebug.model.trace import UNKNOWN_GROUP, CollectiveEvent, GroupInfo

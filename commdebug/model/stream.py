@@ -20,10 +20,11 @@ say so in one note; a bad line anywhere else is a malformed file.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from commdebug.errors import DumpError
 from commdebug.model.aggregates import Aggregates, set_older

@@ -8,8 +8,9 @@ dump from another machine renders exactly like a live run.
 from __future__ import annotations
 
 from collections import Counter, deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, NamedTuple
+from typing import Any, NamedTuple
 
 __all__ = [
     "GLOBAL",
@@ -69,7 +70,7 @@ class GroupInfo(NamedTuple):
         return {"desc": self.desc, "size": self.size, "ranks": None if self.ranks is None else list(self.ranks)}
 
     @classmethod
-    def from_dict(cls, name: str, d: dict[str, Any]) -> "GroupInfo":
+    def from_dict(cls, name: str, d: dict[str, Any]) -> GroupInfo:
         ranks = d.get("ranks")
         return cls(str(name), str(d.get("desc") or ""), int(d.get("size") or 0), None if ranks is None else tuple(int(r) for r in ranks))
 
@@ -187,7 +188,7 @@ class CollectiveEvent(NamedTuple):
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], groups: dict[str, GroupInfo]) -> "CollectiveEvent":
+    def from_dict(cls, d: dict[str, Any], groups: dict[str, GroupInfo]) -> CollectiveEvent:
         """An event from :meth:`to_dict`'s form, or from schema 1's (the group inline)."""
         group = d.get("group")
         if isinstance(group, dict):  # schema 1: the group inline

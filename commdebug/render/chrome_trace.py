@@ -42,7 +42,8 @@ from __future__ import annotations
 
 import json
 from array import array
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 from commdebug.estimate import Cluster, predict_events, resolve_cluster
 from commdebug.model.aggregates import older_of

@@ -3,7 +3,7 @@ figures to the right, so that digits line up and trailing spaces never end a lin
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 __all__ = ["align"]
 

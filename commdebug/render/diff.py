@@ -3,7 +3,7 @@ per group whose calls were issued in another order."""
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from commdebug.analysis.diff import Diff
 from commdebug.units import format_bytes

@@ -3,7 +3,8 @@ Every figure here is a prediction on a cluster model (docs/estimate.md), never a
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from commdebug.analysis.summary import Summary
 from commdebug.estimate.cluster import Cluster

@@ -9,7 +9,8 @@ terminal): a log file or a pipe gets none of it, so scripts see the same output 
 from __future__ import annotations
 
 import time
-from typing import IO, Callable
+from collections.abc import Callable
+from typing import IO
 
 __all__ = ["Progress", "progress_line"]
 
@@ -39,7 +40,7 @@ class Progress:
         self.shown = False
 
     @classmethod
-    def for_stream(cls, stream: IO[str], what: str = "ranks read", quiet: bool = False) -> "Progress":
+    def for_stream(cls, stream: IO[str], what: str = "ranks read", quiet: bool = False) -> Progress:
         """A meter on `stream` when it is a terminal and not `quiet`; else a silent one."""
         try:
             tty = stream.isatty()
@@ -59,7 +60,7 @@ class Progress:
         self.stream.flush()
         self.shown = True
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -6,7 +6,8 @@ each with the figure that sets it apart; the min / median / max rows still cover
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from commdebug.analysis.report import Deviation, Report
 from commdebug.render.columns import align

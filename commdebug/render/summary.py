@@ -5,7 +5,8 @@ size bins' labels to the analysis' data."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from commdebug.analysis.check import who
 from commdebug.analysis.summary import Summary, SummaryRow

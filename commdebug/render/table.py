@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Any, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from commdebug.model.trace import PHASES, CollectiveStat, Trace, check_noise_level, ops_at_noise
 from commdebug.units import format_bytes, format_ms
@@ -23,7 +24,7 @@ def _stdout_wants_color() -> bool:
 
 
 def render_table(trace: Trace, noise_level: int = 3, *, color: bool | None = None,
-                 predicted: "TracePredictions | None" = None) -> str:
+                 predicted: TracePredictions | None = None) -> str:
     """Render a trace as the tracing table.
 
     Noise levels: 0 collective counts per module; 1 adds module types, parameter placements and
@@ -98,7 +99,7 @@ def render_table(trace: Trace, noise_level: int = 3, *, color: bool | None = Non
     return "\n".join(lines) + "\n"
 
 
-def _predicted(predicted: "TracePredictions", fqn: str, phase: str, stat: CollectiveStat) -> str:
+def _predicted(predicted: TracePredictions, fqn: str, phase: str, stat: CollectiveStat) -> str:
     """``, predicted 0.043 ms on h100-ib400`` for a line, with ``(3 of 4 calls)`` when only some
     of its calls were predicted (older ones dropped, a group of unknown size); empty if none."""
     line = predicted.line(fqn, phase, stat.key, stat.group.name)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from visualizer import write_html, write_ranks_html
+
 from synthetic import to_reference, transformer_dump
 
 CHROMIUM = os.environ.get("COMMDEBUG_CHROMIUM", "/usr/bin/chromium")

@@ -8,6 +8,7 @@ import re
 import pytest
 
 from visualizer import assets
+
 from synthetic import REFERENCE_TRIVIAL_OPS, event_dicts, to_reference, transformer_dump
 
 

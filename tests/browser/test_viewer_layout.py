@@ -7,6 +7,7 @@ from playwright.sync_api import expect
 
 from commdebug.model.dump import from_dump_dict
 from commdebug.model.events import encode_events
+
 from synthetic import transformer_dump
 
 LONG = "a_module_with_a_remarkably_long_attribute_name_" * 4

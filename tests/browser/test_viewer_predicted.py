@@ -11,9 +11,9 @@ from playwright.sync_api import expect
 from commdebug.estimate import PRESETS, predict
 from commdebug.model.dump import from_dump_dict
 from visualizer import predictions_data
-from synthetic import transformer_dump
 
 from .conftest import SMALL
+from synthetic import transformer_dump
 
 MODEL_NOTE = "a model, not a measurement"
 

@@ -9,6 +9,7 @@ import pytest
 from playwright.sync_api import expect
 
 from visualizer import ranks_data
+
 from synthetic import write_rank_dumps
 
 ODD = "Transformer.layers.1.attention.wo"  # rank 2 issues its first call twice as large

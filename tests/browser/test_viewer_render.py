@@ -13,9 +13,8 @@ from importlib import resources
 
 import pytest
 
-from commdebug import CommDebugError
-
 import visualizer
+from commdebug import CommDebugError
 from visualizer import assets, render_html, write_html
 
 DUMP_SCRIPT = re.compile(r'<script type="application/json" id="dump">(.*?)</script>', re.S)
