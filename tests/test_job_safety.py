@@ -25,6 +25,9 @@ import pytest
 from test_watch import free_port, poll
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+from soak import alive, listening  # noqa: E402  (the soak bench's own checks: one definition of "left behind")
+
 LIVE = ROOT / "tests" / "programs" / "live_job.py"
 DEADLINE_S = 120
 HEALTHY_RUNS = 3
@@ -40,34 +43,6 @@ def _torchrun(cwd: Path, env: dict[str, str], *options: str) -> list[str]:
 
 def _env(**values: str) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT), **values}
-
-
-def _processes_running(fragment: str) -> list[str]:
-    """Command lines of the live processes whose command line holds ``fragment``."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if fragment in cmdline and state != "Z":
-            found.append(f"{pid}: {cmdline}")
-    return found
-
-
-def _listening(port: int) -> bool:
-    """True while some socket listens on ``port`` (IPv4 or IPv6), by the kernel's tables."""
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                return True
-    return False
 
 
 def _pid(path: Path) -> int | None:
@@ -109,10 +84,10 @@ def test_healthy_jobs_with_the_debug_server_and_metrics_exit_0_and_leave_nothing
             assert job.returncode == 0, f"run {run}: torchrun exited {job.returncode}\n{out[-4000:]}"
             assert "Fatal Python error" not in out and "SIGTERM: dump written" not in out, out[-4000:]
             assert out.count("program finished (exit 0); dump complete") == 2, out[-4000:]
-            left = poll(lambda: not _processes_running(str(tmp_path / "job.py")), time.monotonic() + 20, 0.2)
-            assert left, f"run {run}: processes outlived the job: {_processes_running(str(tmp_path / 'job.py'))}"
+            left = poll(lambda: not alive(str(tmp_path / "job.py")), time.monotonic() + 20, 0.2)
+            assert left, f"run {run}: processes outlived the job: {alive(str(tmp_path / 'job.py'))}"
             for port in (debug, metrics, metrics + 1):
-                assert poll(lambda port=port: not _listening(port), time.monotonic() + 10, 0.2), f"run {run}: port {port} still listened on"
+                assert poll(lambda port=port: not listening(port), time.monotonic() + 10, 0.2), f"run {run}: port {port} still listened on"
             for rank in (0, 1):
                 meta = json.loads((tmp_path / "traces" / f"rank{rank}.json").read_text())["commdebug"]["metadata"]
                 assert meta["ended_by"] == "exit", meta
