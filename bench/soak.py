@@ -41,10 +41,13 @@ FLAGS = ("light", "timing", "hang-timeout", "metrics-port", "debug-server")
 
 
 def free_port(consecutive: int = 1) -> int:
+    """A free port with the next ``consecutive - 1`` free too (metrics serve on P + LOCAL_RANK)."""
     for _ in range(100):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
+        if port + consecutive > 65535:
+            continue
         try:
             for p in range(port, port + consecutive):
                 with socket.socket() as s:

@@ -9,7 +9,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,27 +21,12 @@ from commdebug.analysis.watch import Call, RankLive, watch
 from commdebug.render.watch import render_watch
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+from soak import free_port  # noqa: E402  (one way to find free ports, the soak bench's)
+
 LIVE = ROOT / "tests" / "programs" / "live_job.py"
 GRAD_LINE = next(i for i, line in enumerate(LIVE.read_text().splitlines(), 1) if "GRAD_ALL_REDUCE" in line)
 DEADLINE_S = 120
-
-
-def free_port(consecutive: int = 1) -> int:
-    """A port with the next ``consecutive - 1`` free too (metrics serve on P + LOCAL_RANK)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port + consecutive > 65535:
-            continue
-        try:
-            for p in range(port, port + consecutive):
-                with socket.socket() as s:
-                    s.bind(("0.0.0.0", p))
-        except OSError:
-            continue
-        return port
-    raise RuntimeError("no free port")
 
 
 def get(url: str) -> str | None:
