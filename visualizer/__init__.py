@@ -144,17 +144,19 @@ _META = ("rank", "world_size", "hostname", "backend", "torch_version", "steps", 
 
 
 class _Blocks:
-    """Numeric arrays as JSON text, each distinct one stored once (ranks of a job often agree)."""
+    """Numeric arrays as JSON text, each distinct one stored once (ranks of a job often agree).
+
+    Keyed by the values, never by object identity: a temporary tuple's id is reused once it is
+    freed, which handed every rank the first rank's block."""
 
     def __init__(self) -> None:
         self.texts: list[str] = []
-        self._ids: dict[int, int] = {}  # id of a shared tuple -> block
+        self._of: dict[tuple, int] = {}  # values -> block
 
     def add(self, values: tuple) -> int:
-        # rank_modules shares equal tuples between ranks: one object, one block
-        i = self._ids.get(id(values))
+        i = self._of.get(values)
         if i is None:
-            i = self._ids[id(values)] = len(self.texts)
+            i = self._of[values] = len(self.texts)
             self.texts.append(json.dumps(values, separators=(",", ":"), allow_nan=False))
         return i
 
@@ -176,12 +178,12 @@ def ranks_data(folder: Any) -> tuple[dict[str, Any], list[str]]:
     blocks = _Blocks()
     heat = heat_data(found)
     op_index = {op: i for i, op in enumerate(heat["ops"])}
-    flat_keys: dict[int, tuple] = {}  # id of a rank's shared keys tuple -> its flat form, made once
+    flat_keys: dict[tuple, tuple] = {}  # a rank's keys -> their flat form, made once per distinct keys
 
     def keys(pairs: tuple) -> tuple:
-        flat = flat_keys.get(id(pairs))
+        flat = flat_keys.get(pairs)
         if flat is None:
-            flat = flat_keys[id(pairs)] = tuple(v for step, op in pairs for v in (step, op_index[op]))
+            flat = flat_keys[pairs] = tuple(v for step, op in pairs for v in (step, op_index[op]))
         return flat
 
     ranks = []
@@ -219,14 +221,15 @@ def ranks_data(folder: Any) -> tuple[dict[str, Any], list[str]]:
 
 
 def _us(seconds: Any) -> tuple:
-    """Seconds as microseconds to 3 significant digits, whole numbers without ".0": a thousand
-    ranks' times are most of the folder page, and "1230" is half the text of "0.00123"."""
+    """Seconds as microseconds to 4 significant digits (what ``rank_modules`` keeps: the page
+    loses none of it; it prints 3), whole numbers without ".0": a thousand ranks' times are most
+    of the folder page, and "1234" is half the text of "0.001234"."""
     out: list[int | float | None] = []
     for s in seconds:
         if s is None or not math.isfinite(s):
             out.append(None)
             continue
-        us = float(f"{s * 1e6:.3g}")
+        us = float(f"{s * 1e6:.4g}")
         out.append(int(us) if us.is_integer() else us)
     return tuple(out)
 
@@ -244,7 +247,7 @@ def heat_data(found: Any) -> dict[str, Any]:
     ``steps`` and ``ops`` (the columns), ``timed`` (some rank timed its calls), ``chosen``
     (--ranks and --steps, and how many ranks were read for the check only), and ``matrices``:
     per metric (``time``, ``bytes``, ``calls``) a rank x step and a rank x op matrix
-    (``step_time``, ``op_time``, ...; times in microseconds, 3 significant digits), one row per
+    (``step_time``, ``op_time``, ...; times in microseconds, 4 significant digits), one row per
     rank in the index's order, null where a rank had no call (or, for time, no timed call),
     each as distinct rows and a row index per rank.
     """
