@@ -17,9 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "CollectiveSpec",
@@ -233,6 +234,8 @@ def compat_key_packet(key: str) -> Any:
         return _packet_cache[key]
     except KeyError:
         pass
+    import torch  # a live recording (or the compat API) asks: torch is loaded already
+
     ns, _, name = key.partition(".")
     try:
         packet = getattr(getattr(torch.ops, ns), name)
@@ -254,9 +257,23 @@ class _DtypeNames(dict):
 _DTYPE_NAMES = _DtypeNames()
 
 
+# torch.Tensor, looked up on the first tensor_bytes call: the registry's data is read by offline
+# verbs that must not import torch, while capture calls tensor_bytes for every collective
+_tensor_type: type[torch.Tensor] | None = None
+
+
+def _torch_tensor() -> type[torch.Tensor]:
+    global _tensor_type
+    import torch
+
+    _tensor_type = torch.Tensor
+    return _tensor_type
+
+
 def tensor_bytes(value: Any) -> tuple[int, tuple[tuple[int, ...], ...], str | None]:
     """Total bytes, shapes and dtype of a tensor or (nested) list of tensors."""
-    if isinstance(value, torch.Tensor):  # the common case, without the walk
+    Tensor = _tensor_type or _torch_tensor()
+    if isinstance(value, Tensor):  # the common case, without the walk
         return value.numel() * value.element_size(), (tuple(value.shape),), _DTYPE_NAMES[value.dtype]
     total = 0
     shapes: list[tuple[int, ...]] = []
@@ -264,7 +281,7 @@ def tensor_bytes(value: Any) -> tuple[int, tuple[tuple[int, ...], ...], str | No
     stack: list[Any] = [value]
     while stack:
         v = stack.pop()
-        if isinstance(v, torch.Tensor):
+        if isinstance(v, Tensor):
             total += v.numel() * v.element_size()
             shapes.append(tuple(v.shape))
             if dtype is None:

@@ -9,12 +9,18 @@ from __future__ import annotations
 
 import os
 import sysconfig
-
-import torch
+from importlib.util import find_spec
 
 __all__ = ["NOT_USER_DIRS", "NOT_USER_MODULES", "is_user_file"]
 
-_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+def _torch_dir() -> str:
+    """torch's folder, found without importing torch (offline verbs never load it)."""
+    spec = find_spec("torch")
+    origin = spec.origin if spec is not None else None
+    return os.path.dirname(origin) + os.sep if origin else os.sep + "torch" + os.sep
+
+
+_TORCH_DIR = _torch_dir()
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 NOT_USER_DIRS = tuple({_TORCH_DIR, _OWN_DIR, *(sysconfig.get_paths()[k] + os.sep for k in ("stdlib", "platstdlib"))})
 NOT_USER_MODULES = frozenset({"typing_extensions"})
