@@ -3,7 +3,7 @@ bandwidths in GB/s (1e9 bytes/s, as nccl-tests), shares. None prints as ``-``.""
 
 from __future__ import annotations
 
-__all__ = ["format_bytes", "format_ms", "format_s", "format_gbps", "format_share"]
+__all__ = ["format_bytes", "format_duration", "format_ms", "format_s", "format_gbps", "format_share"]
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 
@@ -22,15 +22,42 @@ def format_bytes(n: float) -> str:
     raise AssertionError("unreachable")
 
 
-
-def format_ms(seconds: float | None) -> str:
-    """Milliseconds with 3 decimals: ``format_ms(0.0125) == "12.500"``."""
-    return "-" if seconds is None else f"{seconds * 1e3:.3f}"
+# (unit, seconds per unit), largest first: a duration prints in the first unit it reaches 1 in
+_TIME_UNITS = (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9))
 
 
-def format_s(seconds: float | None) -> str:
-    """Seconds with 3 decimals: ``format_s(1.5) == "1.500"``."""
-    return "-" if seconds is None else f"{seconds:.3f}"
+def format_duration(seconds: float | None) -> str:
+    """A duration to 3 significant digits in s, ms, us or ns: as precise as a latency is
+    measured, without the trailing zeros that would claim more.
+
+    >>> format_duration(0.779), format_duration(3.7949), format_duration(12.5e-6), format_duration(0.9996)
+    ('779 ms', '3.79 s', '12.5 us', '1.00 s')
+    >>> format_duration(1234.5), format_duration(0.0), format_duration(None)
+    ('1234 s', '0 s', '-')
+    """
+    if seconds is None:
+        return "-"
+    if seconds != seconds or seconds in (float("inf"), float("-inf")):
+        return str(seconds)
+    rounded = float(f"{seconds:.3g}")  # first, so 0.9996 s reads "1.00 s", not "1000 ms"
+    if rounded == 0:
+        return "0 s"
+    for unit, scale in _TIME_UNITS:
+        if abs(rounded) >= scale or unit == "ns":
+            value = float(f"{rounded / scale:.3g}")  # 1e-7 / 1e-9 is 99.99999...
+            break
+    size = abs(value)
+    if size >= 1000:  # whole seconds past 1,000 keep their digits: "1234 s", never "1.23e+03 s"
+        text = f"{seconds / scale:.0f}"
+    elif size < 1:  # under a nanosecond: no unit below it
+        text = f"{value:.3g}"
+    else:
+        text = f"{value:.{0 if size >= 100 else 1 if size >= 10 else 2}f}"
+    return f"{text} {unit}"
+
+
+# the names of before durations carried their unit: callers that printed milliseconds or seconds
+format_ms = format_s = format_duration
 
 
 def format_gbps(value: float | None) -> str:

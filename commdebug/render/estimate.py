@@ -10,7 +10,7 @@ from commdebug.analysis.summary import Summary
 from commdebug.estimate.cluster import Cluster
 from commdebug.render.columns import align
 from commdebug.render.summary import key_cells, key_dict, key_titles
-from commdebug.units import format_bytes, format_gbps, format_ms
+from commdebug.units import format_bytes, format_duration, format_gbps
 
 __all__ = ["render_estimate", "estimate_dict", "render_presets"]
 
@@ -21,9 +21,9 @@ def _table(summary: Summary) -> list[str]:
     if not summary.rows:
         return ["no collectives recorded"]
     keys = list(summary.rows[0].key)
-    table = [key_titles(keys) + ["calls", "bytes", "predicted ms", "predicted busbw GB/s"]]
+    table = [key_titles(keys) + ["calls", "bytes", "predicted time", "predicted busbw GB/s"]]
     for r in summary.rows:
-        table.append(key_cells(r.key) + [str(r.calls), format_bytes(r.bytes), format_ms(r.predicted_s), format_gbps(r.predicted_busbw_gbps)])
+        table.append(key_cells(r.key) + [str(r.calls), format_bytes(r.bytes), format_duration(r.predicted_s), format_gbps(r.predicted_busbw_gbps)])
     return align(table, left=len(keys))
 
 
@@ -32,7 +32,7 @@ def render_estimate(summary: Summary, steps: Summary) -> str:
     h = summary.header
     lines = [f"commdebug estimate by {summary.by}: predicted on cluster {h['cluster']} (a model, not a measurement)",
              f"rank {h.get('rank', '?')} of {h.get('world_size', '?')}, {h.get('steps', 0)} step{'s' if h.get('steps') != 1 else ''}, {h['collectives']} collectives,"
-             f" {format_bytes(h['bytes'])}; predicted communication {format_ms(h['predicted_s'])} ms"]
+             f" {format_bytes(h['bytes'])}; predicted communication {format_duration(h['predicted_s'])}"]
     lines += [f"note: {n}" for n in h.get("prediction_notes") or []]
     if h.get("events_dropped"):
         lines.append(f"note: {h['events_dropped']} older calls were dropped (max_events); rows cover the calls kept")

@@ -11,7 +11,7 @@ from typing import Any
 
 from commdebug.analysis.report import Deviation, Report
 from commdebug.render.columns import align
-from commdebug.units import format_bytes, format_gbps, format_s, format_share
+from commdebug.units import format_bytes, format_duration, format_gbps, format_share
 
 __all__ = ["render_report", "shown_ranks", "TOP_FROM", "TOP_DEFAULT"]
 
@@ -30,10 +30,10 @@ def shown_ranks(ranks: int, top: int | None) -> int | None:
 _RANK_COLUMNS: list[tuple[str, str, Callable[[Any], str]]] = [
     ("collectives", "collectives", lambda v: f"{v:g}"),
     ("bytes", "bytes", format_bytes),
-    ("comm_time_s", "comm s", format_s),
-    ("elapsed_s", "elapsed s", format_s),
+    ("comm_time_s", "comm time", format_duration),
+    ("elapsed_s", "elapsed", format_duration),
     ("share", "share", format_share),
-    ("straggler_s", "straggler s", format_s),
+    ("straggler_s", "straggler", format_duration),
 ]
 
 
@@ -72,13 +72,13 @@ def render_report(rep: Report, top: int | None = None) -> str:
         rows.append(row + ([""] if top else []))
     lines += align(rows, left=2)
     lines.append("")
-    rows = [["op", "calls", "bytes", "timed", "time s", "algbw GB/s", "busbw GB/s", "straggler s"]]
+    rows = [["op", "calls", "bytes", "timed", "time", "algbw GB/s", "busbw GB/s", "straggler"]]
     for o in rep.ops:
-        rows.append([o.op, str(o.calls), format_bytes(o.bytes), str(o.timed), format_s(o.time_s if o.timed else None),
-                     format_gbps(o.algbw_gbps), format_gbps(o.busbw_gbps), format_s(o.straggler_s if o.timed else None)])
+        rows.append([o.op, str(o.calls), format_bytes(o.bytes), str(o.timed), format_duration(o.time_s if o.timed else None),
+                     format_gbps(o.algbw_gbps), format_gbps(o.busbw_gbps), format_duration(o.straggler_s if o.timed else None)])
     lines += align(rows)
     if rep.timed:
-        lines += ["", "straggler s: time spent in calls beyond the fastest rank's time for the same call (group, sequence number);",
+        lines += ["", "straggler: time spent in calls beyond the fastest rank's time for the same call (group, sequence number);",
                   "a rank with little of it arrived last and made the others wait."]
     lines.extend(f"note: {n}" for n in rep.notes)
     return "\n".join(lines) + "\n"

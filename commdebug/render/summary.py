@@ -12,7 +12,7 @@ from commdebug.analysis.check import who
 from commdebug.analysis.summary import Summary, SummaryRow
 from commdebug.render.columns import align
 from commdebug.render.table import light_note
-from commdebug.units import format_bytes, format_gbps, format_ms, format_s
+from commdebug.units import format_bytes, format_duration, format_gbps
 
 __all__ = ["render_summary", "summary_dict", "key_titles", "key_cells", "key_dict", "size_bin_label"]
 
@@ -78,7 +78,15 @@ def summary_dict(summary: Summary, header: bool = True) -> dict[str, Any]:
 
 
 def _seconds(value: float | None) -> str:
-    return f"{format_s(value)} s" if value is not None else "-"
+    return format_duration(value)
+
+
+def _summed(h: dict[str, Any], seconds: float | None) -> str:
+    """" summed over 1,024 ranks (7.41 ms per rank)" for a job's total, nothing for one rank."""
+    n = len(h["ranks"]) if "ranks" in h else 0
+    if not n or seconds is None:
+        return ""
+    return f" summed over {n:,} rank{'s' if n != 1 else ''} ({format_duration(seconds / n)} per rank)"
 
 
 def _plural(n: int, word: str) -> str:
@@ -101,7 +109,7 @@ def _header_lines(summary: Summary) -> list[str]:
     elapsed = f"elapsed {_seconds(h['elapsed_s'])}" + (" (the longest rank)" if job and h["elapsed_s"] is not None else "")
     if h["timed_collectives"] > 0:
         share = "" if h["comm_share"] is None else f" ({h['comm_share'] * 100:.1f}% of {'their ' if job else ''}recorded time)"
-        summed = " summed over ranks" if job else ""
+        summed = _summed(h, h["comm_time_s"])
         lines.append(f"{elapsed}, recorded {_seconds(h['recorded_s'])}, communication {_seconds(h['comm_time_s'])}{summed}{share},"
                      f" timing {h['timing']}"
                      + ("" if h["timed_collectives"] == h["collectives"] else f" ({h['timed_collectives']} of {h['collectives']} calls timed)"))
@@ -111,7 +119,7 @@ def _header_lines(summary: Summary) -> list[str]:
     if note:
         lines.append(note)
     if h.get("cluster") is not None:
-        lines.append(f"predicted on cluster {h['cluster']}: {format_ms(h['predicted_s'])} ms of communication"
+        lines.append(f"predicted on cluster {h['cluster']}: {format_duration(h['predicted_s'])} of communication{_summed(h, h['predicted_s'])}"
                      " (a model, not a measurement: docs/estimate.md); 'pred' columns are predicted")
         lines += [f"note: {note}" for note in h.get("prediction_notes") or []]
     lines += [f"note: {note}" for note in h.get("timing_notes") or []]
@@ -127,9 +135,9 @@ def _header_lines(summary: Summary) -> list[str]:
 def _row_cells(r: SummaryRow, predicted: bool, timed: bool) -> list[str]:
     cells = key_cells(r.key) + [str(r.calls), format_bytes(r.bytes)]
     if predicted:
-        cells += [format_ms(r.predicted_s), format_gbps(r.predicted_busbw_gbps)]
+        cells += [format_duration(r.predicted_s), format_gbps(r.predicted_busbw_gbps)]
     if timed:
-        cells += [format_ms(r.time_s), format_ms(r.avg_time_s), format_ms(r.latency_min_s), format_ms(r.latency_max_s),
+        cells += [format_duration(r.time_s), format_duration(r.avg_time_s), format_duration(r.latency_min_s), format_duration(r.latency_max_s),
                   format_gbps(r.algbw_gbps), format_gbps(r.busbw_gbps),
                   format_gbps(r.busbw_p50_gbps), format_gbps(r.busbw_p90_gbps), format_gbps(r.busbw_p99_gbps)]
     return cells
@@ -146,13 +154,13 @@ def _spread_cells(spread: dict[str, Any] | None, fmt: Callable[[Any], str], hold
 
 def _per_rank_lines(summary: Summary, timed: bool) -> list[str]:
     keys = list(summary.rows[0].key)
-    table = [key_titles(keys) + ["calls min", "median", "max"] + (["time ms min", "median", "max", "slowest"] if timed else [])]
+    table = [key_titles(keys) + ["calls min", "median", "max"] + (["time min", "median", "max", "slowest"] if timed else [])]
     for r in summary.rows:
         spread = r.per_rank  # every row of a job's summary has one; "-" for a row that has not
         cells = key_cells(r.key) + _spread_cells(spread.calls if spread else None, lambda v: f"{v:g}", holders=True)
         if timed:  # the max's holder is the slowest column
             slowest = spread.slowest_rank if spread else None
-            cells += _spread_cells(spread.time_s if spread else None, format_ms, holders=False) + ["-" if slowest is None else f"r{slowest}"]
+            cells += _spread_cells(spread.time_s if spread else None, format_duration, holders=False) + ["-" if slowest is None else f"r{slowest}"]
         table.append(cells)
     title = f"per rank, over {_plural(len(summary.header['ranks']), 'rank')}: min / median / max"
     if timed:
@@ -174,9 +182,9 @@ def render_summary(summary: Summary, header: bool = True) -> str:
     keys = list(summary.rows[0].key)
     titles = key_titles(keys) + ["calls", "bytes"]
     if predicted:
-        titles += ["pred ms", "pred busbw GB/s"]
+        titles += ["pred time", "pred busbw GB/s"]
     if timed:
-        titles += ["time ms", "avg ms", "min ms", "max ms", "algbw GB/s", "busbw GB/s", "busbw p50", "p90", "p99"]
+        titles += ["time", "avg", "min", "max", "algbw GB/s", "busbw GB/s", "busbw p50", "p90", "p99"]
     lines += align([titles] + [_row_cells(r, predicted, timed) for r in summary.rows], left=len(keys))
     if "ranks" in h:
         lines += [""] + _per_rank_lines(summary, timed)

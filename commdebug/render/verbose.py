@@ -13,7 +13,7 @@ import logging
 import os
 
 from commdebug.model.trace import CollectiveEvent
-from commdebug.units import format_bytes
+from commdebug.units import format_bytes, format_duration
 
 __all__ = ["event_line", "VerboseLog"]
 
@@ -24,7 +24,7 @@ def event_line(event: CollectiveEvent, rank: int) -> str:
     """The verbose line of one collective."""
     parts = [f"rank={rank}", f"op={event.op}"]
     if event.latency_s is not None:
-        parts.append(f"time={event.latency_s * 1e3:.2f} ms")
+        parts.append(f"time={format_duration(event.latency_s)}")
     parts.append(f"size={format_bytes(event.size_bytes)}")
     if event.algbw_gbps is not None:
         parts.append(f"algbw={event.algbw_gbps:.2f} GB/s")

@@ -14,7 +14,7 @@ import time as _time
 from commdebug.analysis.check import who
 from commdebug.analysis.watch import Call, RankLive, WatchResult
 from commdebug.render.columns import align
-from commdebug.units import format_ms
+from commdebug.units import format_duration
 
 __all__ = ["render_watch", "describe_call", "ending"]
 
@@ -32,7 +32,7 @@ def _comm(r: RankLive) -> str:
     if not r.recent:
         return "-"
     if all(t is not None for _, _, t in r.recent):
-        return " / ".join(f"{format_ms(t)}" for _, _, t in r.recent) + " ms"
+        return " / ".join(format_duration(t) for _, _, t in r.recent)
     return " / ".join(str(c) for _, c, _ in r.recent) + " calls"
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from playwright.sync_api import expect
 
+from commdebug.units import format_duration
+
 from synthetic import event_dicts, transformer_dump
 
 # header key -> the event field it sorts by
@@ -33,7 +35,7 @@ def test_events_in_run_order(viewer, dump):
     assert [int(r[0]) for r in rows] == [e["index"] for e in events]
     first = events[1]  # the embedding's all_reduce
     assert rows[1] == [str(first["index"]), "0", "forward", "all_reduce", "4.0 KiB", "mesh_tp[8]",
-                       "Transformer.tok_embeddings", "train.py:40", f"{first['latency_s'] * 1e3:.3f} ms"]
+                       "Transformer.tok_embeddings", "train.py:40", format_duration(first["latency_s"])]
 
 
 def test_sort_by_clicking_headers(viewer):

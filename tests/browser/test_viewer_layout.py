@@ -7,6 +7,7 @@ from playwright.sync_api import expect
 
 from commdebug.model.dump import from_dump_dict
 from commdebug.model.events import encode_events
+from commdebug.units import format_duration
 
 from synthetic import transformer_dump
 
@@ -115,7 +116,7 @@ def test_event_detail_shows_new_fields(viewer):
     got = fields()
     assert got["state"] == "in flight" and got["microbatch"] == "3"
     assert got["group"] == "mesh_tp[8] (name 0, ranks 0,1,2,3,4,5,6,7)"
-    assert got["latency"] == f"{events[1].latency_s * 1e3:.3f} ms"
+    assert got["latency"] == format_duration(events[1].latency_s)
     assert got["bandwidth"].startswith("algbw ")
     assert got["module"] == events[1].module and got["input shapes"] == "[32, 64]"
     expect(page.locator("#event-detail h3")).to_have_css("color", "rgb(207, 34, 46)")

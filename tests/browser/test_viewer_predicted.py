@@ -10,6 +10,7 @@ from playwright.sync_api import expect
 
 from commdebug.estimate import PRESETS, predict
 from commdebug.model.dump import from_dump_dict
+from commdebug.units import format_duration
 from visualizer import predictions_data
 
 from .conftest import SMALL
@@ -19,8 +20,8 @@ MODEL_NOTE = "a model, not a measurement"
 
 
 def ms(seconds: float | None) -> str:
-    """The page's time format (fmtSeconds) for times under a second."""
-    return "—" if seconds is None else f"{seconds * 1e3:.3f} ms"
+    """The page's time format (fmtSeconds: 3 significant digits, as the text reports print)."""
+    return "—" if seconds is None else format_duration(seconds)
 
 
 def with_cluster(name: str = "h100-ib400") -> dict:

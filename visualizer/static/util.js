@@ -56,7 +56,19 @@ function fmtBytes(n) {
   return `${v.toFixed(v < 100 ? 1 : 0)} ${units[i]}`;
 }
 
-const fmtSeconds = (s) => (optNum(s) == null ? "—" : s < 1 ? `${(s * 1e3).toFixed(3)} ms` : `${s.toFixed(3)} s`);
+const TIME_UNITS = [["s", 1], ["ms", 1e-3], ["us", 1e-6], ["ns", 1e-9]];
+
+/** A duration to 3 significant digits, as precise as it was measured: "779 ms", "3.79 s",
+ * "12.5 us" (commdebug.units.format_duration; data-* attributes keep the exact figure). */
+function fmtSeconds(s) {
+  if (optNum(s) == null) return "—";
+  const rounded = Number(s.toPrecision(3));  // first, so 0.9996 s reads "1.00 s", not "1000 ms"
+  if (rounded === 0) return "0 s";
+  const [unit, scale] = TIME_UNITS.find(([, k]) => Math.abs(rounded) >= k) || TIME_UNITS.at(-1);
+  const v = Number((rounded / scale).toPrecision(3)), size = Math.abs(v);
+  const text = size >= 1000 ? (s / scale).toFixed(0) : size < 1 ? String(v) : v.toFixed(size >= 100 ? 0 : size >= 10 ? 1 : 2);
+  return `${text} ${unit}`;
+}
 
 /** A shapes field as text: "[16384, 4096]" per tensor, or "—". */
 function fmtShapes(v) {
