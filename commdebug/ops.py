@@ -47,6 +47,8 @@ __all__ = [
     "MESSAGE_SIZE",
     "tensor_bytes",
     "pick",
+    "split_bytes",
+    "even_splits",
 ]
 
 # Bus-bandwidth factor as a function of the group size n (nccl-tests doc/PERFORMANCE.md).
@@ -82,6 +84,9 @@ class CollectiveSpec:
     ``peer``: for point-to-point ops, the argument index of the other side's rank in the group.
     ``returns_done``: the call returns with the collective finished on the host's side (no Work,
     no ``wait_tensor``), so nothing is left to wait for (async TP's fused matmul collectives).
+    ``splits``: how an all_to_all splits its buffers among the group's members (see
+    :func:`split_bytes`): ``(output, input)``, the argument indices of its split sizes in rows
+    of dim 0 (empty or None: even); ``"tensors"``, one tensor per member; ``"even"``.
     """
 
     op: str  # canonical name: all_reduce, all_gather, ...
@@ -93,6 +98,7 @@ class CollectiveSpec:
     factor: str
     peer: int | None = None
     returns_done: bool = False
+    splits: tuple[int, int] | Literal["tensors", "even"] | None = None
     # point-to-point: only two ranks of the group take part, so no collective sequence (a
     # field, not a property: the capture path reads it for every collective)
     is_p2p: bool = field(init=False)
@@ -105,8 +111,9 @@ class CollectiveSpec:
 
 
 def _row(op: str, compat: str, inputs: int | str | None, outputs: int | str | None, group: int | Literal["legacy"],
-         size: str, factor: str, peer: int | None = None, returns_done: bool = False) -> CollectiveSpec:
-    return CollectiveSpec(op, compat, inputs, outputs, group, size, factor, peer, returns_done)
+         size: str, factor: str, peer: int | None = None, returns_done: bool = False,
+         splits: tuple[int, int] | Literal["tensors", "even"] | None = None) -> CollectiveSpec:
+    return CollectiveSpec(op, compat, inputs, outputs, group, size, factor, peer, returns_done, splits)
 
 
 _LEG = "c10d_functional."  # legacy functional namespace: the reference's count keys
@@ -125,14 +132,14 @@ _TABLE: dict[str, CollectiveSpec] = {
     "_c10d_functional.reduce_scatter_tensor": _row("reduce_scatter", _LEG + "reduce_scatter_tensor", 0, "return", 3, "in", "ring"),
     "_c10d_functional.reduce_scatter_tensor_out": _row("reduce_scatter", _LEG + "reduce_scatter_tensor", 0, "out", 3, "in", "ring"),
     "_c10d_functional.reduce_scatter_tensor_coalesced": _row("reduce_scatter", _LEG + "reduce_scatter_tensor_coalesced", 0, "return", 3, "in", "ring"),
-    "_c10d_functional.all_to_all_single": _row("all_to_all", _LEG + "all_to_all_single", 0, "return", 3, "in", "ring"),
+    "_c10d_functional.all_to_all_single": _row("all_to_all", _LEG + "all_to_all_single", 0, "return", 3, "in", "ring", splits=(1, 2)),
     "_c10d_functional.broadcast": _row("broadcast", _LEG + "broadcast", 0, "return", 2, "in", "one"),
     "_c10d_functional.broadcast_": _row("broadcast", _LEG + "broadcast", 0, 0, 2, "in", "one"),
     "_c10d_functional.isend": _row("send", _LEG + "isend", 0, None, 3, "in", "one", peer=1),
     "_c10d_functional.irecv": _row("recv", _LEG + "irecv", None, 0, 3, "out", "one", peer=1),
     "_c10d_functional.batch_p2p_ops": _row("batch_p2p", _LEG + "batch_p2p_ops", 3, None, 4, "in", "one"),
     # autograd-aware functional collectives
-    "_c10d_functional_autograd.all_to_all_single": _row("all_to_all", _LEG + "all_to_all_single", 0, "return", 3, "in", "ring"),
+    "_c10d_functional_autograd.all_to_all_single": _row("all_to_all", _LEG + "all_to_all_single", 0, "return", 3, "in", "ring", splits=(1, 2)),
     "_c10d_functional_autograd.all_gather_into_tensor": _row("all_gather", _LEG + "all_gather_into_tensor", 0, "return", 2, "out", "ring"),
     "_c10d_functional_autograd.reduce_scatter_tensor": _row("reduce_scatter", _LEG + "reduce_scatter_tensor", 0, "return", 3, "in", "ring"),
     # legacy functional collectives: (..., tag, ranks, group_size)
@@ -142,7 +149,7 @@ _TABLE: dict[str, CollectiveSpec] = {
     "c10d_functional.all_gather_into_tensor_coalesced": _row("all_gather", _LEG + "all_gather_into_tensor_coalesced", 0, "return", "legacy", "out", "ring"),
     "c10d_functional.reduce_scatter_tensor": _row("reduce_scatter", _LEG + "reduce_scatter_tensor", 0, "return", "legacy", "in", "ring"),
     "c10d_functional.reduce_scatter_tensor_coalesced": _row("reduce_scatter", _LEG + "reduce_scatter_tensor_coalesced", 0, "return", "legacy", "in", "ring"),
-    "c10d_functional.all_to_all_single": _row("all_to_all", _LEG + "all_to_all_single", 0, "return", "legacy", "in", "ring"),
+    "c10d_functional.all_to_all_single": _row("all_to_all", _LEG + "all_to_all_single", 0, "return", "legacy", "in", "ring", splits=(1, 2)),
     "c10d_functional.broadcast": _row("broadcast", _LEG + "broadcast", 0, "return", "legacy", "in", "one"),
     "c10d_functional.isend": _row("send", _LEG + "isend", 0, None, 3, "in", "one", peer=1),
     "c10d_functional.irecv": _row("recv", _LEG + "irecv", None, 0, 3, "out", "one", peer=1),
@@ -155,7 +162,7 @@ _TABLE: dict[str, CollectiveSpec] = {
     "symm_mem.fused_matmul_reduce_scatter": _row("reduce_scatter", "symm_mem.fused_matmul_reduce_scatter", None, "return", 4, "out_x_n", "ring", returns_done=True),
     "symm_mem.fused_scaled_matmul_reduce_scatter": _row("reduce_scatter", "symm_mem.fused_scaled_matmul_reduce_scatter", None, "return", 7, "out_x_n", "ring", returns_done=True),
     # DTensor's fused shard-dim all-to-all
-    "_dtensor.shard_dim_alltoall": _row("all_to_all", "_dtensor.shard_dim_alltoall", 0, "return", 3, "in", "ring"),
+    "_dtensor.shard_dim_alltoall": _row("all_to_all", "_dtensor.shard_dim_alltoall", 0, "return", 3, "in", "ring", splits="even"),
     # eager c10d ops (torch.distributed.all_reduce & co., send/recv, barrier)
     "c10d.allreduce_": _row("all_reduce", "c10d.allreduce_", 0, 0, 1, "in", "all_reduce"),
     "c10d.allreduce_coalesced_": _row("all_reduce", "c10d.allreduce_coalesced_", 0, 0, 1, "in", "all_reduce"),
@@ -168,8 +175,8 @@ _TABLE: dict[str, CollectiveSpec] = {
     "c10d.reduce_scatter_": _row("reduce_scatter", "c10d.reduce_scatter_", 1, 0, 2, "in", "ring"),
     "c10d._reduce_scatter_base_": _row("reduce_scatter", "c10d._reduce_scatter_base_", 1, 0, 2, "in", "ring"),
     "c10d.reduce_scatter_tensor_coalesced_": _row("reduce_scatter", "c10d.reduce_scatter_tensor_coalesced_", 1, 0, 2, "in", "ring"),
-    "c10d.alltoall_": _row("all_to_all", "c10d.alltoall_", 1, 0, 2, "in", "ring"),
-    "c10d.alltoall_base_": _row("all_to_all", "c10d.alltoall_base_", 1, 0, 2, "in", "ring"),
+    "c10d.alltoall_": _row("all_to_all", "c10d.alltoall_", 1, 0, 2, "in", "ring", splits="tensors"),
+    "c10d.alltoall_base_": _row("all_to_all", "c10d.alltoall_base_", 1, 0, 2, "in", "ring", splits=(3, 4)),
     "c10d.gather_": _row("gather", "c10d.gather_", 1, 0, 2, "in_x_n", "ring"),
     "c10d.scatter_": _row("scatter", "c10d.scatter_", 1, 0, 2, "out_x_n", "ring"),
     "c10d.send": _row("send", "c10d.send", 0, None, 1, "in", "one", peer=2),
@@ -302,6 +309,67 @@ def pick(where: int | str | None, args: Sequence[Any], kwargs: dict, result: Any
     if isinstance(where, int) and where < len(args):
         return args[where]
     return None
+
+
+_EVEN: dict[tuple[int, int], tuple[int, ...]] = {}
+
+
+def even_splits(total: int, n: int) -> tuple[int, ...]:
+    """``total`` bytes split evenly among ``n`` members (one shared tuple per (total, n): a
+    thousand-member group's even splits cost one tuple, not one per call).
+
+    >>> even_splits(1024, 4)
+    (256, 256, 256, 256)
+    """
+    key = (total, n)
+    found = _EVEN.get(key)
+    if found is None:
+        if len(_EVEN) > 4096:
+            _EVEN.clear()
+        found = _EVEN[key] = (total // n,) * n
+    return found
+
+
+def _rows(sizes: Any, tensor: Any) -> tuple[int, ...] | None:
+    """Split sizes given in rows of dim 0 of ``tensor``, as bytes; None when none were given."""
+    if not sizes:
+        return None
+    row = tensor.element_size()
+    for d in tensor.shape[1:]:
+        row *= d
+    return tuple(int(s) * row for s in sizes)
+
+
+def split_bytes(spec: CollectiveSpec, args: Sequence[Any], inputs: Any, outputs: Any, in_bytes: int, out_bytes: int,
+                n: int) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
+    """``(send, recv)``: the bytes an all_to_all sends to and receives from each member of its
+    group of ``n``, in group order; ``(None, None)`` for an op with no splits (``spec.splits``).
+    Split sizes count rows of dim 0; where none were given, the buffers split evenly. The
+    output's rows are the input's size (torch requires it), so a call that raised (no output)
+    still has both.
+
+    >>> split_bytes(_TABLE["c10d.alltoall_base_"], [out, inp, pg, [1, 3], [2, 2]], inp, out, 16, 16, 2)  # doctest: +SKIP
+    ((8, 8), (4, 12))
+    """
+    how = spec.splits
+    if how is None or n <= 0:
+        return None, None
+    if how == "tensors":
+        def each(tensors: Any) -> tuple[int, ...] | None:
+            if not isinstance(tensors, (list, tuple)) or len(tensors) != n:
+                return None
+            return tuple(t.numel() * t.element_size() for t in tensors)
+        return each(inputs), each(outputs)
+    send = recv = None
+    if how != "even" and isinstance(inputs, _tensor_type or _torch_tensor()) and inputs.dim() > 0:
+        recv_at, send_at = how
+        recv = _rows(args[recv_at] if recv_at < len(args) else None, inputs)
+        send = _rows(args[send_at] if send_at < len(args) else None, inputs)
+    if send is None:
+        send = even_splits(in_bytes, n)
+    if recv is None and (outputs is not None or how == "even"):
+        recv = even_splits(out_bytes if outputs is not None else in_bytes, n)
+    return send, recv
 
 
 def packet_for_op(op: str) -> str | None:

@@ -411,6 +411,8 @@ class Recorder(Stepping, TorchDispatchMode):
         out_bytes, out_shapes, out_dtype = (in_bytes, in_shapes, dtype) if outputs is inputs else _ops.tensor_bytes(outputs)
         dtype = dtype or out_dtype
         size = size_rule(in_bytes, out_bytes, group.size)
+        send_splits, recv_splits = (None, None) if spec.splits is None else _ops.split_bytes(  # all_to_all: bytes per member
+            spec, args, inputs, outputs, in_bytes, out_bytes, group.size)
 
         seq = p2p_seq = microbatch = None
         path = None
@@ -448,7 +450,7 @@ class Recorder(Stepping, TorchDispatchMode):
             None if dt is None else _text(dt[2], list),
             None if dt is None or dt[3] is None else _text(dt[3]),
             source if self._record_source else None,
-            None, peer, p2p_seq, microbatch, start_s, False, None, tracker.unit, compiled,  # latency_s ... compiled
+            None, peer, p2p_seq, microbatch, start_s, False, None, tracker.unit, compiled, send_splits, recv_splits,
         ))
         trace.add_event(event)
         if compiled and not self._compiled_seen:

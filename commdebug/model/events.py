@@ -9,6 +9,12 @@ folder of a thousand ranks' dumps fast (docs/json-format.md, bench/ranks_scale.p
                "columns": {"index": [0, 1], "op": [0, 0], "module": [1, 1], ...}}
 
 Text columns hold string-table indices (or null); shapes are text (their JSON) in the table.
+
+An all_to_all's bytes per member (``send_splits``, ``recv_splits``) are columns only in a block
+with such events: null (none), -1 (even: the event's input or output bytes over its group's
+size), or an index into the block's ``splits`` table, where each distinct vector is stored once
+as ``[unit, k0, k1, ...]``: member i's bytes are ``unit * ki`` (unit, the vector's greatest
+common divisor, is a token's bytes in an MoE layer, so the counts stay short).
 """
 
 from __future__ import annotations
@@ -16,17 +22,42 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from functools import partial
+from math import gcd
 from typing import Any
 
 from commdebug.errors import DumpError
 from commdebug.model.trace import UNKNOWN_GROUP, CollectiveEvent, GroupInfo
 
-__all__ = ["encode_events", "decode_events", "FIELDS"]
+__all__ = ["encode_events", "decode_events", "FIELDS", "SPLITS", "EVEN", "pack_splits", "unpack_splits"]
 
 FIELDS = CollectiveEvent._fields
 # fields stored as string-table indices; the shapes as their JSON text
 _TEXT = frozenset({"op", "key", "aten_op", "phase", "module", "group", "dtype", "dtensor_op", "placements", "mesh", "source", "error", "unit"})
 _SHAPES = frozenset({"input_shapes", "output_shapes"})
+# all_to_all's bytes per member, and the bytes each side splits evenly when marked EVEN
+SPLITS = {"send_splits": "input_bytes", "recv_splits": "output_bytes"}
+EVEN = -1
+_TOTAL = {name: FIELDS.index(total) for name, total in SPLITS.items()}
+
+
+def pack_splits(splits: tuple[int, ...]) -> list[int]:
+    """A split vector as the ``splits`` table stores it: ``[unit, k0, k1, ...]``.
+
+    >>> pack_splits((8192, 0, 24576))
+    [8192, 1, 0, 3]
+    """
+    unit = gcd(*splits) or 1
+    return [unit, *(v // unit for v in splits)] if unit > 1 else [1, *splits]
+
+
+def unpack_splits(packed: Any) -> tuple[int, ...]:
+    """What :func:`pack_splits` stored, as bytes per member."""
+    unit = int(packed[0])
+    return tuple(int(k) * unit for k in packed[1:])
+
+
+def _is_even(splits: tuple[int, ...], total: int, n: int) -> bool:
+    return len(splits) == n and splits[0] * n == total and splits.count(splits[0]) == n
 
 
 def encode_events(events: Iterable[CollectiveEvent]) -> dict[str, Any]:
@@ -44,6 +75,8 @@ def encode_events(events: Iterable[CollectiveEvent]) -> dict[str, Any]:
         return i
 
     shape_text: dict[tuple, int | None] = {}
+    split_ids: dict[tuple[int, ...], int] = {}
+    table: list[list[int]] = []
     columns: dict[str, list] = {name: [] for name in FIELDS}
     count = 0
     for e in events:
@@ -59,8 +92,23 @@ def encode_events(events: Iterable[CollectiveEvent]) -> dict[str, Any]:
                 if i is None:
                     i = shape_text[value] = ref(json.dumps([list(s) for s in value], separators=(",", ":")))
                 value = i
+            elif name in SPLITS and value is not None:
+                if _is_even(value, fields[_TOTAL[name]], e.group.size):
+                    value = EVEN
+                else:
+                    i = split_ids.get(value)
+                    if i is None:
+                        i = split_ids[value] = len(table)
+                        table.append(pack_splits(value))
+                    value = i
             columns[name].append(value)
-    return {"count": count, "strings": strings, "columns": columns}
+    block: dict[str, Any] = {"count": count, "strings": strings, "columns": columns}
+    if table:
+        block["splits"] = table
+    if all(v is None for name in SPLITS for v in columns[name]):
+        for name in SPLITS:  # no all_to_all here: the columns cost nothing (absent reads as null)
+            del columns[name]
+    return block
 
 
 def decode_events(block: Any, groups: dict[str, GroupInfo], source: str = "<dump>") -> list[CollectiveEvent]:
@@ -86,6 +134,9 @@ def decode_events(block: Any, groups: dict[str, GroupInfo], source: str = "<dump
         name = texts[i]
         return UNKNOWN_GROUP if name is None else groups.get(name) or GroupInfo(name, "", 0, None)
 
+    table = block.get("splits") or []
+    vectors = [unpack_splits(packed) for packed in table]
+
     def column(name: str, decode: Any = None) -> list:
         values: list[Any] | None = columns.get(name)
         if values is None:  # a field added after the dump was written: its default
@@ -106,6 +157,8 @@ def decode_events(block: Any, groups: dict[str, GroupInfo], source: str = "<dump
                 decoded.append(column(name, True))
             elif name in _SHAPES:
                 decoded.append(column(name, shape))
+            elif name in SPLITS and name in columns:
+                decoded.append(_splits_column(column(name), vectors, decoded[FIELDS.index(SPLITS[name])], decoded[FIELDS.index("group")]))
             else:
                 decoded.append(column(name))
         # tuple.__new__ straight from C: zip's rows have exactly one value per field
@@ -114,3 +167,25 @@ def decode_events(block: Any, groups: dict[str, GroupInfo], source: str = "<dump
         raise DumpError(f"{source}: malformed events (string index {e.args[0]!r} is not in the string table)") from None
     except (IndexError, TypeError, ValueError) as e:
         raise DumpError(f"{source}: malformed events ({type(e).__name__}: {e})") from None
+
+
+def _splits_column(values: list, vectors: list[tuple[int, ...]], totals: list, groups: list[GroupInfo]) -> list:
+    """A split column's values as tuples: EVEN from the event's bytes and group size, an index
+    from the table (the same tuple object for every event that shares it)."""
+    even: dict[tuple[int, int], tuple[int, ...] | None] = {}
+    out: list[tuple[int, ...] | None] = []
+    for value, total, group in zip(values, totals, groups, strict=True):
+        if value is None:
+            out.append(None)
+        elif value == EVEN:
+            n = group.size
+            key = (total, n)
+            v = even.get(key)
+            if key not in even:
+                v = even[key] = (total // n,) * n if n > 0 else None
+            out.append(v)
+        else:
+            if not isinstance(value, int) or value < 0:
+                raise ValueError(f"split index {value!r}")
+            out.append(vectors[value])
+    return out

@@ -28,7 +28,7 @@ from typing import Any
 
 from commdebug.errors import DumpError
 from commdebug.model.aggregates import Aggregates, set_older
-from commdebug.model.events import _SHAPES, _TEXT, FIELDS, decode_events, encode_events
+from commdebug.model.events import _SHAPES, _TEXT, EVEN, FIELDS, SPLITS, decode_events, encode_events
 from commdebug.model.rank_view import RankView
 from commdebug.model.trace import GLOBAL, CollectiveEvent, GroupInfo, Trace
 
@@ -173,6 +173,8 @@ class _Merged:
         self.ids: dict[str, int] = {}
         self.columns: dict[str, list] = {name: [] for name in FIELDS}
         self.count = 0
+        self.splits: list[Any] = []  # the chunks' split tables as one (see events.py)
+        self.split_ids: dict[tuple, int] = {}
 
     def add(self, block: Any, where: str) -> None:
         if not isinstance(block, dict) or not isinstance(block.get("columns"), dict) or not isinstance(block.get("strings"), list):
@@ -186,6 +188,14 @@ class _Merged:
                 self.strings.append(text)
             remap[i] = g
         columns = block["columns"]
+        split_remap: dict[Any, Any] = {None: None, EVEN: EVEN}
+        for i, packed in enumerate(block.get("splits") or ()):
+            key = tuple(packed)
+            g = self.split_ids.get(key)
+            if g is None:
+                g = self.split_ids[key] = len(self.splits)
+                self.splits.append(packed)
+            split_remap[i] = g
         for name in FIELDS:
             values = columns.get(name)
             if values is None:
@@ -199,11 +209,16 @@ class _Merged:
                     values = list(map(remap.__getitem__, values))
                 except (KeyError, TypeError):
                     raise DumpError(f"{where}: malformed events (a string index of column {name!r} is not in the string table)") from None
+            elif name in SPLITS:
+                try:
+                    values = list(map(split_remap.__getitem__, values))
+                except (KeyError, TypeError):
+                    raise DumpError(f"{where}: malformed events (a value of column {name!r} is not in the splits table)") from None
             self.columns[name].extend(values)
         self.count += n
 
     def block(self) -> dict[str, Any]:
-        return {"count": self.count, "strings": self.strings, "columns": self.columns}
+        return {"count": self.count, "strings": self.strings, "columns": self.columns, "splits": self.splits}
 
 
 def _module_path(fqn: str) -> list[str]:

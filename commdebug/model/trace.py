@@ -153,6 +153,10 @@ class CollectiveEvent(NamedTuple):
     error: str | None = None  # the collective raised (issuing it or waiting for it): the error
     unit: str | None = None  # FSDP2: the module whose parameters this gathers / gradients it reduces
     compiled: bool = False  # issued by torch.compile'd code (Inductor's, an FX graph's, AOTAutograd's)
+    # all_to_all: bytes sent to / received from each member of the group, in group order (the
+    # group's ranks); None for ops that have none, and in dumps written before they were kept
+    send_splits: tuple[int, ...] | None = None
+    recv_splits: tuple[int, ...] | None = None
 
     @property
     def group_name(self) -> str:
@@ -185,6 +189,9 @@ class CollectiveEvent(NamedTuple):
         d["group"] = self.group.name
         d["input_shapes"] = [list(s) for s in self.input_shapes]
         d["output_shapes"] = [list(s) for s in self.output_shapes]
+        for name in ("send_splits", "recv_splits"):
+            if d[name] is not None:
+                d[name] = list(d[name])
         return d
 
     @classmethod
@@ -226,7 +233,13 @@ class CollectiveEvent(NamedTuple):
             error=d.get("error"),
             unit=d.get("unit"),
             compiled=bool(d.get("compiled", False)),
+            send_splits=_splits(d.get("send_splits")),
+            recv_splits=_splits(d.get("recv_splits")),
         )
+
+
+def _splits(value: Any) -> tuple[int, ...] | None:
+    return None if value is None else tuple(int(v) for v in value)
 
 
 def check_noise_level(noise_level: object) -> int:
