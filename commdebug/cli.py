@@ -152,20 +152,21 @@ def _parser() -> argparse.ArgumentParser:
     summary.add_argument("--rank", type=step_number, default=None, metavar="R", help="with a folder, summarise rank R's dump (or stream) alone (default: every rank)")
     _quiet_option(summary)
 
-    estimate = verb("estimate", "predict the communication time of a dump's collectives on a target cluster (a model, not a measurement)")
-    estimate.add_argument("dump", nargs="?", metavar="DUMP", help="a JSON dump written by commdebug (fake process group plans too)")
+    estimate = verb("estimate", "predict the communication time of a dump's collectives on a target cluster; on a timed run, measured beside predicted")
+    estimate.add_argument("dump", nargs="?", metavar="DUMPS", help="a JSON dump written by commdebug (fake process group plans too); a timed dump or folder of ranks (ours or Flight Recorder's with durations) shows measured beside predicted")
     estimate.add_argument("--cluster", default=None, help="a preset (see --list) or a cluster JSON file (default: the dump's metadata.cluster)")
-    estimate.add_argument("--by", default="op", help=f"grouping, one of: {', '.join(BY)} (default op)")
+    estimate.add_argument("--by", default=None, help=f"grouping, one of: {', '.join(BY)} (default op; a timed run is shown per op,bin, module and step, and --by adds a table)")
     estimate.add_argument("--ranks-per-node", type=positive_int, default=None, help="ranks per node, >= 1, nodes being consecutive blocks of ranks (default: the cluster's gpus_per_node)")
     estimate.add_argument("--json", action="store_true", help="print JSON (default text)")
     estimate.add_argument("--list", action="store_true", help="list the preset clusters with their figures and sources, and exit (default off)")
 
-    calibrate = verb("calibrate", "fit a cluster's latency and bandwidth from nccl-tests text output and write a cluster JSON")
-    calibrate.add_argument("files", nargs="+", metavar="NCCL_TESTS_OUTPUT", help="nccl-tests outputs (all_reduce_perf, all_gather_perf, reduce_scatter_perf, ...), one run per file")
+    calibrate = verb("calibrate", "fit a cluster's measured curves, latency and bandwidth from timed dumps and nccl-tests output and write a cluster JSON")
+    calibrate.add_argument("files", nargs="+", metavar="INPUT", help="timed dumps (a folder of ranks or one dump, ours or Flight Recorder's with durations) and nccl-tests outputs (all_reduce_perf, ...), one run per file; several combine")
     _out_option(calibrate, "cluster.json", "cluster JSON file to write (default cluster.json)")
     calibrate.add_argument("--gpus-per-node", type=positive_int, default=None, help="GPUs per node, >= 1 (default: ranks per host in the files' '#  Rank' lines)")
     calibrate.add_argument("--base", default=None, help="preset or cluster file giving a link no file measured (default: none; then both links must be measured)")
     calibrate.add_argument("--name", default="calibrated", help="the cluster's name (default calibrated)")
+    calibrate.add_argument("--statistic", choices=("median", "min"), default="median", help="one point from repeated calls at one size: their median (the typical call) or minimum (the undisturbed one) (default median)")
 
     run = verb("run", "run a Python program, unchanged, under CommDebugMode and write OUT/rank<R>.json however it ends")
     _out_option(run, "commdebug_traces", "folder for the per-rank dumps (default ./commdebug_traces)")
@@ -396,8 +397,14 @@ def _estimate(args: argparse.Namespace) -> int:
         return OK
     if args.dump is None:
         raise CommDebugError("give a dump: commdebug estimate DUMP --cluster NAME|FILE  (or --list)")
-    by = parse_by(args.by)
+    by = parse_by(args.by or "op")
     cluster = _cluster(args.cluster)
+    from commdebug.analysis.predicted import COMPARE_BY, compare_path
+    from commdebug.render.compare import comparison_dict, render_comparison
+    comparison = compare_path(args.dump, cluster, by=COMPARE_BY + ((by,) if args.by and by not in COMPARE_BY else ()), ranks_per_node=args.ranks_per_node)
+    if comparison is not None:  # a timed run: measured beside predicted
+        _print_json(comparison_dict(comparison)) if args.json else sys.stdout.write(render_comparison(comparison))
+        return OK
     trace = load(_single_dump(args.dump, "estimate"))
     if cluster is None and trace.metadata.get("cluster") is None:
         raise CommDebugError(f"{args.dump}: no cluster to predict on: give --cluster NAME|FILE (presets: {', '.join(PRESETS)})")
@@ -411,17 +418,18 @@ def _estimate(args: argparse.Namespace) -> int:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
+    from commdebug.analysis.predicted import calibration_inputs
     from commdebug.estimate.calibrate import calibrate
     from commdebug.fileio import output_file, write_output
 
     out = output_file(args.out, "cluster file")
     base = _cluster(args.base)
-    cluster, notes = calibrate(args.files, gpus_per_node=args.gpus_per_node, base=base, name=args.name)
+    cluster, notes = calibrate(calibration_inputs(args.files), gpus_per_node=args.gpus_per_node, base=base, name=args.name, statistic=args.statistic)
     for note in notes:
         print(f"commdebug: {note}", file=sys.stderr)
     path = write_output(out, json.dumps(cluster.to_dict(), indent=1) + "\n")
     i, n = cluster.intra_node, cluster.network
-    print(f"wrote {path}: intra_node {i.busbw_gbps:.1f} GB/s, {i.latency_us:.1f} us; network {n.busbw_gbps:.1f} GB/s per GPU, {n.latency_us:.1f} us; {cluster.gpus_per_node} GPUs per node")
+    print(f"wrote {path}: intra_node {i.busbw_gbps:.1f} GB/s, {i.latency_us:.1f} us; network {n.busbw_gbps:.1f} GB/s per GPU, {n.latency_us:.1f} us; {cluster.gpus_per_node} GPUs per node; {len(cluster.curves)} measured curves")
     return OK
 
 

@@ -1,5 +1,6 @@
 """Predicted times laid out the way the reports show collectives: per line of the tracing table
-(module, phase, op key, group), per module and phase, and per event.
+(module, phase, op key, group), per module and phase, and per event; and, for a timed job,
+measured beside predicted per op and size bin, module and step (:func:`compare_measured`).
 
 The numbers come from :func:`commdebug.estimate.predict_trace` (docs/estimate.md); this module
 only adds them up along the module tree, the way the trace counts collectives: a call counts for
@@ -12,14 +13,22 @@ LinePrediction(seconds=4.3e-05, calls=4)
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from commdebug.estimate.alpha_beta import Prediction, predict_trace
-from commdebug.estimate.cluster import Cluster
+from commdebug.estimate.alpha_beta import Prediction, predict_events, predict_trace, resolve_cluster
+from commdebug.estimate.calibrate import is_nccl_tests_file
+from commdebug.estimate.cluster import Cluster, ClusterError
+from commdebug.estimate.presets import PRESETS
+from commdebug.estimate.timed import TimedJob, timed_calls
+from commdebug.formats.readers import iter_ranks
 from commdebug.model.trace import GLOBAL, Trace
 
-__all__ = ["LinePrediction", "TracePredictions", "trace_predictions"]
+__all__ = ["LinePrediction", "TracePredictions", "trace_predictions", "CompareRow", "Comparison", "compare_measured",
+           "compare_path", "calibration_inputs", "COMPARE_BY"]
 
 
 @dataclass(frozen=True)
@@ -105,3 +114,130 @@ def _ancestry(trace: Trace, fqn: str) -> tuple[str, ...]:
         out.append(current)
         current = trace.modules[current].parent
     return tuple(out)
+
+
+# ---- measured beside predicted: a timed job ------------------------------------------------
+
+COMPARE_BY = ("op,bin", "module", "step")
+
+
+@dataclass
+class CompareRow:
+    """Calls of one group (``key``: the grouping values), their measured seconds (each call's
+    shortest latency over the ranks) and predicted seconds, added up."""
+
+    key: dict[str, Any]
+    calls: int = 0
+    bytes: int = 0
+    measured_s: float = 0.0
+    predicted_s: float = 0.0
+
+    @property
+    def error(self) -> float | None:
+        """(predicted - measured) / measured; None when nothing was measured."""
+        return (self.predicted_s - self.measured_s) / self.measured_s if self.measured_s > 0 else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.key, "calls": self.calls, "bytes": self.bytes, "measured_s": self.measured_s,
+                "predicted_s": self.predicted_s, "error": self.error}
+
+
+@dataclass
+class Comparison:
+    """A timed job's calls measured and predicted on one cluster: a table per grouping (``by``
+    name -> rows), the total, and how the predictions were made (``sources``: kind -> calls)."""
+
+    cluster: Cluster
+    tables: dict[str, list[CompareRow]]
+    total: CompareRow
+    ranks: int
+    untimed: int
+    unpredicted: int
+    sources: dict[str, int]
+    notes: list[str]
+
+
+def compare_measured(job: TimedJob, cluster: Any = None, *, by: Iterable[str] = COMPARE_BY,
+                     ranks_per_node: int | None = None) -> Comparison | None:
+    """Each timed call of ``job`` (:func:`commdebug.estimate.timed.timed_calls`) beside its
+    prediction on ``cluster`` (default: the job's ``metadata.cluster``), added up per grouping
+    of :data:`commdebug.analysis.summary.BY` (default: op and size bin, module, step) and in
+    total; None when there is no cluster. Calls that cannot be predicted are counted apart.
+
+    >>> c = compare_measured(timed_calls(iter_ranks("traces/")), "my_cluster.json")   # doctest: +SKIP
+    >>> c.total.error                                                                  # doctest: +SKIP
+    -0.031
+    """
+    from commdebug.analysis.summary import BY, parse_by
+
+    resolved = resolve_cluster(cluster, job.metadata)
+    if resolved is None:
+        return None
+    groupings = [parse_by(b) for b in by]
+    by_rank: dict[int, list[int]] = {}
+    for i, call in enumerate(job.calls):
+        by_rank.setdefault(call.rank, []).append(i)
+    seconds: list[float | None] = [None] * len(job.calls)
+    sources: dict[str, int] = {}
+    notes: set[str] = set()
+    for rank, indices in by_rank.items():
+        pred = predict_events([job.calls[i].event for i in indices], resolved, rank=rank, ranks_per_node=ranks_per_node)
+        notes.update(pred.notes)
+        for i, s, where in zip(indices, pred.seconds, pred.sources, strict=True):
+            seconds[i] = s
+            if where is not None:
+                sources[where.kind] = sources.get(where.kind, 0) + 1
+    tables: dict[str, dict[tuple, CompareRow]] = {b: {} for b in groupings}
+    total = CompareRow({})
+    unpredicted = 0
+    for call, s in zip(job.calls, seconds, strict=True):
+        if s is None:
+            unpredicted += 1
+            continue
+        e = call.event
+        for row in [total] + [_row(tables[b], BY[b], e) for b in groupings]:
+            row.calls += 1
+            row.bytes += e.size_bytes
+            row.measured_s += call.seconds
+            row.predicted_s += s
+    ordered = {b: sorted(rows.values(), key=_compare_order(b)) for b, rows in tables.items()}
+    return Comparison(resolved, ordered, total, job.ranks, job.untimed, unpredicted, sources, sorted(notes))
+
+
+def timed_job(path: str | os.PathLike) -> TimedJob:
+    """The timed calls of a dump or folder of ranks, ours or Flight Recorder's."""
+    return timed_calls(iter_ranks(path), source=os.fspath(path))
+
+
+def compare_path(path: str | os.PathLike, cluster: Any = None, *, by: Iterable[str] = COMPARE_BY,
+                 ranks_per_node: int | None = None) -> Comparison | None:
+    """:func:`compare_measured` on a dump or folder of ranks; None when none of its calls was
+    timed. A cluster is needed then: the argument, else the dump's own, else an error."""
+    job = timed_job(path)
+    if not job.calls:
+        return None
+    comparison = compare_measured(job, cluster, by=by, ranks_per_node=ranks_per_node)
+    if comparison is None:
+        raise ClusterError(f"{os.fspath(path)}: no cluster to predict on: give --cluster NAME|FILE (presets: {', '.join(PRESETS)})")
+    return comparison
+
+
+def calibration_inputs(paths: Iterable[str | os.PathLike]) -> list[Path | TimedJob]:
+    """What :func:`commdebug.estimate.calibrate.calibrate` takes for each path: nccl-tests text
+    as its path, a timed dump or folder of ranks as its :class:`TimedJob`."""
+    return [Path(p) if is_nccl_tests_file(Path(p)) else timed_job(p) for p in paths]
+
+
+def _row(rows: dict[tuple, CompareRow], grouping: tuple, e: Any) -> CompareRow:
+    columns, key_of = grouping
+    key = key_of(e)
+    row = rows.get(key)
+    if row is None:
+        row = rows[key] = CompareRow(dict(zip(columns, key, strict=True)))
+    return row
+
+
+def _compare_order(by: str) -> Any:
+    if by in ("op,size", "op,bin", "step"):
+        return lambda r: tuple(r.key.values())
+    return lambda r: (-r.measured_s, str(list(r.key.values())))

@@ -1,6 +1,9 @@
-"""The prediction: time = latency + S x busbw factor / bandwidth of the slowest link the group
-crosses, with the same S and factor each event already carries (commdebug/ops.py), so a
-predicted busbw compares directly with a measured one.
+"""The prediction. On a cluster with measured curves (``commdebug calibrate`` on timed dumps or
+nccl-tests output), an op's time follows its curve (commdebug/estimate/curves.py: measured
+points, log-log interpolation, step-count extrapolation to other group sizes). Otherwise, and
+for ops no curve covers: time = latency + S x busbw factor / bandwidth of the slowest link the
+group crosses, with the same S and factor each event carries (commdebug/ops.py), so a predicted
+busbw compares directly with a measured one.
 
 A group inside one node gets the intra-node link. A group spanning nodes gets the network: its
 latency, and k x the per-GPU network busbw, where k is the fewest of its ranks on any one node
@@ -16,11 +19,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from commdebug import ops
 from commdebug.estimate.cluster import Cluster, ClusterError, Link
+from commdebug.estimate.curves import Curve, Where, nearest, scaled
 from commdebug.estimate.presets import load_cluster
 from commdebug.model.trace import CollectiveEvent, Trace
 
-__all__ = ["Prediction", "predict", "predict_events", "predict_trace", "resolve_cluster", "link_for"]
+__all__ = ["Prediction", "predict", "predict_events", "predict_trace", "resolve_cluster", "link_for", "effective_size"]
 
 NOTE_NO_RANKS = "some groups have no recorded ranks: assumed consecutive ranks 0..size-1"
 NOTE_NO_SIZE = "some calls are on a group of unknown size: not predicted"
@@ -28,37 +33,101 @@ NOTE_NO_SIZE = "some calls are on a group of unknown size: not predicted"
 
 @dataclass
 class Prediction:
-    """Predicted seconds per event (``None``: cannot be predicted) and what was assumed."""
+    """Predicted seconds per event (``None``: cannot be predicted), where each came from
+    (``sources[i]``: a :class:`~commdebug.estimate.curves.Where`, None when not predicted) and
+    what was assumed."""
 
     cluster: Cluster
     seconds: list[float | None]
     notes: list[str] = field(default_factory=list)
+    sources: list[Where | None] = field(default_factory=list)
 
     @property
     def total_s(self) -> float:
         return sum(s for s in self.seconds if s is not None)
 
 
-def link_for(cluster: Cluster, ranks: Iterable[int], ranks_per_node: int) -> tuple[Link, float]:
-    """The link a group of global ranks crosses and its effective busbw in GB/s."""
+def effective_size(event: CollectiveEvent) -> int:
+    """The bytes the prediction charges an event: its message size S (docs/collectives.md).
+    The one place an event's size enters the model, so that an op whose ranks move different
+    amounts (an uneven all_to_all) can be charged its busiest rank's bytes here."""
+    return event.size_bytes
+
+
+def _placement(ranks: Iterable[int], ranks_per_node: int) -> tuple[str, int]:
+    """("intra_node" | "network", k): the link kind a group of global ranks crosses, and the
+    fewest of its ranks on any one node (the whole group inside one node)."""
     per_node: dict[int, int] = {}
     for r in ranks:
         per_node[r // ranks_per_node] = per_node.get(r // ranks_per_node, 0) + 1
     if len(per_node) <= 1:
-        return cluster.intra_node, cluster.intra_node.busbw_gbps
-    k = min(per_node.values())
+        return "intra_node", sum(per_node.values())
+    return "network", min(per_node.values())
+
+
+def _link_busbw(cluster: Cluster, link: str, k: int) -> float:
+    """Effective busbw in GB/s of a group on ``link`` with k ranks per node: the intra-node
+    figure; across nodes k NICs' worth, at most the intra-node figure when k > 1."""
+    if link == "intra_node":
+        return cluster.intra_node.busbw_gbps
     bw = cluster.network.busbw_gbps * k
-    if k > 1:
-        bw = min(bw, cluster.intra_node.busbw_gbps)
-    return cluster.network, bw
+    return min(bw, cluster.intra_node.busbw_gbps) if k > 1 else bw
+
+
+def link_for(cluster: Cluster, ranks: Iterable[int], ranks_per_node: int) -> tuple[Link, float]:
+    """The link a group of global ranks crosses and its effective busbw in GB/s."""
+    link, k = _placement(ranks, ranks_per_node)
+    return getattr(cluster, link), _link_busbw(cluster, link, k)
+
+
+# ops whose curves stand in for each other when one was not measured: same busbw factor and
+# the same ring step count
+_SIBLINGS = {"ring": ("all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"),
+             "one": ("broadcast", "reduce", "send", "recv")}
+
+
+class _Model:
+    """The cluster's curves by (op, link), and the time of one call from them or the links."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.curves: dict[tuple[str, str], list[Curve]] = {}
+        for c in cluster.curves:
+            self.curves.setdefault((c.op, c.link), []).append(c)
+
+    def _candidates(self, op: str, link: str) -> list[Curve]:
+        own = self.curves.get((op, link))
+        if own:
+            return own
+        spec = ops.spec_for_op(op)
+        family = _SIBLINGS.get(spec.factor, ()) if spec else ()
+        if op in family:
+            return [c for sib in family for c in self.curves.get((sib, link), [])]
+        return []
+
+    def time(self, op: str, size: int, n: int, link: str, k: int, f: float) -> tuple[float, Where]:
+        """Seconds of one call of ``op`` moving ``size`` bytes on n ranks (k per node) over
+        ``link``; ``f``: the event's own busbw factor, which the alpha-beta line uses."""
+        bw = _link_busbw(self.cluster, link, k)
+        candidates = self._candidates(op, link)
+        if candidates:
+            curve = nearest(candidates, n, k)
+            ratio = _link_busbw(self.cluster, link, curve.per_node) / bw if link == "network" else 1.0
+            fallback = _link_busbw(self.cluster, link, curve.per_node) * 1e9
+            return scaled(curve, op, size, n, k, bw_ratio=ratio, busbw_fallback=fallback)
+        lat = getattr(self.cluster, link).latency_us
+        t = lat * 1e-6 + size * f / (bw * 1e9)
+        return t, Where("alpha-beta", f"alpha-beta on {link} of {self.cluster.name}: {lat:g} us + S x f / {bw:g} GB/s")
 
 
 def predict_events(events: Iterable[CollectiveEvent], cluster: Cluster, *, rank: int = 0,
                    ranks_per_node: int | None = None) -> Prediction:
-    """Predicted seconds of each event, in order. ``rank``: the recording rank (for send/recv)."""
+    """Predicted seconds of each event, in order, with where each came from.
+    ``rank``: the recording rank (for send/recv)."""
     rpn = ranks_per_node or cluster.gpus_per_node
     pred = Prediction(cluster, [])
-    cache: dict[tuple, tuple[Link, float]] = {}
+    model = _Model(cluster)
+    cache: dict[tuple, tuple[str, int]] = {}
     notes: set[str] = set()
     for e in events:
         group = e.group
@@ -67,6 +136,7 @@ def predict_events(events: Iterable[CollectiveEvent], cluster: Cluster, *, rank:
             ranks: tuple[int, ...] = (rank, e.peer)
         elif group.size <= 0 and group.ranks is None:
             pred.seconds.append(None)
+            pred.sources.append(None)
             notes.add(NOTE_NO_SIZE)
             continue
         else:
@@ -74,14 +144,18 @@ def predict_events(events: Iterable[CollectiveEvent], cluster: Cluster, *, rank:
             if group.ranks is None:
                 notes.add(NOTE_NO_RANKS)
             key = ("group", group.name, ranks)
-        if len(set(ranks)) <= 1:  # a group of one moves nothing
+        n = len(set(ranks))
+        if n <= 1:  # a group of one moves nothing
             pred.seconds.append(0.0)
+            pred.sources.append(Where("trivial", "a group of one rank moves nothing"))
             continue
-        got = cache.get(key)
-        if got is None:
-            got = cache[key] = link_for(cluster, ranks, rpn)
-        link, bw = got
-        pred.seconds.append(link.latency_us * 1e-6 + e.size_bytes * e.busbw_factor / (bw * 1e9))
+        placed = cache.get(key)
+        if placed is None:
+            placed = cache[key] = _placement(ranks, rpn)
+        link, k = placed
+        seconds, where = model.time(e.op, effective_size(e), n, link, k, e.busbw_factor)
+        pred.seconds.append(seconds)
+        pred.sources.append(where)
     pred.notes = sorted(notes)
     return pred
 

@@ -1,4 +1,9 @@
-"""Fit a cluster's latency and bandwidth from nccl-tests output (``all_reduce_perf`` & co.).
+"""Fit a cluster from nccl-tests output (``all_reduce_perf`` & co.) and from timed dumps.
+
+Timed dumps (ours, or Flight Recorder's with durations; a folder of ranks or one file) give each
+call's shortest latency over the ranks (commdebug/estimate/timed.py); repeated calls of one op
+at one size on one group become one point (their median), and the points of one op, link kind
+and group size a measured :class:`~commdebug.estimate.curves.Curve`.
 
 Each data row of nccl-tests' text output is ``size count type redop root`` then time (us),
 algbw, busbw, #wrong for out-of-place and again for in-place. With S = size and the op's busbw
@@ -9,17 +14,21 @@ link; runs spanning nodes give the network, whose per-GPU busbw is B / k (k rank
 
 from __future__ import annotations
 
-import math
 import re
-from collections.abc import Iterable
+import statistics
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from commdebug import ops
 from commdebug.errors import CommDebugError
+from commdebug.estimate.alpha_beta import effective_size
 from commdebug.estimate.cluster import Cluster, Link
-from commdebug.ops import BUSBW_FACTORS, aliases, spec_for_op
+from commdebug.estimate.curves import Curve, fit_alpha_beta
+from commdebug.estimate.timed import TimedJob
+from commdebug.ops import aliases, spec_for_op
 
-__all__ = ["NcclTestsRun", "parse_nccl_tests", "fit", "calibrate"]
+__all__ = ["NcclTestsRun", "parse_nccl_tests", "fit", "calibrate", "is_nccl_tests_file", "STATISTICS"]
 
 _STARTING = re.compile(r"Collective test starting:\s*(\w+?)_perf")
 _RANK = re.compile(r"^#\s*Rank\s+(\d+)\s+.*?\bon\s+(\S+)\s+device")
@@ -99,59 +108,161 @@ def parse_nccl_tests(path: str | Path) -> NcclTestsRun:
 
 def fit(points: Iterable[tuple[float, float]]) -> tuple[float, float]:
     """(a seconds, B bytes/s) minimising sum(((a + x/B) - t) / t)^2 over (x = S*f, t) points."""
-    sw = swx = swxx = swt = swxt = 0.0
-    n = 0
-    for x, t in points:
-        w = 1.0 / (t * t)
-        sw += w
-        swx += w * x
-        swxx += w * x * x
-        swt += w * t
-        swxt += w * x * t
-        n += 1
-    det = sw * swxx - swx * swx
-    if n < 2 or det <= 0:
-        raise CommDebugError("need results at two or more message sizes to fit latency and bandwidth")
-    slope = (sw * swxt - swx * swt) / det
-    a = (swt - slope * swx) / sw
-    if not slope > 0 or not math.isfinite(slope):
-        raise CommDebugError("time does not grow with message size in these results: cannot fit a bandwidth")
-    return max(a, 0.0), 1.0 / slope
+    return fit_alpha_beta(points)
 
 
-def calibrate(paths: Iterable[str | Path], *, gpus_per_node: int | None = None, base: Cluster | None = None,
-              name: str = "calibrated") -> tuple[Cluster, list[str]]:
-    """A cluster fitted from nccl-tests outputs, and notes (which link each file fitted, what
-    came from ``base`` because no file measured it)."""
-    runs = [parse_nccl_tests(p) for p in paths]
-    if not runs:
-        raise CommDebugError("no nccl-tests files given")
-    per_node = gpus_per_node
-    if per_node is None:
-        per_node = max(-(-r.ranks // r.hosts) for r in runs)  # ranks per host, from the Rank lines
-    intra: list[tuple[float, float]] = []
-    net: list[tuple[float, float]] = []
-    notes: list[str] = []
+def is_nccl_tests_file(path: Path) -> bool:
+    """Whether a calibration input is nccl-tests text (else a timed dump: a folder of ranks, a
+    JSON dump or stream, a Flight Recorder pickle or JSON)."""
+    if path.is_dir():
+        return False
+    try:
+        with path.open("rb") as f:
+            head = f.read(64).lstrip()
+    except FileNotFoundError:
+        raise CommDebugError(f"{path}: no such file") from None
+    except OSError as e:
+        raise CommDebugError(f"{path}: cannot read: {e.strerror or e}") from None
+    return not head.startswith((b"{", b"[", b"\x80"))
+
+
+# One point from repeated calls at the same size. The median (default): a call slowed by another
+# process does not move the curve, and the curve predicts the typical call. The minimum: the
+# undisturbed time, for comparing with programs measured the same way on a loaded machine.
+STATISTICS: dict[str, Callable[[list[float]], float]] = {"median": statistics.median, "min": min}
+
+
+class _Points:
+    """Measured times gathered per curve: (op, link, ranks, per_node) -> size -> seconds."""
+
+    def __init__(self, statistic: str = "median") -> None:
+        if statistic not in STATISTICS:
+            raise CommDebugError(f"unknown statistic {statistic!r} (choose from: {', '.join(STATISTICS)})")
+        self.statistic = STATISTICS[statistic]
+        self.by_curve: dict[tuple[str, str, int, int], dict[int, list[float]]] = {}
+        self.sources: dict[tuple[str, str, int, int], list[str]] = {}
+
+    def add(self, key: tuple[str, str, int, int], size: int, seconds: float, source: str) -> None:
+        self.by_curve.setdefault(key, {}).setdefault(size, []).append(seconds)
+        srcs = self.sources.setdefault(key, [])
+        if source not in srcs:
+            srcs.append(source)
+
+    def curves(self) -> list[Curve]:
+        out = []
+        for (op, link, n, k), sizes in sorted(self.by_curve.items()):
+            ordered = sorted(sizes)
+            secs = [float(self.statistic(sizes[s])) for s in ordered]
+            if self.statistic is min:
+                # the undisturbed time does not fall as messages grow: a floor above a larger
+                # size's floor is noise the repeats did not remove, lowered to it
+                for i in range(len(secs) - 2, -1, -1):
+                    secs[i] = min(secs[i], secs[i + 1])
+            out.append(Curve(op, link, n, k, tuple(ordered), tuple(secs),
+                             tuple(len(sizes[s]) for s in ordered), ", ".join(self.sources[(op, link, n, k)])))
+        return out
+
+
+def _from_nccl_tests(runs: list[NcclTestsRun], gpus_per_node: int | None, points: _Points, notes: list[str]) -> None:
     for r in runs:
-        nodes = r.hosts if gpus_per_node is None else -(-r.ranks // per_node)
-        f = BUSBW_FACTORS[r.factor](r.ranks)
+        nodes = r.hosts if gpus_per_node is None else -(-r.ranks // gpus_per_node)
+        link = "intra_node" if nodes <= 1 else "network"
+        k = r.ranks if nodes <= 1 else -(-r.ranks // nodes)
+        for size, t in r.points:
+            points.add((r.op, link, r.ranks, k), size, t, r.source)
         if nodes <= 1:
-            intra.extend((s * f, t) for s, t in r.points)
             notes.append(f"{r.source}: {r.op} on {r.ranks} ranks in one node -> intra_node")
         else:
-            k = -(-r.ranks // nodes)  # ranks per node in this run: per-GPU share is B / k
-            net.extend((s * f / k, t) for s, t in r.points)
             notes.append(f"{r.source}: {r.op} on {r.ranks} ranks over {nodes} nodes -> network (per GPU: busbw / {k})")
+
+
+def _from_dumps(job: TimedJob, gpus_per_node: int | None, points: _Points, notes: list[str]) -> int:
+    """Add a timed job's calls (each at its shortest latency over the ranks); the ranks per node
+    its hosts show (0: unknown)."""
+    path = job.source or "timed dumps"
+    if not job.calls:
+        raise CommDebugError(f"{path}: no timed collectives (record with `commdebug run --timing` or CommDebugMode(timing='sync'),"
+                             " or give Flight Recorder dumps with durations)")
+    named = {r: h for r, h in job.hosts.items() if h}
+    if gpus_per_node is not None:
+        node_of = {r: r // gpus_per_node for r in job.hosts}
+        per_node = gpus_per_node
+    elif len(named) == len(job.hosts):
+        index = {h: i for i, h in enumerate(dict.fromkeys(named[r] for r in sorted(named)))}
+        node_of = {r: index[named[r]] for r in named}
+        per_node = max(list(node_of.values()).count(i) for i in index.values())
+    else:
+        node_of = {}
+        per_node = 0
+        notes.append(f"{path}: the dumps do not name their hosts: all ranks taken as one node (--gpus-per-node to say otherwise)")
+    skipped = 0
+    for call in job.calls:
+        e = call.event
+        ranks = (call.rank, e.peer) if e.peer is not None else e.group.ranks
+        if ranks is None:
+            ranks = tuple(range(e.group.size))
+        if len(set(ranks)) <= 1 or ops.spec_for_op(e.op) is None:
+            skipped += 1
+            continue
+        per: dict[int, int] = {}
+        for r in ranks:
+            node = node_of.get(r, r // gpus_per_node if gpus_per_node else 0)
+            per[node] = per.get(node, 0) + 1
+        link = "intra_node" if len(per) <= 1 else "network"
+        k = len(ranks) if len(per) <= 1 else min(per.values())
+        points.add((e.op, link, len(set(ranks)), k), effective_size(e), call.seconds, str(path))
+    measured = "each call's shortest latency over the ranks" if job.ranks > 1 else "one rank's own latencies (give the folder of ranks for the time once the last member arrived)"
+    notes.append(f"{path}: {len(job.calls) - skipped} timed calls on {job.ranks} rank{'s' if job.ranks != 1 else ''} ({measured})"
+                 + (f"; {job.untimed} untimed calls left out" if job.untimed else ""))
+    return per_node
+
+
+def calibrate(inputs: Iterable[str | Path | TimedJob], *, gpus_per_node: int | None = None, base: Cluster | None = None,
+              name: str = "calibrated", statistic: str = "median") -> tuple[Cluster, list[str]]:
+    """A cluster fitted from nccl-tests outputs (paths) and timed jobs (a
+    :class:`~commdebug.estimate.timed.TimedJob` from :func:`~commdebug.estimate.timed.timed_calls`
+    over a folder of ranks or one dump, ours or Flight Recorder's with durations), several
+    combined: a measured curve per op, link kind and group size (docs/estimate.md), and each
+    link's latency and busbw fitted over its curves' points (the fallback for ops no curve
+    covers). ``statistic``: how repeated calls at one size become one point, ``median`` or
+    ``min``. Also notes: which input fitted what, and what came from ``base`` because nothing
+    measured it.
+
+    >>> job = timed_calls(iter_ranks("traces/"), source="traces")                # doctest: +SKIP
+    >>> cluster, notes = calibrate([job, "all_reduce_perf.txt"], base=PRESETS["h100-ib400"])  # doctest: +SKIP
+    """
+    items = list(inputs)
+    if not items:
+        raise CommDebugError("nothing to calibrate from: give nccl-tests outputs or timed dumps")
+    points = _Points(statistic)
+    notes: list[str] = []
+    runs = [parse_nccl_tests(p) for p in items if not isinstance(p, TimedJob)]
+    dumps = [p for p in items if isinstance(p, TimedJob)]
+    _from_nccl_tests(runs, gpus_per_node, points, notes)
+    per_node = gpus_per_node or 0
+    if gpus_per_node is None and runs:
+        per_node = max(-(-r.ranks // r.hosts) for r in runs)  # ranks per host, from the Rank lines
+    for d in dumps:
+        per_node = max(per_node, _from_dumps(d, gpus_per_node, points, notes))
+    if per_node <= 0:
+        per_node = max((c.ranks for c in points.curves()), default=1)
+    curves = points.curves()
     links: dict[str, Link] = {}
-    for key, pts in (("intra_node", intra), ("network", net)):
+    for key in ("intra_node", "network"):
+        # a network curve's per-GPU share: busbw / k, as its k ranks per node use k NICs
+        pts = [(s * c.f / (c.per_node if key == "network" else 1), t)
+               for c in curves if c.link == key for s, t in zip(c.sizes, c.seconds, strict=True) if s > 0]
         if pts:
-            a, bw = fit(pts)
-            links[key] = Link(round(bw / 1e9, 3), round(a * 1e6, 3))
+            try:
+                a, bw = fit(pts)
+            except CommDebugError as e:
+                raise CommDebugError(f"{key.replace('_', '-')} link: {e}") from None
+            links[key] = Link(round(bw / 1e9, 6), round(a * 1e6, 3))
         elif base is not None:
             links[key] = getattr(base, key)
-            notes.append(f"{key}: no file measured it; taken from {base.name}")
+            notes.append(f"{key}: nothing measured it; taken from {base.name}")
         else:
-            raise CommDebugError(f"no nccl-tests file measured the {key.replace('_', '-')} link; give one, or --base PRESET")
+            raise CommDebugError(f"no input measured the {key.replace('_', '-')} link; give one, or --base PRESET")
     cluster = Cluster(name, per_node, links["intra_node"], links["network"], "fitted by commdebug calibrate",
-                      tuple(f"fitted from {r.source}" for r in runs))
+                      tuple(f"fitted from {p.source if isinstance(p, TimedJob) else p}" for p in items), tuple(curves))
     return cluster, notes

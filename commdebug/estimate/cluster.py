@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from commdebug.errors import CommDebugError
+from commdebug.estimate.curves import Curve
 
 __all__ = ["Link", "Cluster", "ClusterError"]
 
@@ -42,6 +43,18 @@ class Cluster:
     network: Link
     description: str = ""
     sources: tuple[str, ...] = field(default=())
+    # measured curves (commdebug calibrate on timed dumps or nccl-tests output): predictions
+    # follow them where they cover an op and link; the two links above stay the fallback
+    curves: tuple[Curve, ...] = field(default=())
+
+    @property
+    def model(self) -> str:
+        """Which model predicts on this cluster, in words (the reports say it)."""
+        if not self.curves:
+            return "alpha-beta: one latency and one busbw per link kind (t = latency + S x f / busbw)"
+        ops = sorted({c.op for c in self.curves})
+        return (f"measured curves ({len(self.curves)}: {', '.join(ops)}): log-log interpolation between measured sizes,"
+                " ring/tree step counts beyond them; alpha-beta per link for the rest")
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name}
@@ -50,6 +63,8 @@ class Cluster:
         out.update(gpus_per_node=self.gpus_per_node, intra_node=self.intra_node.to_dict(), network=self.network.to_dict())
         if self.sources:
             out["sources"] = list(self.sources)
+        if self.curves:
+            out["curves"] = [c.to_dict() for c in self.curves]
         return out
 
     @classmethod
@@ -73,11 +88,22 @@ class Cluster:
         sources = data.get("sources", [])
         if not isinstance(sources, list) or not all(isinstance(s, str) for s in sources):
             raise ClusterError(f"{where}: sources must be a list of text, got {sources!r}")
+        curves = data.get("curves", [])
+        if not isinstance(curves, list):
+            raise ClusterError(f"{where}: curves must be a list of measured curves, got {curves!r}")
+        parsed = []
+        for i, c in enumerate(curves):
+            try:
+                parsed.append(Curve.from_dict(c, f"{where}: curves[{i}]"))
+            except ClusterError:
+                raise
+            except CommDebugError as e:
+                raise ClusterError(str(e)) from None
         return cls(name, gpus, _link(data["intra_node"], "intra_node", where), _link(data["network"], "network", where),
-                   description, tuple(sources))
+                   description, tuple(sources), tuple(parsed))
 
 
-_KEYS = ("name", "description", "gpus_per_node", "intra_node", "network", "sources")
+_KEYS = ("name", "description", "gpus_per_node", "intra_node", "network", "sources", "curves")
 _LINK_KEYS = ("busbw_gbps", "latency_us")
 
 
