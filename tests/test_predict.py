@@ -194,3 +194,13 @@ def test_cli_calibrate_on_a_folder_of_timed_dumps_and_estimate_beside_measured(b
     # each row's error as printed
     for r in rows:
         assert f"{r['error'] * 100:+.1f}%" in text.stdout
+
+
+def test_gpu_check_says_in_one_line_that_there_is_no_gpu_and_exits_0():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: bench/gpu_check.py is run by hand on it (its output goes in the notes)")
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_check.py")], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("\n") == 1 and "no CUDA GPU" in proc.stdout
