@@ -42,10 +42,8 @@ def format_duration(seconds: float | None) -> str:
     rounded = float(f"{seconds:.3g}")  # first, so 0.9996 s reads "1.00 s", not "1000 ms"
     if rounded == 0:
         return "0 s"
-    for unit, scale in _TIME_UNITS:
-        if abs(rounded) >= scale or unit == "ns":
-            value = float(f"{rounded / scale:.3g}")  # 1e-7 / 1e-9 is 99.99999...
-            break
+    unit, scale = next((u, k) for u, k in _TIME_UNITS if abs(rounded) >= k or u == "ns")
+    value = float(f"{rounded / scale:.3g}")  # 1e-7 / 1e-9 is 99.99999...
     size = abs(value)
     if size >= 1000:  # whole seconds past 1,000 keep their digits: "1234 s", never "1.23e+03 s"
         text = f"{seconds / scale:.0f}"

@@ -130,7 +130,7 @@ def test_report_top_lists_the_ranks_furthest_from_the_median(job, tmp_path):
     lines = top.stdout.splitlines()
     assert lines[1] == "ranks: the 1 of 4 furthest from the median (--top K to change, --top 0 for all)"
     table = lines[lines.index("") + 1:]
-    assert table[0].split()[-1] == "deviation" and table[1].split()[0] == "3"  # the slow rank
+    assert "deviation" in table[0].split() and table[1].split()[0] == "3"  # the slow rank
     assert table[2].startswith("min")
     data = json.loads(cli("report", str(job), "--top", "1", "--json").stdout)
     assert [r["rank"] for r in data["ranks"]] == [3] and data["ranks_total"] == 4

@@ -193,7 +193,7 @@ def ranks_data(folder: Any) -> tuple[dict[str, Any], list[str]]:
                                  "events": r.events, "tree": r.has_tree, "notes": list(r.notes)}
         if r.has_tree:
             entry.update(collectives=r.collectives, bytes=r.total_bytes, seconds=r.total_seconds,
-                         blocks={"counts": blocks.add(r.counts), "bytes": blocks.add(r.bytes),
+                         blocks={"counts": blocks.add(r.counts or ()), "bytes": blocks.add(r.bytes or ()),
                                  "time": None if r.seconds is None else blocks.add(r.seconds)})
         if r.step_ops is not None:
             so = r.step_ops

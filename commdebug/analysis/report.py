@@ -9,11 +9,14 @@
   op and per rank. A rank that arrives late makes the others wait: their latencies hold the
   wait, its own does not, so a large straggler effect on a rank says it waited for others;
 - each rank's deviation: how far its figures lie from the median rank's, so a thousand ranks
-  can be cut to the few worth reading (:meth:`Report.top`).
+  can be cut to the few worth reading (:meth:`Report.top`);
+- each rank's worst steps: the steps where its communication time most exceeds the median
+  rank's time at that step, and by how much (``worst_steps``), so a slow rank says when.
 
 It streams in one pass over the dumps, and its memory does not grow with the number of ranks:
-per rank it keeps its totals and the spans of sequence numbers it timed per group; per group,
-the least latency, rank count and op of each call in flat arrays.
+per rank it keeps its totals, its time per step (one float per step) and the spans of sequence
+numbers it timed per group; per group, the least latency, rank count and op of each call in flat
+arrays.
 """
 
 from __future__ import annotations
@@ -29,11 +32,24 @@ from commdebug.analysis.check import who
 from commdebug.formats.readers import iter_ranks
 from commdebug.model.rank_view import RankView
 
-__all__ = ["RankStats", "OpStats", "Deviation", "Report", "report", "report_path", "DEVIATION_FIGURES"]
+__all__ = ["RankStats", "StepExcess", "OpStats", "Deviation", "Report", "report", "report_path", "DEVIATION_FIGURES",
+           "WORST_STEPS"]
 
 # the per-rank figures a rank's deviation looks at: time first (what a slow rank changes), then
 # the straggler time, then what it issued
 DEVIATION_FIGURES = ("comm_time_s", "straggler_s", "collectives", "bytes")
+WORST_STEPS = 3  # the steps a rank row names: its worst, worst first
+
+
+@dataclass(frozen=True)
+class StepExcess:
+    """A step where a rank spent more time in collectives than the median rank did there."""
+
+    step: int
+    excess_s: float  # the rank's time at the step minus the median of every timed rank's
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"step": self.step, "excess_s": self.excess_s}
 
 
 @dataclass
@@ -47,6 +63,7 @@ class RankStats:
     elapsed_s: float | None = None
     recorded_s: float | None = None
     straggler_s: float | None = None
+    worst_steps: list[StepExcess] = field(default_factory=list)  # worst first, at most WORST_STEPS
 
     @property
     def share(self) -> float | None:
@@ -55,6 +72,7 @@ class RankStats:
     def to_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
         d["share"] = self.share
+        d["worst_steps"] = [w.to_dict() for w in self.worst_steps]
         return d
 
 
@@ -161,12 +179,14 @@ def report(ranks: Iterable[RankView]) -> Report:
     stats: list[RankStats] = []
     ops: dict[str, OpStats] = {}
     stragglers = _Stragglers()
+    step_times: dict[int, tuple[array, array]] = {}  # rank -> (its steps, its time at each)
     notes: dict[str, list[int]] = {}  # a rank's note -> the ranks that have it: said once
     for view in ranks:
         meta = view.metadata
         s = RankStats(view.rank, meta.get("hostname"), elapsed_s=meta.get("elapsed_s"), recorded_s=meta.get("recorded_s", meta.get("elapsed_s")))
         total_t = 0.0
         paired = stragglers.rank(view.rank)
+        per_step: dict[int, float] = {}
         for e in view.events:
             s.collectives += 1
             s.bytes += e.size_bytes
@@ -178,6 +198,7 @@ def report(ranks: Iterable[RankView]) -> Report:
             if e.latency_s is not None:
                 s.timed += 1
                 total_t += e.latency_s
+                per_step[e.step] = per_step.get(e.step, 0.0) + e.latency_s
                 o.timed += 1
                 o.time_s += e.latency_s
                 o.timed_bytes += e.size_bytes
@@ -186,13 +207,38 @@ def report(ranks: Iterable[RankView]) -> Report:
                     paired(e.group.name, e.seq, e.latency_s, e.op)
         if s.timed:
             s.comm_time_s = total_t
+            steps = sorted(per_step)  # two flat arrays, not a dict: 16 bytes a step
+            step_times[view.rank] = (array("q", steps), array("d", [per_step[k] for k in steps]))
         for n in view.notes:
             notes.setdefault(n, []).append(view.rank)
         stats.append(s)
     stragglers.finish(stats, ops)
+    _worst_steps(stats, step_times)
     stats.sort(key=lambda r: r.rank)
     op_rows = sorted(ops.values(), key=lambda o: (-o.time_s, -o.bytes, o.op))
     return Report(stats, op_rows, any(r.timed for r in stats), [f"{who(rs)}: {n}" for n, rs in notes.items()])
+
+
+def _worst_steps(stats: list[RankStats], step_times: dict[int, tuple[array, array]]) -> None:
+    """Fill each timed rank's ``worst_steps``: its steps furthest above the median rank's time
+    at the same step (a step of one rank only has no median to exceed)."""
+    by_step: dict[int, array] = {}
+    for steps, times in step_times.values():
+        for step, t in zip(steps, times, strict=True):
+            at = by_step.get(step)
+            if at is None:
+                at = by_step[step] = array("d")
+            at.append(t)
+    medians = {step: statistics.median(ts) for step, ts in by_step.items() if len(ts) > 1}
+    del by_step
+    for s in stats:
+        if s.rank not in step_times:
+            continue
+        steps, times = step_times[s.rank]
+        over = [(t - medians[step], step) for step, t in zip(steps, times, strict=True)
+                if step in medians and t > medians[step]]
+        over.sort(key=lambda x: (-x[0], x[1]))
+        s.worst_steps = [StepExcess(step, excess) for excess, step in over[:WORST_STEPS]]
 
 
 class _GroupCalls:

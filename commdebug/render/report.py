@@ -2,14 +2,18 @@
 
 A thousand ranks make a table nobody reads: from :data:`TOP_FROM` ranks on, the table lists only
 the :data:`TOP_DEFAULT` ranks furthest from the median (``--top K`` chooses K; ``--top 0`` all),
-each with the figure that sets it apart; the min / median / max rows still cover every rank."""
+each with the figure that sets it apart; the min / median / max rows still cover every rank.
+
+Each rank row names its worst steps when the run was timed: the steps where its time most
+exceeds the median rank's there, and by how much (``6 +1.04 s, 7 +882 ms``): a slow rank says
+when it was slow. The per-op table sums every rank's calls, and its title says so."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from commdebug.analysis.report import Deviation, Report
+from commdebug.analysis.report import Deviation, RankStats, Report
 from commdebug.render.columns import align
 from commdebug.units import format_bytes, format_duration, format_gbps, format_share
 
@@ -46,6 +50,11 @@ def _deviation(d: Deviation) -> str:
     return f"{_FIGURE_TITLES[d.figure]} {d.relative * 100:+.0f}%"
 
 
+def worst_steps_text(r: RankStats) -> str:
+    """``6 +1.04 s, 7 +882 ms``: a rank's worst steps and its excess over the median rank there."""
+    return ", ".join(f"{w.step} +{format_duration(w.excess_s)}" for w in r.worst_steps) or "-"
+
+
 def render_report(rep: Report, top: int | None = None) -> str:
     """The report as text, ending with a newline; with `top`, the rank table lists only the
     `top` ranks furthest from the median, furthest first, with a ``deviation`` column."""
@@ -54,11 +63,13 @@ def render_report(rep: Report, top: int | None = None) -> str:
     if top:
         lines.append(f"ranks: the {top} of {len(rep.ranks):,} furthest from the median (--top K to change, --top 0 for all)")
     lines.append("")
-    rows = [["rank", "host"] + [title for _, title, _ in _RANK_COLUMNS] + (["deviation"] if top else [])]
+    steps = any(r.worst_steps for r in rep.ranks)
+    rows = [["rank", "host"] + [title for _, title, _ in _RANK_COLUMNS] + (["deviation"] if top else [])
+            + (["worst steps"] if steps else [])]
     listed = rep.top(top) if top else [(r, None) for r in rep.ranks]
     for r, d in listed:
         rows.append([str(r.rank), r.host or "?"] + [fmt(getattr(r, attr) if attr != "share" else r.share) for attr, _, fmt in _RANK_COLUMNS]
-                    + ([_deviation(d)] if d is not None else []))
+                    + ([_deviation(d)] if d is not None else []) + ([worst_steps_text(r)] if steps else []))
     spread = {attr: rep.spread(attr) for attr, _, _ in _RANK_COLUMNS}
     for which in ("min", "median", "max"):
         row = [which, ""]
@@ -69,16 +80,22 @@ def render_report(rep: Report, top: int | None = None) -> str:
             else:
                 holder = f" (r{s[which + '_rank']})" if which != "median" else ""
                 row.append(fmt(s[which]) + holder)
-        rows.append(row + ([""] if top else []))
+        rows.append(row + ([""] if top else []) + ([""] if steps else []))
     lines += align(rows, left=2)
     lines.append("")
+    n = len(rep.ranks)
+    if n > 1:
+        lines.append(f"per op, summed over {n:,} ranks:")
     rows = [["op", "calls", "bytes", "timed", "time", "algbw GB/s", "busbw GB/s", "straggler"]]
     for o in rep.ops:
         rows.append([o.op, str(o.calls), format_bytes(o.bytes), str(o.timed), format_duration(o.time_s if o.timed else None),
                      format_gbps(o.algbw_gbps), format_gbps(o.busbw_gbps), format_duration(o.straggler_s if o.timed else None)])
     lines += align(rows)
     if rep.timed:
-        lines += ["", "straggler: time spent in calls beyond the fastest rank's time for the same call (group, sequence number);",
+        lines.append("")
+        if steps:
+            lines.append("worst steps: where the rank's time most exceeds the median rank's at the same step, and by how much;")
+        lines += ["straggler: time spent in calls beyond the fastest rank's time for the same call (group, sequence number);",
                   "a rank with little of it arrived last and made the others wait."]
     lines.extend(f"note: {n}" for n in rep.notes)
     return "\n".join(lines) + "\n"

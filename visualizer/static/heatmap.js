@@ -57,6 +57,51 @@ function buckets(n, size) {
 /** The value at quantile `q` of sorted numbers (nearest rank). */
 const quantile = (sorted, q) => sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))];
 
+/** The ranks a `commdebug check` finding singles out (its odd ranks, else its smallest side:
+ * the rank that skipped a call), each with its findings: Map rank -> [{step, kind, message}]. */
+function findingRanks(check) {
+  const out = new Map();
+  for (const f of arr(isObj(check) ? check.findings : null).filter(isObj)) {
+    let ranks = arr(f.odd_ranks);
+    if (ranks.length === 0) {
+      const sides = arr(f.sides).filter(isObj).map((sd) => arr(sd.ranks));
+      const fewest = sides.length > 1 ? sides.reduce((a, b) => (b.length < a.length ? b : a)) : [];
+      if (sides.every((r) => r.length === fewest.length)) continue;  // a tie: no odd side
+      ranks = fewest;
+    }
+    for (const r of ranks) {
+      if (!out.has(r)) out.set(r, []);
+      out.get(r).push({step: optNum(f.step), kind: str(f.kind), message: str(f.message)});
+    }
+  }
+  return out;
+}
+
+/**
+ * Which row labels to draw: every row in `must` (its label names an outlier or a flagged rank),
+ * then the others every `every` rows where no drawn label is closer than `every` rows: labels
+ * never overlap their neighbours, and the ones that matter are never thinned away.
+ */
+function labelRows(n, every, must) {
+  const shown = new Set(must);
+  const near = (i) => {
+    for (let d = 1; d < every; d++) if (shown.has(i - d) || shown.has(i + d)) return true;
+    return false;
+  };
+  for (let i = 0; i < n; i += every) if (!shown.has(i) && !near(i)) shown.add(i);
+  return shown;
+}
+
+/** The by-op table of one (rank, step): rows {op, calls, bytes, us, seconds}; each row carries
+ * the exact figures in data-* (data-time-us: microseconds as embedded), whatever its text shows. */
+function cellDetail(rows) {
+  return h("table", {id: "cell-ops", "data-testid": "cell-detail", class: "grid compact"},
+    h("thead", null, h("tr", null, ...["op", "calls", "bytes", "time"].map((t, j) => h("th", {class: j ? "num" : null}, t)))),
+    h("tbody", null, ...rows.map((r) => h("tr", {"data-op": r.op, "data-calls": r.calls ?? "", "data-bytes": r.bytes ?? "",
+      "data-time-us": r.us ?? ""}, h("td", null, opTag(r.op)), h("td", {class: "num"}, fmtCount(r.calls)),
+    h("td", {class: "num"}, fmtBytes(r.bytes)), h("td", {class: "num"}, fmtSeconds(r.seconds))))));
+}
+
 class Heatmap {
   /** `viewer`: the RanksViewer (its block cache and selectCell); `index`: the page's index. */
   constructor(viewer, index) {
@@ -72,6 +117,7 @@ class Heatmap {
     if (!isObj(this.m)) this.m = {};
     const any = (name) => heatRows(this.m[name]).some((row) => row.some((v) => v != null && v > 0));
     this.timed = !!heat.timed && any("step_time");
+    this.flagged = findingRanks(index.check);
     this.metric = this.timed ? "time" : any("step_bytes") ? "bytes" : "calls";
     this.selected = null;  // {rank, step}
   }
@@ -152,17 +198,16 @@ class Heatmap {
       return el;
     };
     frag.append(label("corner", "rank \\ step"));
+    const rowInfo = this.rowGroups.map(([a, b]) => this.rowFacts(a, b));
+    const labelled = labelRows(this.rowGroups.length, labelEvery,
+      rowInfo.map((f, i) => (f.outlier != null || f.flagged != null ? i : -1)).filter((i) => i >= 0));
     this.colGroups.forEach(([a, b], j) => {
       const el = label("col-label", j % colLabelEvery ? "" : str(this.steps[a]), this.stepRange(a, b).some((k) => c.stepOut[k]));
       el.dataset.step = str(this.steps[a]);
       frag.append(el);
     });
     this.rowGroups.forEach(([a, b], i) => {
-      const ranksHere = this.rankRange(a, b);
-      const rowOut = ranksHere.some((k) => c.rankOut[k]);
-      const el = label("row-label", i % labelEvery ? "" : a === b ? str(this.ranks[a].rank) : `${str(this.ranks[a].rank)}–${str(this.ranks[b].rank)}`, rowOut);
-      el.dataset.rank = str(this.ranks[a].rank);
-      frag.append(el);
+      frag.append(this.rowLabel(a, b, rowInfo[i], labelled.has(i)));
       this.colGroups.forEach(([sa, sb]) => {
         // the block's largest value (one slow rank must show); it names an outlier rank when
         // it holds one, else the rank with that largest value
@@ -179,6 +224,12 @@ class Heatmap {
         }
         const cell = document.createElement("div");
         cell.className = value == null ? "cell none" : `cell h${level(value)}` + (side ? ` outlier ${side > 0 ? "high" : "low"}` : "");
+        const flagged = this.flaggedAt(a, b, sa, sb);
+        if (flagged != null) {  // a rank check singles out, at the finding's step: marked on every view
+          cell.classList.add("flagged");
+          cell.dataset.findingRank = str(this.ranks[flagged].rank);
+          if (side === 0) who = flagged;
+        }
         cell.dataset.rank = str(this.ranks[who].rank);
         cell.dataset.step = str(this.steps[sa]);
         if (a !== b) cell.dataset.ranks = `${str(this.ranks[a].rank)}-${str(this.ranks[b].rank)}`;
@@ -201,6 +252,47 @@ class Heatmap {
     this.drawSpread();
     if (this.selected) this.mark(this.selected.rank, this.selected.step);
     performance.measure?.("commdebug:heatmap", {start: t0});
+  }
+
+  /** Row a..b (rank indices): its first outlier rank and first flagged rank (indices), if any. */
+  rowFacts(a, b) {
+    let outlier = null, flagged = null;
+    for (let r = a; r <= b; r++) {
+      if (outlier == null && this.c.rankOut[r]) outlier = r;
+      if (flagged == null && this.flagged.has(this.ranks[r].rank)) flagged = r;
+    }
+    return {outlier, flagged};
+  }
+
+  /** The label of the row of ranks a..b: its ranks ("1008–1015"), and the outlier or flagged
+   * rank it holds named first ("733 in 728–735"), so the culprit's row is never unlabelled. */
+  rowLabel(a, b, facts, shown) {
+    const first = str(this.ranks[a].rank), span = a === b ? first : `${first}–${str(this.ranks[b].rank)}`;
+    const named = facts.outlier ?? facts.flagged;
+    const el = h("div", {class: "row-label" + (facts.outlier != null ? " outlier" : "") + (facts.flagged != null ? " flagged" : ""),
+      "data-testid": "heatmap-row-label", "data-rank": first});
+    if (a !== b) el.dataset.ranks = `${first}-${str(this.ranks[b].rank)}`;
+    if (facts.outlier != null) el.dataset.outlierRank = str(this.ranks[facts.outlier].rank);
+    if (facts.flagged != null) {
+      const rank = this.ranks[facts.flagged].rank;
+      el.dataset.findingRank = str(rank);
+      el.title = this.flagged.get(rank).map((f) => `rank ${str(rank)}: ${f.message}`).join("\n");
+    }
+    if (!shown) return el;
+    const who = named == null || a === b ? span : `${str(this.ranks[named].rank)} in ${span}`;
+    el.append(...(facts.flagged != null ? [h("span", {class: "finding-mark", "aria-label": "check finding"}, "⚠"), " "] : []), who);
+    return el;
+  }
+
+  /** The index of a rank of a..b that a finding at one of steps sa..sb singles out, or null. */
+  flaggedAt(a, b, sa, sb) {
+    if (this.flagged.size === 0) return null;
+    for (let r = a; r <= b; r++) {
+      const found = this.flagged.get(this.ranks[r].rank);
+      if (!found) continue;
+      for (let k = sa; k <= sb; k++) if (found.some((f) => f.step === this.steps[k])) return r;
+    }
+    return null;
   }
 
   /** Indices a..b, both included. */
@@ -230,18 +322,20 @@ class Heatmap {
       const cells = sorted.length ? [sorted[0], quantile(sorted, 0.5), quantile(sorted, 0.9), sorted.at(-1)] : [null, null, null, null];
       const callSpan = perRank.length ? (Math.min(...perRank) === Math.max(...perRank) ? fmtCount(perRank[0])
         : `${fmtCount(Math.min(...perRank))}–${fmtCount(Math.max(...perRank))}`) : "—";
-      return h("tr", {"data-op": op}, h("td", null, opTag(op)), h("td", {class: "num"}, fmtCount(values.length)),
-        h("td", {class: "num"}, callSpan), ...cells.map((v) => h("td", {class: "num"}, v == null ? "—" : fmt(v))),
+      // the top ranks right after the op: the column that names the culprit is never scrolled away
+      return h("tr", {"data-op": op}, h("td", null, opTag(op)),
         h("td", {class: "top-ranks"}, ...top.flatMap((x, k) => [k ? ", " : "", h("a", {href: "#", class: "rank-link",
           "data-rank": str(this.ranks[x.i].rank), title: `rank ${str(this.ranks[x.i].rank)}: ${fmt(x.v)}`,
           onclick: (ev) => { ev.preventDefault(); this.viewer.selectCell(this.ranks[x.i].rank, null); }},
-        str(this.ranks[x.i].rank))])));
+        str(this.ranks[x.i].rank))])),
+        h("td", {class: "num"}, fmtCount(values.length)),
+        h("td", {class: "num"}, callSpan), ...cells.map((v) => h("td", {class: "num"}, v == null ? "—" : fmt(v))));
     });
     $("op-spread-wrap").replaceChildren(
       h("h3", null, "Per op across ranks ", h("span", {class: "muted"}, `${HEAT_METRICS[this.metric].label} per rank, all steps shown`)),
       h("div", {class: "table-wrap"}, h("table", {id: "op-spread", class: "grid compact"},
-        h("thead", null, h("tr", null, ...["op", "ranks", "calls per rank", "min", "median", "p90", "max", "top ranks"].map((t, k) =>
-          h("th", {class: k && k < 7 ? "num" : null}, t)))),
+        h("thead", null, h("tr", null, ...["op", "top ranks", "ranks", "calls per rank", "min", "median", "p90", "max"].map((t, k) =>
+          h("th", {class: k > 1 ? "num" : null}, t)))),
         h("tbody", null, ...body))));
   }
 
@@ -309,16 +403,13 @@ class Heatmap {
     const rows = [];
     for (let i = 0; 2 * i + 1 < keys.length; i++) {
       if (keys[2 * i] !== step) continue;
-      rows.push({op: str(this.ops[keys[2 * i + 1]]), calls: optNum(calls[i]), bytes: optNum(bytes[i]), seconds: micros && optNum(micros[i]) != null ? micros[i] * 1e-6 : null});
+      const us = micros ? optNum(micros[i]) : null;
+      rows.push({op: str(this.ops[keys[2 * i + 1]]), calls: optNum(calls[i]), bytes: optNum(bytes[i]), us, seconds: us == null ? null : us * 1e-6});
     }
     const k = this.steps.indexOf(step), st = k >= 0 ? this.c.stats[k] : null, fmt = HEAT_METRICS[this.metric].fmt;
     box.replaceChildren(
       h("h3", null, `Rank ${str(rank)}, step ${str(step)} `, h("span", {class: "muted"},
         st ? `the step's median across ranks: ${fmt(st.med)} (${HEAT_METRICS[this.metric].label})` : "")),
-      rows.length ? h("table", {id: "cell-ops", class: "grid compact"},
-        h("thead", null, h("tr", null, ...["op", "calls", "bytes", "time"].map((t, j) => h("th", {class: j ? "num" : null}, t)))),
-        h("tbody", null, ...rows.map((r) => h("tr", {"data-op": r.op}, h("td", null, opTag(r.op)), h("td", {class: "num"}, fmtCount(r.calls)),
-          h("td", {class: "num"}, fmtBytes(r.bytes)), h("td", {class: "num"}, fmtSeconds(r.seconds))))))
-        : h("p", {class: "muted empty"}, "No calls on this rank at this step."));
+      rows.length ? cellDetail(rows) : h("p", {class: "muted empty"}, "No calls on this rank at this step."));
   }
 }

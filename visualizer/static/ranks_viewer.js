@@ -51,6 +51,25 @@ function buildRanksModel(index) {
   return model;
 }
 
+const NAMED_RANKS = 3;  // an extreme held by more ranks than this is counted, not listed
+
+/** Who holds value `v` of a figure: "rank 733", "ranks 1, 2, 3", or "1,023 ranks tie at 260"
+ * (a thousand rank numbers are no answer). `rows`: {rank, [key]}; `fmt` prints the value. */
+function holders(rows, key, v, fmt) {
+  const at = rows.filter((r) => r[key] === v).map((r) => str(r.rank.rank));
+  if (at.length === 1) return `rank ${at[0]}`;
+  if (at.length <= NAMED_RANKS) return `ranks ${at.join(", ")}`;
+  return `${fmtCount(at.length)} ranks tie at ${fmt(v)}`;
+}
+
+/** The across-ranks line of a figure: "max rank 733; min rank 402", an extreme most ranks share
+ * said once ("max rank 733; 1,023 ranks tie at 260"). */
+function extremes(rows, key, st, fmt) {
+  const max = holders(rows, key, st.max, fmt), min = holders(rows, key, st.min, fmt);
+  const word = (m, text) => (text.includes(" tie at ") ? text : `${m} ${text}`);
+  return `${word("max", max)}; ${word("min", min)}`;
+}
+
 /** Lower median, min and max of the known values: the cells to mark. */
 function spread(values) {
   const known = values.filter((v) => v != null).sort((a, b) => a - b);
@@ -138,7 +157,10 @@ class RanksViewer extends BaseViewer {
     }
     this.renderSummary();
     this.tree.render();
-    if (this.tree.selected) this.renderDetail(this.tree.selected);
+    if (this.tree.selected) {
+      this.renderDetail(this.tree.selected);
+      this.revealRank();
+    }
   }
 
   renderSummary() {
@@ -224,12 +246,11 @@ class RanksViewer extends BaseViewer {
         cls: "num", cellCls: mark("seconds")});
     }
     const fmt = {calls: fmtCount, bytes: fmtBytes, seconds: fmtSeconds};
-    const ranksAt = (key, v) => rows.filter((r) => r[key] === v).map((r) => str(r.rank.rank)).join(",");
     const statRows = Object.entries(stats).filter(([key, st]) => st && (key !== "seconds" || timed)).map(([key, st]) =>
       h("tr", {"data-stat": key}, h("th", {scope: "row"}, key === "seconds" ? "time" : key),
         ...["min", "median", "max"].map((m) => h("td", {class: `num ${st.min === st.max ? "" : m}`,
-          title: `rank ${ranksAt(key, st[m])}`}, fmt[key](st[m]))),
-        h("td", {class: "muted"}, st.min === st.max ? "same on every rank" : `max rank ${ranksAt(key, st.max)}`)));
+          title: holders(rows, key, st[m], fmt[key])}, fmt[key](st[m]))),
+        h("td", {class: "muted extremes"}, st.min === st.max ? "same on every rank" : extremes(rows, key, st, fmt[key]))));
     const flags = this.model.flags.get(node) || [];
     $("detail-body").replaceChildren(
       ...detailHead(node),
@@ -241,9 +262,19 @@ class RanksViewer extends BaseViewer {
         h("thead", null, h("tr", null, ...["", "min", "median", "max", ""].map((t) => h("th", {class: t && "num"}, t)))),
         h("tbody", null, ...statRows))),
       h("h3", null, "Per rank ", h("span", {class: "muted"}, "click a rank to show its numbers in the tree")),
-      pagedTable(columns, rows, {id: "rank-table", sortable: true, empty: "No ranks.", rowProps: (r) => ({
+      this.rankTable = pagedTable(columns, rows, {id: "rank-table", sortable: true, empty: "No ranks.", rowProps: (r) => ({
         class: r.rank === this.rank ? "current" : null, "data-rank": str(r.rank.rank),
         onclick: () => { if (r.rank !== this.rank) this.setRank(r.rank); },
       })}));
+  }
+
+  /** Bring the current rank's row of the per-rank table into view, loading rows up to it. */
+  revealRank() {
+    const el = this.rankTable && this.rankTable.reveal ? this.rankTable.reveal((r) => r.rank === this.rank) : null;
+    const pane = el && el.closest(".pane");
+    if (!pane) return;
+    // scroll the detail pane only: a click on the heatmap must not move the page away from it
+    const top = el.getBoundingClientRect().top - pane.getBoundingClientRect().top;
+    if (top < 0 || top + el.offsetHeight > pane.clientHeight) pane.scrollTop += top - pane.clientHeight / 2;
   }
 }

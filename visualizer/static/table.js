@@ -5,7 +5,9 @@ const PAGE_ROWS = 200;
 /**
  * A table showing PAGE_ROWS rows at a time with a "show more" button; event lists reach
  * 100k rows. columns: {key, label, value(row), cell?(row) -> text|Node, cls?}. With
- * `sortable`, clicking a header sorts by value (nulls last), clicking again reverses.
+ * `sortable`, clicking a header sorts by value (nulls last), clicking again reverses. The
+ * returned element's `reveal(test)` shows rows up to the first one `test` accepts and returns
+ * its <tr> (null if none does).
  */
 function pagedTable(columns, rows, {id, sortable = false, empty = "None.", rowProps = null}) {
   if (rows.length === 0) return h("p", {id, class: "muted empty"}, empty);
@@ -57,8 +59,17 @@ function pagedTable(columns, rows, {id, sortable = false, empty = "None.", rowPr
     fill();
   }
 
+  function reveal(test) {
+    const i = sorted.findIndex(test);
+    if (i < 0) return null;
+    while (shown <= i) fill();
+    return tbody.children[i] || null;
+  }
+
   fill();
-  return h("div", {class: "table-wrap"}, table, more);
+  const wrap = h("div", {class: "table-wrap"}, table, more);
+  wrap.reveal = reveal;
+  return wrap;
 }
 
 // One line per DTensor argument, so shapes and placements line up across columns.

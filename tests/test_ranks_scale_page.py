@@ -1,0 +1,97 @@
+"""Issue 32 at job scale: 64- and 1,024-rank folders written the way bench/ranks_scale.py writes
+them, with a slow rank and a rank that skipped a call planted. Every figure the folder page
+embeds is that rank's own, `report` names the slow rank's slow steps, totals over a folder say
+they are summed, and durations print to 3 significant digits."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ranks_job import write_job
+from test_ranks_page import Page, close, own_figures
+
+from commdebug.analysis.report import report_path
+
+ROOT = Path(__file__).resolve().parents[1]
+# a duration as the text reports print it: 3 significant digits and a unit ("1234 s" past 1,000 s)
+DURATION = re.compile(r"(?<![\w.+-])(\d+(?:\.\d+)?) (s|ms|us|ns)\b")
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "commdebug", *args], capture_output=True, text=True, cwd=ROOT, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def job64(tmp_path_factory):
+    return write_job(tmp_path_factory.mktemp("job64") / "job", 64)
+
+
+@pytest.fixture(scope="module")
+def job1024(tmp_path_factory):
+    return write_job(tmp_path_factory.mktemp("job1024") / "job", 1024)
+
+
+@pytest.mark.parametrize("which", ["job64", "job1024"])
+def test_every_rank_on_the_page_has_its_own_figures(which, request):
+    job = request.getfixturevalue(which)
+    page = Page(job.folder)
+    entries = page.index["ranks"]
+    assert len(entries) == job.ranks
+    for i, entry in enumerate(entries):
+        own = own_figures(job.folder / entry["file"])
+        assert (entry["collectives"], entry["bytes"]) == (own["collectives"], own["bytes"]), entry["rank"]
+        assert close(entry["seconds"], own["seconds"]), entry["rank"]
+        cells = page.cells(entry)
+        assert set(cells) == set(own["cells"]), entry["rank"]
+        for key, (calls, nbytes, us) in cells.items():
+            want = own["cells"][key]
+            assert (calls, nbytes) == tuple(want[:2]) and close(us * 1e-6, want[2]), (entry["rank"], key)
+        time_row = page.matrix_row("step_time", i)
+        for step, us in zip(page.steps, time_row, strict=True):
+            assert close(us * 1e-6, sum(v[2] for (s, _), v in own["cells"].items() if s == step)), (entry["rank"], step)
+
+
+def sig_digits(number: str) -> int:
+    return len(number.replace(".", "").lstrip("0")) if "." in number or len(number) <= 3 else 3
+
+
+def assert_durations_3_digits(text: str) -> int:
+    found = DURATION.findall(text)
+    for number, _ in found:
+        if number != "0" and float(number) < 1000:
+            assert sig_digits(number) == 3, (number, text)
+    return len(found)
+
+
+def test_report_names_the_slow_ranks_slow_steps(job1024):
+    rep = report_path(job1024.folder)
+    first, deviation = rep.top(1)[0]
+    assert first.rank == job1024.slow and deviation.figure == "comm_time_s"
+    assert sorted(w.step for w in first.worst_steps) == sorted(job1024.slow_steps)
+    assert all(w.excess_s > 0 for w in first.worst_steps)
+    assert first.worst_steps == sorted(first.worst_steps, key=lambda w: -w.excess_s)  # worst first
+
+    data = json.loads(cli("report", str(job1024.folder), "--top", "5", "--json").stdout)
+    row = data["ranks"][0]
+    assert row["rank"] == job1024.slow
+    assert [w["step"] for w in row["worst_steps"]] == [w.step for w in first.worst_steps]
+    assert all(set(w) == {"step", "excess_s"} for r in data["ranks"] for w in r["worst_steps"])
+
+    text = cli("report", str(job1024.folder), "--top", "5").stdout
+    line = next(x for x in text.splitlines() if x.split()[:1] == [str(job1024.slow)])
+    for w in first.worst_steps:
+        assert re.search(rf"\b{w.step} \+\d", line), line
+    assert "per op, summed over 1,024 ranks:" in text
+    assert assert_durations_3_digits(text) > 10
+
+
+def test_folder_totals_say_they_are_summed(job1024):
+    text = cli("summary", str(job1024.folder)).stdout
+    header = text.splitlines()[1]
+    assert re.search(r"communication \S+ \S+ summed over 1,024 ranks \(\S+ \S+ per rank\)", header), header
+    assert assert_durations_3_digits(text) > 5
