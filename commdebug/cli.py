@@ -151,6 +151,7 @@ def _parser() -> argparse.ArgumentParser:
     summary.add_argument("--cluster", default=None, help="also predict each row's time on this preset or cluster JSON file (default: the dump's own metadata.cluster, if any)")
     summary.add_argument("--rank", type=step_number, default=None, metavar="R", help="with a folder, summarise rank R's dump (or stream) alone (default: every rank)")
     _quiet_option(summary)
+    _jobs_option(summary)
 
     estimate = verb("estimate", "predict the communication time of a dump's collectives on a target cluster; on a timed run, measured beside predicted")
     estimate.add_argument("dump", nargs="?", metavar="DUMPS", help="a JSON dump written by commdebug (fake process group plans too); a timed dump or folder of ranks (ours or Flight Recorder's with durations) shows measured beside predicted")
@@ -207,6 +208,7 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("dumps", metavar="DUMPS", help=DUMPS_HELP + "; PyTorch Flight Recorder dumps too")
     check.add_argument("--json", action="store_true", help="print JSON (default text)")
     _quiet_option(check)
+    _jobs_option(check)
 
     diff = verb("diff", "compare two dumps (or folders) per module, phase and op; exit 0 same, 1 different, 2 bad input")
     diff.add_argument("before", metavar="BEFORE", help="the reference: " + DUMPS_HELP)
@@ -241,6 +243,12 @@ def _folder_options(parser: argparse.ArgumentParser, steps: str) -> None:
     parser.add_argument("--ranks", default=None, metavar="LIST", help="only these ranks, e.g. 0-7,512 (default all)")
     parser.add_argument("--steps", default=None, metavar="LIST", help=steps)
     _quiet_option(parser)
+    _jobs_option(parser)
+
+
+def _jobs_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-j", "--jobs", type=positive_int, default=None, metavar="N",
+                        help="processes parsing a folder's dumps, >= 1; the output is the same for any N (default: one per CPU, at most 8, for folders over 32 MiB; else 1)")
 
 
 def _selection(args: argparse.Namespace) -> tuple[Any, Any]:
@@ -306,7 +314,7 @@ def _view(args: argparse.Namespace) -> int:
             raise UsageError(f"{src}: --cluster works with one dump; the folder page shows no predictions yet")
         out = output_file(args.out or src / "index.html", "HTML file")
         with _meter(args) as meter:
-            folder = rank_modules(src, ranks=ranks, steps=steps, progress=meter)
+            folder = rank_modules(src, ranks=ranks, steps=steps, progress=meter, jobs=args.jobs)
         write_output(out, visualizer.render_ranks_html(folder, title=f"commdebug: {src.name or src.resolve().name}"))
         unread = folder.errors
     else:
@@ -361,7 +369,7 @@ def _summary(args: argparse.Namespace) -> int:
     by = parse_by(args.by)  # a bad --by fails before the file is read
     cluster = _cluster(args.cluster)
     with _meter(args) as meter:
-        summary = summarize_path(args.dumps, by, cluster, rank=args.rank, progress=meter)
+        summary = summarize_path(args.dumps, by, cluster, rank=args.rank, progress=meter, jobs=args.jobs)
     if args.json:
         _print_json(summary_dict(summary, header=args.header))
     else:
@@ -482,7 +490,7 @@ def _report(args: argparse.Namespace) -> int:
 
     ranks, steps = _selection(args)
     with _meter(args) as meter:
-        result = report(iter_selected(args.dumps, ranks, steps, progress=meter))
+        result = report(iter_selected(args.dumps, ranks, steps, progress=meter, jobs=args.jobs))
     if args.json:
         _print_json(result.to_dict(top=args.top))
     else:
@@ -496,7 +504,7 @@ def _check(args: argparse.Namespace) -> int:
     from commdebug.render.check import render_check
 
     with _meter(args) as meter:
-        result = check(read_views(dump_files(args.dumps), progress=meter))
+        result = check(read_views(dump_files(args.dumps), progress=meter, jobs=args.jobs))
     _show(result, render_check, args.json)
     return OK if result.consistent else FOUND
 
@@ -530,7 +538,7 @@ def _trace(args: argparse.Namespace) -> int:
     out = output_file(args.out, "trace file")
     files = dump_files(args.dumps)
     with _meter(args) as meter:
-        write_text_or_gzip(out, chrome.render(read_views(pick(files, ranks), ranks, progress=meter)))
+        write_text_or_gzip(out, chrome.render(read_views(pick(files, ranks), ranks, progress=meter, jobs=args.jobs)))
     print("\n".join(trace_summary(chrome.counts, out, ranks_in_folder=len(files), ranks=ranks.describe(), steps=steps.describe())))
     return OK
 

@@ -73,6 +73,7 @@ OFFLINE = [
     # (verb line with {placeholders}, expected exit status, a text its stdout holds)
     ("check {folder}", 0, "consistent"),
     ("check {fr}", None, "rank"),
+    ("check {folder} -j 2", 0, "consistent"),
     ("report {folder}", 0, "rank"),
     ("report {fr} --json", 0, "ranks"),
     ("summary {folder}", 0, "all_reduce"),

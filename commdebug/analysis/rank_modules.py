@@ -24,7 +24,7 @@ from typing import Any
 
 from commdebug.analysis.check import CheckResult, check
 from commdebug.errors import DumpError
-from commdebug.formats.readers import job_files, rank_from_name, read
+from commdebug.formats.readers import job_files, rank_from_name, read_all
 from commdebug.formats.selection import ALL, Selection
 from commdebug.model.rank_view import RankView
 from commdebug.model.trace import GLOBAL, PHASES, Trace
@@ -145,7 +145,7 @@ class FolderModules:
 
 
 def rank_modules(folder: str | os.PathLike, *, ranks: Selection = ALL, steps: Selection = ALL,
-                 progress: Callable[[int, int], None] | None = None) -> FolderModules:
+                 progress: Callable[[int, int], None] | None = None, jobs: int | None = 1) -> FolderModules:
     """Read every rank of `folder` (see :func:`commdebug.formats.readers.job_files`; a folder
     mixing two runs is refused) into per-module and per-(step, op) numbers, and check the ranks
     against each other.
@@ -155,7 +155,8 @@ def rank_modules(folder: str | os.PathLike, *, ranks: Selection = ALL, steps: Se
     a tree. `ranks` keeps the numbers of those ranks only (the check still reads every rank: a
     subset would look like missing ranks); `steps` cuts the per-(step, op) numbers to those
     steps (the module numbers are the dumps' own, over every step). ``progress(done, total)``
-    is called before the first file and after each one.
+    is called before the first file and after each one. ``jobs``: processes reading the files
+    (None: as many as pay; :func:`commdebug.formats.readers.read_all`).
     """
     root = Path(folder)
     tree = ModuleTree()
@@ -173,15 +174,12 @@ def rank_modules(folder: str | os.PathLike, *, ranks: Selection = ALL, steps: Se
         files = job_files(root)
         if progress:
             progress(0, len(files))
-        for done, path in enumerate(files, 1):
-            try:
-                data = read(path)
-            except DumpError as e:
-                errors.append(str(e))
+        for done, (path, data) in enumerate(read_all(files, "read", jobs=jobs), 1):
+            if progress:
+                progress(done, len(files))
+            if isinstance(data, DumpError):
+                errors.append(str(data))
                 continue
-            finally:
-                if progress:
-                    progress(done, len(files))
             rank = data.rank if isinstance(data, RankView) else _rank_of(data, path)
             if rank not in ranks:
                 left_out += 1

@@ -396,7 +396,7 @@ def summarize_ranks(traces: Iterable[Trace], by: str = "op", cluster: Any = None
 
 def summarize_path(path: str | os.PathLike, by: str = "op", cluster: Any = None,
                    ranks_per_node: int | None = None, rank: int | None = None,
-                   progress: Callable[[int, int], None] | None = None) -> Summary:
+                   progress: Callable[[int, int], None] | None = None, jobs: int | None = 1) -> Summary:
     """:func:`summarize` of one dump, or :func:`summarize_ranks` of a folder of rank dumps (one
     run's: a folder mixing runs is refused), each read when its turn comes; with ``rank``, the
     one file of that rank in the folder (its dump, or its stream while it runs or after a kill).
@@ -404,10 +404,12 @@ def summarize_path(path: str | os.PathLike, by: str = "op", cluster: Any = None,
 
     >>> print(render_summary(summarize_path("traces/", "op")))   # doctest: +SKIP
     """
-    from commdebug.formats.readers import job_files, rank_from_name, read
+    from commdebug.formats.readers import job_files, rank_from_name, read, read_all
 
-    def load(f: Path) -> Trace:
-        trace = read(f)
+    def load(f: Path, data: object = None) -> Trace:  # data: read_all's result for f
+        if isinstance(data, DumpError):
+            raise data
+        trace = read(f) if data is None else data
         if not isinstance(trace, Trace):  # a RankView: no module tree, phases or steps to group by
             raise DumpError(f"{f}: a PyTorch Flight Recorder dump; summary reads commdebug's dumps (`commdebug check` reads both)")
         return trace
@@ -431,8 +433,8 @@ def summarize_path(path: str | os.PathLike, by: str = "op", cluster: Any = None,
 
     def traces() -> Iterator[Trace]:
         files = job_files(p)
-        for done, f in enumerate(files, 1):
-            trace = load(f)
+        for done, (f, data) in enumerate(read_all(files, "read", jobs=jobs), 1):  # jobs: processes reading
+            trace = load(f, data)
             if trace.metadata.get("rank") is None:  # torch's own dumps say no rank; the file name does
                 trace.metadata["rank"] = rank_from_name(f)
             if progress is not None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from commdebug.errors import CommDebugError, DumpError
-from commdebug.formats.readers import job_files, load_rank, rank_from_name
+from commdebug.formats.readers import job_files, rank_from_name, read_all
 from commdebug.model.rank_view import RankView
 
 __all__ = ["SelectionError", "Selection", "ALL", "selections", "dump_files", "pick", "read_views", "iter_selected",
@@ -124,15 +124,18 @@ def pick(files: list[Path], ranks: Selection) -> list[Path]:
 
 
 def read_views(files: list[Path], ranks: Selection = ALL, steps: Selection = ALL,
-               progress: Callable[[int, int], None] | None = None) -> Iterator[RankView]:
-    """Each file as a :class:`RankView`, read one at a time, when its rank is in `ranks`, its
-    events cut to `steps`. ``progress(done, total)`` is called before the first file and after
-    each one."""
+               progress: Callable[[int, int], None] | None = None, jobs: int | None = 1) -> Iterator[RankView]:
+    """Each file as a :class:`RankView`, in file order, when its rank is in `ranks`, its events
+    cut to `steps`; ``jobs`` processes read them (None: as many as pay, see
+    :func:`~commdebug.formats.readers.read_all`). ``progress(done, total)`` is called before
+    the first file and after each one."""
     total = len(files)
     if progress:
         progress(0, total)
-    for done, f in enumerate(files, 1):
-        view = load_rank(f)
+    for done, (_, view) in enumerate(read_all(files, "rank", jobs=jobs), 1):
+        if isinstance(view, DumpError):
+            raise view
+        assert isinstance(view, RankView)
         if view.rank in ranks:
             yield keep_steps(view, steps)
         if progress:
@@ -140,14 +143,14 @@ def read_views(files: list[Path], ranks: Selection = ALL, steps: Selection = ALL
 
 
 def iter_selected(path: str | os.PathLike, ranks: Selection = ALL, steps: Selection = ALL,
-                  progress: Callable[[int, int], None] | None = None) -> Iterator[RankView]:
+                  progress: Callable[[int, int], None] | None = None, jobs: int | None = 1) -> Iterator[RankView]:
     """Each chosen rank of `path` (a folder or one dump): :func:`read_views` of the files
     :func:`pick` keeps.
 
     >>> for view in iter_selected("traces/", Selection.parse("0-7", "--ranks")):   # doctest: +SKIP
     ...     print(view.rank)
     """
-    return read_views(pick(dump_files(path), ranks), ranks, steps, progress)
+    return read_views(pick(dump_files(path), ranks), ranks, steps, progress, jobs)
 
 
 def keep_steps(view: RankView, steps: Selection) -> RankView:
