@@ -61,5 +61,6 @@ def render_presets(clusters: Iterable[Cluster]) -> str:
         lines.append(f"{c.name}: {c.description}")
         lines.append(f"  gpus_per_node {c.gpus_per_node}; intra_node {c.intra_node.busbw_gbps:g} GB/s busbw, {c.intra_node.latency_us:g} us;"
                      f" network {c.network.busbw_gbps:g} GB/s busbw per GPU, {c.network.latency_us:g} us")
+        lines.append(f"  model: {c.model}")
         lines += [f"  source: {s}" for s in c.sources]
     return "\n".join(lines) + "\n"
