@@ -41,6 +41,8 @@ TARGET_RSS_MB = 1024
 TARGET_TRACE_GZ_MB = 100  # the whole job's trace as .json.gz, at 1,024 ranks x 2,000 events
 TARGET_TRACE_8_MB = 5     # --ranks 0-7
 TP = 8
+TARGET_CLI_EVENTS_PER_S = 600_000  # issue 32: the CLI on the 2-core machine, workers included
+TARGET_CLI_MIB = 500
 
 
 def _groups(rank: int, world: int):
@@ -140,6 +142,44 @@ def _timed_cli(*args: str) -> tuple[float, str]:
     return time.perf_counter() - t0, proc.stdout
 
 
+def _cli_peak(*args: str) -> tuple[float, float]:
+    """`commdebug ARGS` in a fresh process: (seconds, peak RSS in MiB of the largest process it or
+    its workers reached); ru_maxrss of waited-for children is the largest of them, not a sum."""
+
+    code = "import resource, sys, commdebug.cli as c; rc = c.main(sys.argv[1:]); " \
+           "print(max(resource.getrusage(w).ru_maxrss for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)) / 1024, file=sys.stderr); sys.exit(rc)"
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=ROOT)
+    seconds = time.perf_counter() - t0
+    if proc.returncode not in (0, 1):
+        raise SystemExit(f"commdebug {' '.join(args)} failed:\n{proc.stderr}")
+    return seconds, float(proc.stderr.strip().splitlines()[-1])
+
+
+def startup() -> None:
+    """`commdebug --help` and `--version`: best of 5 fresh processes, ms and peak RSS."""
+    import resource
+
+    for flag in ("--help", "--version"):
+        best = float("inf")
+        for _ in range(5):
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "commdebug", flag], capture_output=True, check=True, cwd=ROOT)
+            best = min(best, time.perf_counter() - t0)
+        rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        print(f"commdebug {flag:9}: {best * 1e3:.0f} ms (best of 5), peak RSS {rss:.0f} MiB")
+
+
+def cli_rates(folder: Path, total: int, jobs: tuple[int, ...]) -> None:
+    """`commdebug check` and `report` of the folder with each -j: events/s and peak RSS."""
+    for verb in ("check", "report"):
+        for j in jobs:
+            seconds, rss = _cli_peak(verb, str(folder), "-q", "-j", str(j))
+            rate = total / seconds
+            print(f"commdebug {verb} -j {j}: {seconds:.1f} s, {rate:,.0f} events/s (target >= {TARGET_CLI_EVENTS_PER_S:,}: "
+                  f"{rate / TARGET_CLI_EVENTS_PER_S:.2f}x), peak {rss:.0f} MiB per process (target <= {TARGET_CLI_MIB})")
+
+
 def trace_and_view(folder: Path, out: Path) -> None:
     """Print the sizes and times of the job's traces (all ranks, ranks 0-7) and its folder page."""
     for what, options, target in (("trace, every rank", [], TARGET_TRACE_GZ_MB), ("trace --ranks 0-7", ["--ranks", "0-7"], TARGET_TRACE_8_MB)):
@@ -161,7 +201,9 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=10_000)
     ap.add_argument("--keep", type=Path, help="write the folder here and keep it")
     ap.add_argument("--no-trace", dest="trace", action="store_false", help="skip the trace and view figures")
+    ap.add_argument("--jobs", default="1,2", help="the -j values to time the CLI's check and report with (default 1,2)")
     args = ap.parse_args()
+    startup()
 
     folder = args.keep or Path(tempfile.mkdtemp(prefix="commdebug-ranks-"))
     folder.mkdir(parents=True, exist_ok=True)
@@ -178,6 +220,7 @@ def main() -> None:
             rate = total / m["seconds"]
             print(f"{name:6}: {m['seconds']:.1f} s, {rate:,.0f} events/s (target >= {TARGET_EVENTS_PER_S:,}: "
                   f"{rate / TARGET_EVENTS_PER_S:.2f}x), peak RSS {m['rss_mb']:.0f} MiB (target < {TARGET_RSS_MB}: {m['rss_mb'] / TARGET_RSS_MB:.2f}x)")
+        cli_rates(folder, total, tuple(int(j) for j in args.jobs.split(",")))
         findings = check["extra"]
         found = any(kind == "mismatch" and [odd] in sides for kind, _, _, sides in findings)
         print(f"planted mismatch on rank {odd}: {'found' if found else 'NOT FOUND'} ({len(findings)} finding(s): {findings[:3]})")
