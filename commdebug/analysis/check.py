@@ -13,7 +13,11 @@ sequence number and reports the first place they part:
   when those others have it unfinished (``in_flight``, a hang dump), the finding says so;
 - ``shape``: one call breaks its op's own rule (all_gather output = group size x input,
   reduce_scatter input = group size x output);
-- ``all_to_all``: the group's members send, in total, other than they receive;
+- ``all_to_all``: what a member sends to another is not what that one receives from it, where
+  both sides recorded their splits (pair by pair: :mod:`commdebug.analysis.alltoall`); else
+  (Flight Recorder dumps) the group's members send, in total, other than they receive. The
+  all_to_all calls at one sequence number agree when op and dtype agree, whatever each rank's
+  sizes (an MoE layer's are uneven by design);
 - ``unmatched``: a send with no matching receive, or a receive with no send, by (group, sender,
   receiver, point-to-point sequence), or the two sides' sizes differ;
 - ``no_dump``: a rank of the job left no dump.
@@ -48,6 +52,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
 
+from commdebug.analysis.alltoall import PairMismatch, SplitPairs
 from commdebug.analysis.divergence import (
     UNKNOWN_STEP,
     BranchNotes,
@@ -73,6 +78,7 @@ _CALL = attrgetter("op", "size_bytes", "dtype", "module", "source")
 _SEQ = attrgetter("seq")
 _STEP = attrgetter("step")
 _IN_FLIGHT = attrgetter("in_flight")
+_PAIRS_SHOWN = 8  # all_to_all pair findings per group; a shifted split table breaks every pair
 
 
 @dataclass(frozen=True)
@@ -165,6 +171,8 @@ class _Group:
         self.in_flight: dict[int, list[int]] = {}  # seq -> ranks with it unfinished
         self.a2a: dict[int, list[int]] = {}  # seq -> [sum in, sum out]
         self.a2a_step: dict[int, int] = {}
+        self.pairs: SplitPairs | None = None  # all_to_all calls with splits, checked pair by pair
+        self.pair_findings = 0
         self.sites = GroupSites()
         self.completed = -1  # the last seq some member's dump says completed
         self.completed_by: int | None = None  # that member
@@ -281,7 +289,8 @@ class _Checker:
         (reading an event's fields is most of the cost on a large folder)."""
         calls = self.calls.many(map(_CALL, events))
         for value in self.calls.values[len(self.call_sig):]:  # calls seen for the first time
-            self.call_sig.append(self.sigs(value[:3]))
+            rule = shape_rule(value[0])  # balanced (all_to_all): sizes differ by rank, by design
+            self.call_sig.append(self.sigs((value[0], None, value[2]) if rule is not None and rule.balanced else value[:3]))
             self.call_ctx.append(self.ctxs(value[3:]))
         return list(map(self.call_sig.__getitem__, calls)), list(map(self.call_ctx.__getitem__, calls))
 
@@ -290,8 +299,13 @@ class _Checker:
         rule = shape_rule(e.op)
         if n <= 0 or rule is None:
             return
-        if rule.balanced:  # only the group's totals can be checked, once all members are read
+        if rule.balanced:  # checked once all members are read: pair by pair, or by totals
             g = self._group(e.group.name, e.group)
+            if e.send_splits is not None and e.recv_splits is not None and e.group.ranks:
+                if g.pairs is None:
+                    g.pairs = SplitPairs(e.group.ranks)
+                self._pair_findings(g, g.pairs.add(rank, seq, e.send_splits, e.recv_splits, self.ctxs((e.module, e.source)), step), e)
+                return
             totals = g.a2a.setdefault(seq, [0, 0])
             g.a2a_step.setdefault(seq, UNKNOWN_STEP if step is None else step)
             totals[0] += e.input_bytes
@@ -418,12 +432,30 @@ class _Checker:
             self.findings.append(Finding("in_flight", g.label, seq,
                 f"group {g.label} seq {seq}: {who(waiting)} had it unfinished when they wrote their dumps",
                 [self._side(waiting, g.sig[pos], g.ctx[pos], True)], step=self._step(g, seq)))
+        if g.pairs is not None:
+            self._pair_findings(g, g.pairs.rest())
+            if g.pair_findings > _PAIRS_SHOWN:
+                self.notes.append(f"group {g.label}: {g.pair_findings - _PAIRS_SHOWN} more all_to_all pairs disagree")
         for seq, (sent, received) in sorted(g.a2a.items()):
-            if sent != received:
+            if sent != received and (g.pairs is None or seq not in g.pairs.seqs):
                 step = g.a2a_step.get(seq, UNKNOWN_STEP)
                 self.findings.append(Finding("all_to_all", g.label, seq,
                     f"group {g.label} seq {seq}: all_to_all members send {format_bytes(sent)} in total but receive {format_bytes(received)}",
                     step=None if step == UNKNOWN_STEP else step))
+
+    def _pair_findings(self, g: _Group, found: list[PairMismatch], e: CollectiveEvent | None = None) -> None:
+        """A finding per all_to_all pair that disagrees, the first few of each group."""
+        for p in found:
+            g.pair_findings += 1
+            if g.pair_findings > _PAIRS_SHOWN:
+                continue
+            op, dtype = (e.op, e.dtype) if e is not None else ("all_to_all", None)
+            sides = [self._side([p.src], self.sigs((op, p.sent, dtype)), p.src_site),
+                     self._side([p.dst], self.sigs((op, p.received, dtype)), p.dst_site)]
+            sides[0].to_rank, sides[1].from_rank = p.dst, p.src
+            self.findings.append(Finding("all_to_all", g.label, p.seq,
+                f"group {g.label} seq {p.seq}: rank {p.src} sends {format_bytes(p.sent)} to rank {p.dst}, "
+                f"but rank {p.dst} receives {format_bytes(p.received)} from rank {p.src}", sides, [p.src, p.dst], p.step))
 
     @staticmethod
     def _having(g: _Group, seq: int) -> list[int]:

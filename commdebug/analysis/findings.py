@@ -27,6 +27,9 @@ class Side:
     source: str | None = None
     in_flight: bool = False
     last_call: bool = False  # what these ranks did last on the group, not the call in question
+    # an all_to_all pair: size_bytes is what this rank sends to `to_rank` / receives from `from_rank`
+    to_rank: int | None = None
+    from_rank: int | None = None
 
 
 @dataclass

@@ -59,7 +59,9 @@ def describe_side(side: Side) -> str:
     ranks = who(side.ranks) + (" (last call on the group)" if side.last_call else "")
     if side.op is None:
         return f"{ranks}: nothing"
-    what = f"{side.op} {format_bytes(side.size_bytes or 0)}{' ' + side.dtype if side.dtype else ''}"
+    size = "" if side.size_bytes is None else f" {format_bytes(side.size_bytes)}"  # None: an all_to_all's own sizes
+    pair = f" to rank {side.to_rank}" if side.to_rank is not None else f" from rank {side.from_rank}" if side.from_rank is not None else ""
+    what = f"{side.op}{size}{pair}{' ' + side.dtype if side.dtype else ''}"
     where = "".join(f" {k} {v}" for k, v in (("in", side.module), ("at", side.source)) if v and v != "?")
     flight = " (unfinished)" if side.in_flight else ""
     return f"{ranks}: {what}{flight}{where}"
