@@ -145,7 +145,7 @@ def _parser() -> argparse.ArgumentParser:
 
     summary = verb("summary", "print the summary of a dump or of a folder of rank dumps: counts, bytes, latency and bandwidth by op, size, module, group, step or phase; for a folder, also each row's spread across ranks")
     summary.add_argument("dumps", metavar="DUMPS", help=DUMPS_HELP)
-    summary.add_argument("--by", default="op", help=f"grouping, one of: {', '.join(BY)} (default op)")
+    summary.add_argument("--by", default="op", help=f"grouping, one of: {', '.join(BY)}, peer (traffic by group, src, dst: all_to_all and send/recv) (default op)")
     summary.add_argument("--json", action="store_true", help="print rows as JSON with stable keys (default text)")
     summary.add_argument("--no-header", dest="header", action="store_false", help="leave out the header (host, times, notes): only the rows (default: with header)")
     summary.add_argument("--cluster", default=None, help="also predict each row's time on this preset or cluster JSON file (default: the dump's own metadata.cluster, if any)")
@@ -366,6 +366,13 @@ def _summary(args: argparse.Namespace) -> int:
     from commdebug.analysis.summary import parse_by, summarize_path
     from commdebug.render.summary import render_summary, summary_dict
 
+    if args.by.strip() == "peer":
+        from commdebug.analysis.traffic import peer_rows_path
+        from commdebug.render.summary import peers_dict, render_peers
+
+        rows = peer_rows_path(args.dumps, rank=args.rank)
+        _print_json(peers_dict(rows)) if args.json else sys.stdout.write(render_peers(rows))
+        return OK
     by = parse_by(args.by)  # a bad --by fails before the file is read
     cluster = _cluster(args.cluster)
     with _meter(args) as meter:

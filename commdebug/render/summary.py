@@ -10,11 +10,12 @@ from typing import Any
 
 from commdebug.analysis.check import who
 from commdebug.analysis.summary import Summary, SummaryRow
+from commdebug.analysis.traffic import PeerRow
 from commdebug.render.columns import align
 from commdebug.render.table import light_note
 from commdebug.units import format_bytes, format_duration, format_gbps
 
-__all__ = ["render_summary", "summary_dict", "key_titles", "key_cells", "key_dict", "size_bin_label"]
+__all__ = ["render_summary", "summary_dict", "key_titles", "key_cells", "key_dict", "size_bin_label", "render_peers", "peers_dict"]
 
 
 def size_bin_label(bounds: tuple[int, int]) -> str:
@@ -189,3 +190,22 @@ def render_summary(summary: Summary, header: bool = True) -> str:
     if "ranks" in h:
         lines += [""] + _per_rank_lines(summary, timed)
     return "\n".join(lines) + "\n"
+
+
+def peers_dict(rows: list[PeerRow]) -> dict[str, Any]:
+    """``summary --by peer --json``: ``{"by": "peer", "rows": [{group, src, dst, calls, bytes}]}``."""
+    return {"by": "peer", "rows": [r.to_dict() for r in rows]}
+
+
+def render_peers(rows: list[PeerRow]) -> str:
+    """``summary --by peer`` as text: one aligned row per (group, src, dst), ranks global.
+
+    >>> print(render_peers(peer_rows_path("traces/")))   # doctest: +SKIP
+    group          src  dst  calls      bytes
+    default_pg[2]    0    1      6  12.00 KiB
+    """
+    if not rows:
+        return "no all_to_all or send/recv traffic recorded\n"
+    table = [["group", "src", "dst", "calls", "bytes"]]
+    table += [[r.group, str(r.src), str(r.dst), str(r.calls), format_bytes(r.bytes)] for r in rows]
+    return "\n".join(align(table, left=1)) + "\n"

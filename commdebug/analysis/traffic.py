@@ -1,0 +1,152 @@
+"""Who sends how much to whom: the traffic between pairs of ranks, ``commdebug summary --by peer``.
+
+Two kinds of calls move data between named pairs: an all_to_all (each member sends its
+``send_splits[j]`` to member j of the group, and receives ``recv_splits[i]`` from member i) and a
+send/recv (``peer``). One rank's dump knows its own side of each: what it sent, to whom, and what
+it received, from whom. A row is one (group, src, dst) pair, ranks global: ``calls`` (all_to_all
+calls between them, zero-byte parts counted, and sends), ``bytes``.
+
+A folder holds both sides of every pair; each is counted once, **from the sender's dump**, and
+from the receiver's only where the sender's dump is not in the folder (or carries no event of
+that pair: a rank with no splits recorded, a Flight Recorder dump without its sends). A single
+dump gives its rank's sends and its receives. The diagonal (a member's part of an all_to_all
+that stays on it) is a row too.
+
+>>> rows = peer_rows(iter_ranks("traces/"))        # doctest: +SKIP
+>>> rows[0]                                         # doctest: +SKIP
+PeerRow(group='default_pg[4]', src=0, dst=1, calls=6, bytes=4096, step=None)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from commdebug.errors import CommDebugError, DumpError
+from commdebug.formats.readers import iter_ranks, job_files, load_rank, rank_from_name
+from commdebug.model.rank_view import RankView
+from commdebug.model.trace import CollectiveEvent, Trace
+
+__all__ = ["PeerRow", "PeerTally", "peer_rows", "peer_rows_path"]
+
+
+@dataclass(frozen=True)
+class PeerRow:
+    """Traffic from global rank ``src`` to global rank ``dst`` on ``group`` (its label, as other
+    summaries name groups): ``calls`` and ``bytes``; ``step`` when counted per step (else None)."""
+
+    group: str
+    src: int
+    dst: int
+    calls: int
+    bytes: int
+    step: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"group": self.group, "src": self.src, "dst": self.dst, "calls": self.calls, "bytes": self.bytes}
+        if self.step is not None:
+            d["step"] = self.step
+        return d
+
+
+# (group label, step or None, src, dst) -> [calls, bytes]
+_Key = tuple[str, int | None, int, int]
+
+
+class PeerTally:
+    """Peer rows built one rank at a time (streaming over a folder): :meth:`add` each rank's
+    events, then :meth:`rows`. ``by_step``: one row per step as well (a matrix per step).
+
+    >>> tally = PeerTally()
+    >>> for view in iter_ranks("traces/"):           # doctest: +SKIP
+    ...     tally.add(view.rank, view.events)
+    >>> tally.rows()                                 # doctest: +SKIP
+    """
+
+    def __init__(self, by_step: bool = False) -> None:
+        self.by_step = by_step
+        self.sent: dict[_Key, list[int]] = {}  # from the senders' dumps
+        self.received: dict[_Key, list[int]] = {}  # from the receivers' dumps
+        self.ranks: set[int] = set()
+
+    def add(self, rank: int, events: Iterable[CollectiveEvent]) -> None:
+        """One rank's events (its own dump: what it sent and what it received)."""
+        self.ranks.add(rank)
+        sent, received, by_step = self.sent, self.received, self.by_step
+        for e in events:
+            step = e.step if by_step else None
+            if e.peer is not None and e.op in ("send", "recv"):
+                if e.op == "send":
+                    _count(sent, (e.group.label, step, rank, e.peer), e.size_bytes)
+                else:
+                    _count(received, (e.group.label, step, e.peer, rank), e.size_bytes)
+                continue
+            if e.send_splits is None and e.recv_splits is None:
+                continue
+            members = e.group.ranks
+            if not members:
+                continue
+            label = e.group.label
+            if e.send_splits is not None and len(e.send_splits) == len(members):
+                for dst, nbytes in zip(members, e.send_splits, strict=True):
+                    _count(sent, (label, step, rank, dst), nbytes)
+            if e.recv_splits is not None and len(e.recv_splits) == len(members):
+                for src, nbytes in zip(members, e.recv_splits, strict=True):
+                    _count(received, (label, step, src, rank), nbytes)
+
+    def rows(self) -> list[PeerRow]:
+        """The rows, by group, step, src, dst: the sender's count where the sender's dump gave
+        one, else the receiver's (see the module docstring)."""
+        counts = dict(self.sent)
+        for key, value in self.received.items():
+            if key not in counts:
+                counts[key] = value
+        return [PeerRow(group, src, dst, calls, nbytes, step)
+                for (group, step, src, dst), (calls, nbytes) in sorted(counts.items(), key=_order)]
+
+
+def _order(item: tuple[_Key, list[int]]) -> tuple:
+    group, step, src, dst = item[0]
+    return (group, -1 if step is None else step, src, dst)
+
+
+def _count(table: dict[_Key, list[int]], key: _Key, nbytes: int) -> None:
+    agg = table.get(key)
+    if agg is None:
+        table[key] = [1, nbytes]
+    else:
+        agg[0] += 1
+        agg[1] += nbytes
+
+
+def _rank_of(view: Trace | RankView, index: int) -> int:
+    if isinstance(view, RankView):
+        return view.rank
+    rank = view.metadata.get("rank")
+    return index if rank is None else int(rank)
+
+
+def peer_rows(views: Iterable[Trace | RankView], by_step: bool = False) -> list[PeerRow]:
+    """The peer rows of a job's ranks (each a :class:`Trace` or :class:`RankView`, taken one at
+    a time; a Trace's rank is its ``metadata.rank``, else its place in ``views``)."""
+    tally = PeerTally(by_step)
+    for index, view in enumerate(views):
+        tally.add(_rank_of(view, index), view.events)
+    return tally.rows()
+
+
+def peer_rows_path(path: str | os.PathLike, rank: int | None = None, by_step: bool = False) -> list[PeerRow]:
+    """:func:`peer_rows` of one dump or a folder of rank dumps (ours, streams or Flight
+    Recorder's); ``rank``: only that rank's file of the folder."""
+    p = Path(path)
+    if rank is None:
+        return peer_rows(iter_ranks(p), by_step)
+    if not p.is_dir():
+        raise CommDebugError(f"{p}: --rank picks one rank out of a folder; this is one dump already")
+    files = {rank_from_name(f): f for f in job_files(p)}
+    if rank not in files:
+        raise DumpError(f"{p}: no dump or stream of rank {rank}")
+    return peer_rows([load_rank(files[rank])], by_step)
