@@ -370,7 +370,7 @@ def _summary(args: argparse.Namespace) -> int:
         from commdebug.analysis.traffic import peer_rows_path
         from commdebug.render.summary import peers_dict, render_peers
 
-        rows = peer_rows_path(args.dumps, rank=args.rank)
+        rows = peer_rows_path(args.dumps, rank=args.rank, jobs=args.jobs)
         _print_json(peers_dict(rows)) if args.json else sys.stdout.write(render_peers(rows))
         return OK
     by = parse_by(args.by)  # a bad --by fails before the file is read

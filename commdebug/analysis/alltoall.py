@@ -5,17 +5,19 @@ the sizes of one all_to_all differ from rank to rank by design; what must hold i
 :class:`SplitPairs` keeps one group's calls (its members' ``send_splits`` and ``recv_splits``,
 by sequence number) as the ranks' dumps are read, checks a call once every member's side is
 in and forgets it: memory holds the calls whose members are not all read yet, which, reading
-ranks in order, is about one group's worth.
+ranks in order, is about one group's worth: 16 bytes per member per member per all_to_all call
+of the group (8 MiB per call of a 1,024-member group; 64 KiB for 64 members).
 
 >>> pairs = SplitPairs((0, 1))
 >>> pairs.add(0, 5, (4, 8), (4, 16), site=0, step=2)
 []
->>> [(p.src, p.dst, p.sent, p.received) for p in pairs.add(1, 5, (16, 4), (8, 4), site=1, step=2)]
-[(0, 1, 8, 16)]
+>>> [(p.src, p.dst, p.sent, p.received) for p in pairs.add(1, 5, (16, 4), (9, 4), site=1, step=2)]
+[(0, 1, 8, 9)]
 """
 
 from __future__ import annotations
 
+from array import array
 from typing import NamedTuple
 
 __all__ = ["PairMismatch", "SplitPairs"]
@@ -36,8 +38,8 @@ class PairMismatch(NamedTuple):
 
 
 class _Side(NamedTuple):
-    send: tuple[int, ...]
-    recv: tuple[int, ...]
+    send: array  # of int64: 8 bytes a member, where a tuple of large ints takes about 40
+    recv: array
     site: int
     step: int | None
 
@@ -62,7 +64,7 @@ class SplitPairs:
             return []
         self.seqs.add(seq)
         sides = self.calls.setdefault(seq, {})
-        sides[rank] = _Side(send, recv, site, step)
+        sides[rank] = _Side(array("q", send), array("q", recv), site, step)
         if len(sides) < n:
             return []
         del self.calls[seq]
@@ -82,7 +84,7 @@ class SplitPairs:
         if len(sides) == len(members):
             # transposed in C: row i of the received matrix is what each member got from member i
             from_each = list(zip(*(sides[r].recv for r in members), strict=True))
-            rows = [(i, r) for i, r in enumerate(members) if sides[r].send != from_each[i]]
+            rows = [(i, r) for i, r in enumerate(members) if sides[r].send != array("q", from_each[i])]
         else:
             rows = [(position[r], r) for r in sorted(sides, key=position.__getitem__)]
         out = []

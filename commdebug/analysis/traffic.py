@@ -27,6 +27,7 @@ from typing import Any
 
 from commdebug.errors import CommDebugError, DumpError
 from commdebug.formats.readers import iter_ranks, job_files, load_rank, rank_from_name
+from commdebug.formats.selection import read_views
 from commdebug.model.rank_view import RankView
 from commdebug.model.trace import CollectiveEvent, Trace
 
@@ -138,12 +139,14 @@ def peer_rows(views: Iterable[Trace | RankView], by_step: bool = False) -> list[
     return tally.rows()
 
 
-def peer_rows_path(path: str | os.PathLike, rank: int | None = None, by_step: bool = False) -> list[PeerRow]:
+def peer_rows_path(path: str | os.PathLike, rank: int | None = None, by_step: bool = False,
+                   jobs: int | None = 1) -> list[PeerRow]:
     """:func:`peer_rows` of one dump or a folder of rank dumps (ours, streams or Flight
-    Recorder's); ``rank``: only that rank's file of the folder."""
+    Recorder's), read by ``jobs`` processes (None: as many as pay); ``rank``: only that rank's
+    file of the folder."""
     p = Path(path)
     if rank is None:
-        return peer_rows(iter_ranks(p), by_step)
+        return peer_rows(read_views(job_files(p), jobs=jobs) if p.is_dir() else iter_ranks(p), by_step)
     if not p.is_dir():
         raise CommDebugError(f"{p}: --rank picks one rank out of a folder; this is one dump already")
     files = {rank_from_name(f): f for f in job_files(p)}
