@@ -268,7 +268,7 @@ class Viewer extends BaseViewer {
       ["placements", h("code", null, str(e.placements) || "—")],
       ["mesh", h("code", null, str(e.mesh) || "—")],
       ["source", h("code", null, str(e.source) || "—")],
-      ["start", e.start_s == null ? "—" : `${fmtSeconds(e.start_s)} after the start`],
+      ["start", e.start_s == null ? "—" : `${fmtOffset(e.start_s)} after the start`],
       ["latency", timed ? fmtSeconds(e.latency_s) : "not timed"],
       ...(this.model.pred && this.model.pred.events ? [["predicted", e.predicted_s == null ? "not predicted"
         : h("span", null, predCell(this.model.pred, e.predicted_s), ` on ${this.model.pred.cluster} (a model, not a measurement)`)]] : []),

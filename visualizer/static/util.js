@@ -70,6 +70,12 @@ function fmtSeconds(s) {
   return `${text} ${unit}`;
 }
 
+/** A moment as seconds from the recording's start, to the millisecond: an offset orders events,
+ *  so it keeps the digits a duration drops ("1234.567 s", not "1.23 ks"). */
+function fmtOffset(s) {
+  return optNum(s) == null ? "—" : `${s.toFixed(3)} s`;
+}
+
 /** A shapes field as text: "[16384, 4096]" per tensor, or "—". */
 function fmtShapes(v) {
   let shapes = v;
