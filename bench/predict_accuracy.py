@@ -4,26 +4,34 @@ On N gloo ranks (mp spawn, this machine's CPU), every rank runs, each under
 CommDebugMode(timing="sync"):
 
 1. the calibration program: all_reduce, all_gather_into_tensor and reduce_scatter_tensor on the
-   world group at message sizes every half power of two from --min-size to --max-size, each
-   size repeated --repeats times (repeats outermost, so slow moments of a shared machine are
-   spread over all sizes);
+   world group at message sizes every half power of two from 256 B to the largest size, back to
+   back, in an order shuffled each run;
 2. five held-out programs, none of which is the calibration program: a tensor-parallel MLP
    (DTensor, forward + backward + SGD), FSDP2 with AdamW, a mixed-size all_reduce loop, an
    all_gather-heavy and a reduce_scatter-heavy step (each with compute between the calls).
 
-Then, offline, `commdebug calibrate` fits the cluster from the calibration run's dumps and
-`commdebug estimate` puts each held-out program's measured time (each call's shortest latency
-over the ranks: its duration once the last member arrived) beside the prediction: error per
-program, per op, per op x size bin and in total, with the old alpha-beta model's for comparison.
+The calibration and every program run --runs times, interleaved (run 1 of each, then run 2 of
+each, ..., in an order shuffled each run), so that both sides see the same moments of a shared
+machine. Then, offline, `commdebug calibrate` fits the cluster from the calibration runs' dumps
+and `commdebug estimate` puts each held-out program's measured time beside the prediction: error
+per program, per op, per op x size bin and in total, with the old alpha-beta model's for
+comparison. Measured: each call's shortest latency over the ranks (its duration once the last
+member arrived), then one statistic over the runs (--statistic, default the minimum); each
+calibration point is the same statistic of the same number of runs, then the points are made
+non-decreasing in size by pooling (commdebug/estimate/calibrate.py: monotone).
 
 How the held-out programs were chosen: they are the five kinds the issue (#33) lists, with
 shapes and sizes written down in this file before any fit was run and not changed after seeing
-an error; their message sizes fall inside the calibration sweep but are mostly not on its
-points (odd multiples of 1.5 KiB, model shapes). The calibration program was designed from what
-they need in general (each op they use, a sweep covering their sizes, the group size they run
-on), not from their errors.
+an error (the second round of work on the bench changed only the calibration side and the
+statistic: interleaved runs, equal run counts, pooling instead of a running minimum; the
+programs are as they were); their message sizes fall inside the calibration sweep but are
+mostly not on its points (odd multiples of 1.5 KiB, model shapes). The calibration program was
+designed from what they need in general (each op they use, a sweep covering their sizes, the
+group size they run on), not from their errors. --gaps also runs the sweep with compute after
+each call (a 64x64 and a 256x256 matmul, sizes picked before measuring) and prints the errors
+calibrated from those: whether compute between calls changes what a call costs.
 
-    python bench/predict_accuracy.py                      # 2 and 4 ranks, sizes up to 4 MiB
+    python bench/predict_accuracy.py                      # 2 and 4 ranks, sizes up to 4 MiB, 15 runs
     python bench/predict_accuracy.py --ranks 2 --quick    # what the tests run (seconds)
 
 Prints markdown tables; --out keeps the dumps and the fitted cluster.
@@ -48,11 +56,15 @@ import torch.multiprocessing as mp
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-# Each calibration size and each held-out call: the shortest time over the repeats (this machine's
-# cores are shared, so a call's typical time is mostly how long it waited to be scheduled)
-STATISTIC = "min"
 HELD_OUT = ("tp_mlp", "fsdp2_adamw", "mixed_all_reduce", "all_gather_heavy", "reduce_scatter_heavy")
 TOTAL_TARGET, BIN_TARGET = 0.10, 0.25
+
+
+def _load() -> str:
+    try:
+        return " ".join(f"{x:.1f}" for x in os.getloadavg())
+    except OSError:
+        return "unknown"
 
 
 def free_port() -> int:
@@ -79,19 +91,23 @@ def sweep_sizes(lo: int, hi: int) -> list[int]:
 # Each program sets up outside the recording and returns one step, which is recorded.
 
 
-def calibration(cfg: dict, world: int, rank: int):
+def calibration(cfg: dict, world: int, rank: int, gap: int = 0):
     sizes = sweep_sizes(cfg["min_size"], cfg["max_size"])
     bufs = {s: torch.ones(s // 4) for s in sizes}
+    order = random.Random(0)  # the same order on every rank, a new one each run
+    a = torch.randn(gap, gap) if gap else None
 
     def step() -> None:
-        for s in sizes:
-            dist.all_reduce(bufs[s])
-        for s in sizes:
-            out = torch.empty(s // 4)
-            dist.all_gather_into_tensor(out, bufs[s][: s // 4 // world])
-        for s in sizes:
-            out = torch.empty(s // 4 // world)
-            dist.reduce_scatter_tensor(out, bufs[s])
+        for op in order.sample(["all_reduce", "all_gather", "reduce_scatter"], 3):
+            for s in order.sample(sizes, len(sizes)):
+                if op == "all_reduce":
+                    dist.all_reduce(bufs[s])
+                elif op == "all_gather":
+                    dist.all_gather_into_tensor(torch.empty(s // 4), bufs[s][: s // 4 // world])
+                else:
+                    dist.reduce_scatter_tensor(torch.empty(s // 4 // world), bufs[s])
+                if a is not None:
+                    a.mm(a)
 
     return step
 
@@ -188,7 +204,8 @@ def reduce_scatter_heavy(cfg: dict, world: int, rank: int):
     return step
 
 
-PROGRAMS = {"calibration": calibration, "tp_mlp": tp_mlp, "fsdp2_adamw": fsdp2_adamw, "mixed_all_reduce": mixed_all_reduce,
+PROGRAMS = {"calibration": calibration, "calibration_gap64": lambda c, w, r: calibration(c, w, r, 64),
+            "calibration_gap256": lambda c, w, r: calibration(c, w, r, 256), "tp_mlp": tp_mlp, "fsdp2_adamw": fsdp2_adamw, "mixed_all_reduce": mixed_all_reduce,
             "all_gather_heavy": all_gather_heavy, "reduce_scatter_heavy": reduce_scatter_heavy}
 
 
@@ -202,16 +219,23 @@ def worker(rank: int, world: int, port: int, out: str, cfg: dict) -> None:
 
     warnings.filterwarnings("ignore", category=FutureWarning)  # all_gather_into_tensor's rename
     try:
-        for name in ["calibration", *cfg["programs"]]:
-            step = PROGRAMS[name](cfg, world, rank)
-            step()  # connections, FSDP's lazy init, allocator: before anything is timed
-            runs = cfg["repeats"] if name == "calibration" else cfg["program_repeats"]
-            for run in range(runs):
+        names = [*cfg["calibrations"], *cfg["programs"]]
+        steps = {}
+        for name in names:
+            steps[name] = PROGRAMS[name](cfg, world, rank)
+            steps[name]()  # connections, FSDP's lazy init, allocator: before anything is timed
+        # The runs interleave the calibration and the programs (in an order that changes from
+        # run to run, the same on every rank), so that both see the same moments of a shared
+        # machine: a calibration taken in a quiet minute predicts a busy one's programs low.
+        order = random.Random(world)
+        for run in range(cfg["runs"]):
+            order.shuffle(names)
+            for name in names:
                 dist.barrier()
                 comm = CommDebugMode(timing="sync")
                 with comm:
-                    for _ in range(1 if name == "calibration" else cfg["steps"]):
-                        step()
+                    for _ in range(1 if name.startswith("calibration") else cfg["steps"]):
+                        steps[name]()
                 folder = os.path.join(out, name, f"run{run}")
                 os.makedirs(folder, exist_ok=True)
                 comm.generate_json_dump(os.path.join(folder, f"rank{rank}.json"))
@@ -223,7 +247,7 @@ def worker(rank: int, world: int, port: int, out: str, cfg: dict) -> None:
 # ---- offline: calibrate, predict, compare ------------------------------------------------------
 
 
-def evaluate(out: Path, programs: list[str]) -> dict:
+def evaluate(out: Path, programs: list[str], statistic: str, calibration_program: str = "calibration") -> dict:
     """Fit from the calibration run, then each held-out program measured beside predicted."""
     from commdebug.analysis.predicted import compare_measured
     from commdebug.estimate import PRESETS, load_cluster
@@ -233,15 +257,15 @@ def evaluate(out: Path, programs: list[str]) -> dict:
     from commdebug.fileio import write_output
     from commdebug.formats.readers import iter_ranks
 
-    cal = [timed_calls(iter_ranks(run), source=str(run)) for run in sorted((out / "calibration").iterdir())]
-    cluster, _ = calibrate(cal, base=PRESETS["h100-ib400"], name="this-machine-gloo", statistic=STATISTIC)
-    path = write_output(out / "cluster.json", json.dumps(cluster.to_dict(), indent=1) + "\n")
+    cal = [timed_calls(iter_ranks(run), source=str(run)) for run in sorted((out / calibration_program).iterdir())]
+    cluster, _ = calibrate(cal, base=PRESETS["h100-ib400"], name="this-machine-gloo", statistic=statistic)
+    path = write_output(out / ("cluster.json" if calibration_program == "calibration" else f"cluster_{calibration_program}.json"), json.dumps(cluster.to_dict(), indent=1) + "\n")
     round_trip = load_cluster(path) == cluster
     # the same links without curves: the model before this one (one line per link)
     plain = Cluster(cluster.name + "-alpha-beta", cluster.gpus_per_node, cluster.intra_node, cluster.network)
     result: dict = {"cluster": str(path), "round_trip": round_trip, "curves": len(cluster.curves), "programs": {}}
     for name in programs:
-        job = fastest_of_runs([timed_calls(iter_ranks(run), source=str(run)) for run in sorted((out / name).iterdir())])
+        job = of_runs([timed_calls(iter_ranks(run), source=str(run)) for run in sorted((out / name).iterdir())], statistic)
         c = compare_measured(job, cluster, by=("op", "op,bin"))
         old = compare_measured(job, plain, by=())
         assert c is not None and old is not None
@@ -254,10 +278,11 @@ def evaluate(out: Path, programs: list[str]) -> dict:
     return result
 
 
-def fastest_of_runs(jobs: list):
-    """One job whose calls take, each, the shortest of its times over the repeated runs of the
-    same program (the runs issue the same calls in the same order; each time is already the
-    call's shortest latency over the ranks)."""
+def of_runs(jobs: list, statistic: str):
+    """One job whose calls take, each, ``statistic`` (the same one the calibration's points
+    take) of its times over the repeated runs of the same program (the runs issue the same
+    calls in the same order; each time is already the call's shortest latency over the ranks)."""
+    from commdebug.estimate.calibrate import STATISTICS
     from commdebug.estimate.timed import TimedCall
 
     first = jobs[0]
@@ -265,7 +290,9 @@ def fastest_of_runs(jobs: list):
         same = [(c.event.op, c.event.size_bytes) for c in job.calls] == [(c.event.op, c.event.size_bytes) for c in first.calls]
         if not same:
             raise SystemExit(f"{job.source}: the runs of one program issued different calls")
-    calls = [TimedCall(c.event, c.rank, min(j.calls[i].seconds for j in jobs), c.ranks_timed) for i, c in enumerate(first.calls)]
+    stat = STATISTICS[statistic]
+    calls = [TimedCall(c.event, c.rank, float(stat([j.calls[i].seconds for j in jobs])), c.ranks_timed)
+             for i, c in enumerate(first.calls)]
     first.calls = calls
     return first
 
@@ -305,27 +332,39 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--programs", nargs="+", default=list(HELD_OUT), choices=HELD_OUT)
     ap.add_argument("--out", default=None, help="keep the dumps and cluster.json here (default: a temporary folder)")
     ap.add_argument("--json", action="store_true", help="also print each world's result as one JSON line")
+    ap.add_argument("--runs", type=int, default=None, help="runs of the calibration and of each program (default 15; --quick 5)")
+    ap.add_argument("--statistic", choices=("median", "min"), default="min",
+                    help="one time per calibration size and per held-out call from the runs (the same on both sides)")
+    ap.add_argument("--gaps", action="store_true",
+                    help="also run the calibration sweep with a 64x64 and a 256x256 matmul after each call (compute between"
+                         " calls) and print each program's error when calibrated from those instead")
     args = ap.parse_args(argv)
     if args.quick:
-        cfg = dict(min_size=256, max_size=256 << 10, repeats=5, program_repeats=5, steps=1, tp_dim=32, tp_tokens=64,
-                   fsdp_dim=64, mixed_calls=24)
+        cfg = dict(min_size=256, max_size=256 << 10, runs=5, steps=1, tp_dim=32, tp_tokens=64, fsdp_dim=64, mixed_calls=24)
     else:
-        cfg = dict(min_size=256, max_size=4 << 20, repeats=11, program_repeats=9, steps=2, tp_dim=128, tp_tokens=512,
-                   fsdp_dim=256, mixed_calls=60)
+        cfg = dict(min_size=256, max_size=4 << 20, runs=15, steps=2, tp_dim=128, tp_tokens=512, fsdp_dim=256, mixed_calls=60)
+    if args.runs:
+        cfg["runs"] = args.runs
     cfg["programs"] = list(args.programs)
+    cfg["calibrations"] = ["calibration", *(["calibration_gap64", "calibration_gap256"] if args.gaps else [])]
     base = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="predict_accuracy_"))
-    print(f"torch {torch.__version__}, {os.cpu_count()} CPUs; sizes {cfg['min_size']} B to {cfg['max_size']} B,"
-          f" {cfg['repeats']} repeats per calibration size, {cfg['program_repeats']} runs of each held-out program;"
-          " measured = each call's shortest latency over the ranks, then the shortest over the runs")
+    print(f"torch {torch.__version__}, {os.cpu_count()} CPUs; sizes {cfg['min_size']} B to {cfg['max_size']} B;"
+          f" {cfg['runs']} runs, each of the calibration and of every held-out program, interleaved;"
+          f" measured = each call's shortest latency over the ranks, then the {args.statistic} over the runs"
+          f" (calibration points: the same); load average at the start: {_load()}")
     for world in args.ranks:
         out = base / f"{world}ranks"
         out.mkdir(parents=True, exist_ok=True)
         start = time.perf_counter()
         mp.start_processes(worker, args=(world, free_port(), str(out), cfg), nprocs=world, join=True, start_method="spawn")
-        result = evaluate(out, list(args.programs))
+        result = evaluate(out, list(args.programs), args.statistic)
         print()
         print(report(world, result), end="")
-        print(f"(ran in {time.perf_counter() - start:.0f} s; dumps in {out})")
+        for other in cfg["calibrations"][1:]:
+            alt = evaluate(out, list(args.programs), args.statistic, other)
+            result.setdefault("alternatives", {})[other] = {k: p["error"] for k, p in alt["programs"].items()}
+            print(f"calibrated from {other} instead: " + ", ".join(f"{k} {_pct(p['error'])}" for k, p in alt["programs"].items()))
+        print(f"(ran in {time.perf_counter() - start:.0f} s; load average after: {_load()}; dumps in {out})")
         if args.json:
             print(json.dumps({"world": world, **result}))
     return 0

@@ -124,6 +124,19 @@ def test_calibrate_on_flight_recorder_dumps_takes_each_calls_shortest_duration_o
     assert t == pytest.approx(0.08e-3)
 
 
+def test_a_size_measured_slower_than_a_larger_one_is_pooled_with_it_not_lowered_to_it(tmp_path):
+    # the minimum over repeats at 8 KiB came out above 64 KiB's: noise, pooled into their mean;
+    # the 1 KiB point stays (a running minimum would have dragged every size down to 0.05 ms)
+    calls = [(1024, 0.04), (8192, 0.12), (65536, 0.06), (524288, 0.5)] * 2
+    folder = tmp_path / "fr"
+    folder.mkdir()
+    for r in (0, 1):
+        (folder / f"fr_trace_{r}.json").write_text(json.dumps(fr_rank(r, calls)))
+    cluster, _ = calibrate([timed_calls(iter_ranks(folder), source=str(folder))], base=H100, statistic="min")
+    (curve,) = cluster.curves
+    assert curve.seconds == pytest.approx([0.04e-3, 0.09e-3, 0.09e-3, 0.5e-3])
+
+
 def test_a_cluster_file_keeps_the_curves_points_fit_and_residuals(tmp_path):
     cluster = with_curves(AR8)
     data = cluster.to_dict()

@@ -28,7 +28,7 @@ from commdebug.estimate.curves import Curve, fit_alpha_beta
 from commdebug.estimate.timed import TimedJob
 from commdebug.ops import aliases, spec_for_op
 
-__all__ = ["NcclTestsRun", "parse_nccl_tests", "fit", "calibrate", "is_nccl_tests_file", "STATISTICS"]
+__all__ = ["NcclTestsRun", "parse_nccl_tests", "fit", "calibrate", "is_nccl_tests_file", "STATISTICS", "monotone"]
 
 _STARTING = re.compile(r"Collective test starting:\s*(\w+?)_perf")
 _RANK = re.compile(r"^#\s*Rank\s+(\d+)\s+.*?\bon\s+(\S+)\s+device")
@@ -128,8 +128,32 @@ def is_nccl_tests_file(path: Path) -> bool:
 
 # One point from repeated calls at the same size. The median (default): a call slowed by another
 # process does not move the curve, and the curve predicts the typical call. The minimum: the
-# undisturbed time, for comparing with programs measured the same way on a loaded machine.
+# undisturbed time, for comparing with programs measured the same way, with as many repeats (a
+# minimum over more samples is lower). Either way the points are then made non-decreasing in
+# size (:func:`monotone`).
 STATISTICS: dict[str, Callable[[list[float]], float]] = {"median": statistics.median, "min": min}
+
+
+def monotone(seconds: list[float], weights: list[int]) -> list[float]:
+    """The closest non-decreasing curve to ``seconds`` (least squares weighted by each point's
+    calls: pool-adjacent-violators): a size that came out faster than a smaller one is noise the
+    repeats did not remove, so the two are pooled into their weighted mean. Pooling, not lowering
+    every point to the smallest later one: a running minimum over many sizes picks the luckiest
+    of many noisy samples and predicts below what any one call measures.
+
+    >>> monotone([1.0, 3.0, 2.0, 4.0], [1, 1, 1, 1])
+    [1.0, 2.5, 2.5, 4.0]
+    """
+    blocks: list[list[float]] = []  # [weighted sum, weight, points]
+    for t, w in zip(seconds, weights, strict=True):
+        blocks.append([t * max(w, 1), float(max(w, 1)), 1.0])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            last = blocks.pop()
+            blocks[-1] = [blocks[-1][0] + last[0], blocks[-1][1] + last[1], blocks[-1][2] + last[2]]
+    out: list[float] = []
+    for total, weight, points in blocks:
+        out += [total / weight] * int(points)
+    return out
 
 
 class _Points:
@@ -152,14 +176,10 @@ class _Points:
         out = []
         for (op, link, n, k), sizes in sorted(self.by_curve.items()):
             ordered = sorted(sizes)
-            secs = [float(self.statistic(sizes[s])) for s in ordered]
-            if self.statistic is min:
-                # the undisturbed time does not fall as messages grow: a floor above a larger
-                # size's floor is noise the repeats did not remove, lowered to it
-                for i in range(len(secs) - 2, -1, -1):
-                    secs[i] = min(secs[i], secs[i + 1])
-            out.append(Curve(op, link, n, k, tuple(ordered), tuple(secs),
-                             tuple(len(sizes[s]) for s in ordered), ", ".join(self.sources[(op, link, n, k)])))
+            counts = [len(sizes[s]) for s in ordered]
+            secs = monotone([float(self.statistic(sizes[s])) for s in ordered], counts)
+            out.append(Curve(op, link, n, k, tuple(ordered), tuple(secs), tuple(counts),
+                             ", ".join(self.sources[(op, link, n, k)])))
         return out
 
 
