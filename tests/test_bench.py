@@ -34,14 +34,16 @@ def test_memory_bench_prints_its_ratios():
     assert re.search(r"^ours 300 steps / 100 steps   = \d+\.\d\d", proc.stdout, flags=re.M), proc.stdout
 
 
-def test_ranks_scale_bench_finds_the_planted_mismatch():
+def test_ranks_scale_bench_finds_the_planted_faults():
     proc = subprocess.run(
-        [sys.executable, "bench/ranks_scale.py", "--ranks", "16", "--events", "400"], capture_output=True, text=True, cwd=ROOT, timeout=300
+        [sys.executable, "bench/ranks_scale.py", "--ranks", "16", "--events", "400", "--layers", "1"],
+        capture_output=True, text=True, cwd=ROOT, timeout=300,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for name in ("check", "report"):
         assert re.search(rf"^{name} *: .* events/s .* peak RSS \d+ MiB", proc.stdout, flags=re.M), proc.stdout
-    assert "planted mismatch on rank 8: found" in proc.stdout
+    assert "planted skip on rank 6: found" in proc.stdout
+    assert "planted slow rank 11 (steps 6-7): ranked first, at those steps" in proc.stdout
     assert re.search(r"^trace, every rank *: \d+\.\d MB as \.json\.gz .* written in", proc.stdout, flags=re.M), proc.stdout
     assert re.search(r"^trace --ranks 0-7 *: .*\n  wrote .*: 8 ranks", proc.stdout, flags=re.M), proc.stdout
 

@@ -71,8 +71,12 @@ def assert_durations_3_digits(text: str) -> int:
 def test_report_names_the_slow_ranks_slow_steps(job1024):
     rep = report_path(job1024.folder)
     first, deviation = rep.top(1)[0]
-    assert first.rank == job1024.slow and deviation.figure == "comm_time_s"
-    assert sorted(w.step for w in first.worst_steps) == sorted(job1024.slow_steps)
+    # its own time is 5x on those steps, and so is its time beyond the fastest rank's per call
+    assert first.rank == job1024.slow and deviation.figure in ("comm_time_s", "straggler_s")
+    # worst first: the slow steps, then (latencies jitter) maybe a step a few microseconds over
+    worst = first.worst_steps[:len(job1024.slow_steps)]
+    assert sorted(w.step for w in worst) == sorted(job1024.slow_steps)
+    assert all(w.excess_s > 100 * v.excess_s for w in worst for v in first.worst_steps[len(worst):])
     assert all(w.excess_s > 0 for w in first.worst_steps)
     assert first.worst_steps == sorted(first.worst_steps, key=lambda w: -w.excess_s)  # worst first
 
