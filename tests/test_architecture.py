@@ -25,6 +25,7 @@ LAYERS = [
     ["__init__"],  # the package face: re-exports, the public API
     ["visualizer"],
     ["launch", "demo"],
+    ["cli_options"],  # the command line's grammar
     ["cli"],
     ["__main__"],
 ]
