@@ -205,3 +205,61 @@ def test_every_way_to_call_all_to_all_records_its_splits(world, light, tmp_path)
     comm.generate_json_dump(tmp_path / "dump.json")
     loaded = commdebug.load(tmp_path / "dump.json")
     assert [(e.send_splits, e.recv_splits) for e in loaded.events] == [g[1:] for g in got]
+
+
+ROUTER = ROOT / "tutorials" / "programs" / "12_moe.py"
+
+
+def _launch_router(out: Path, world: int, extra: list[str]) -> list[dict]:
+    """Tutorial 12's MoE layer on `world` per-rank processes of the fake backend; each rank's
+    ``routed`` line (the tokens its experts received per step, by the program's own count)."""
+    procs = [subprocess.Popen([sys.executable, str(ROUTER), str(out), "--fake", str(r), str(world), *extra],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+             for r in range(world)]
+    routed = []
+    try:
+        for p in procs:
+            stdout, stderr = p.communicate(timeout=DEADLINE_S)
+            assert p.returncode == 0 and "moe done rank" in stdout, stdout + stderr[-3000:]
+            routed.append(json.loads(next(ln for ln in stdout.splitlines() if ln.startswith("routed "))[len("routed "):]))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return routed
+
+
+@pytest.mark.timeout(DEADLINE_S + 60)
+def test_a_skewed_routers_worst_step_and_rank_are_the_first_imbalance_row(tmp_path):
+    routed = _launch_router(tmp_path, 4, ["--router", "skewed", "--steps", "3"])
+    # the dispatch is each step's most uneven call: what each rank's experts received
+    token_bytes = routed[0]["token_bytes"]
+    got = {(step, r["rank"]): n * token_bytes for r in routed for step, n in enumerate(r["tokens_received"])}
+    factors = {}
+    for step in range(3):
+        at = [got[(step, r)] for r in range(4)]
+        factors[step] = (max(at) / (sum(at) / 4), at.index(max(at)), max(at))
+    worst = max(factors, key=lambda s: factors[s][0])
+    done = cli("report", str(tmp_path), "--json")
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)["all_to_all_imbalance"]
+    assert len(rows) == 3 and [r["factor"] for r in rows] == sorted((r["factor"] for r in rows), reverse=True)
+    first = rows[0]
+    assert (first["step"], first["rank"], first["bytes"]) == (worst, factors[worst][1], factors[worst][2])
+    assert first["factor"] == pytest.approx(factors[worst][0]) and first["factor"] > 1.2
+    assert {r["step"]: round(r["factor"], 6) for r in rows} == {s: round(f[0], 6) for s, f in factors.items()}
+    assert (first["group"], first["module"], first["ranks"], first["group_size"], first["calls"]) == ("default_pg[4]", "MoE", 4, 4, 5)
+    text = cli("report", str(tmp_path)).stdout
+    assert "all_to_all imbalance" in text
+    section = text.split("all_to_all imbalance")[1].splitlines()
+    line = next(ln for ln in section if ln.startswith(f"{worst}  "))
+    assert line.split()[:4] == [str(worst), "default_pg[4]", f"{factors[worst][0]:.2f}", str(factors[worst][1])]
+    # one rank's dump: its own largest receive per step (the dispatch, or the combine bringing
+    # back what it sent), no factor, and the text says why
+    one = cli("report", str(tmp_path / "rank2.json"), "--json")
+    rows = json.loads(one.stdout)["all_to_all_imbalance"]
+    assert {r["factor"] for r in rows} == {None} and {r["rank"] for r in rows} == {2}
+    back = routed[2]["tokens_sent"] * token_bytes
+    assert {r["step"]: r["bytes"] for r in rows} == {s: max(got[(s, 2)], back) for s in range(3)}
+    assert "report the folder of all" in cli("report", str(tmp_path / "rank2.json")).stdout

@@ -11,7 +11,10 @@
 - each rank's deviation: how far its figures lie from the median rank's, so a thousand ranks
   can be cut to the few worth reading (:meth:`Report.top`);
 - each rank's worst steps: the steps where its communication time most exceeds the median
-  rank's time at that step, and by how much (``worst_steps``), so a slow rank says when.
+  rank's time at that step, and by how much (``worst_steps``), so a slow rank says when;
+- all_to_all imbalance: per step and group, the received bytes' max over mean in the step's
+  most uneven call, the rank that received most and its module (``all_to_all_imbalance``; see
+  :class:`commdebug.analysis.traffic.Imbalance`). One rank's dump knows only its own receives.
 
 It streams in one pass over the dumps, and its memory does not grow with the number of ranks:
 per rank it keeps its totals, its time per step (one float per step) and the spans of sequence
@@ -29,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from commdebug.analysis.check import who
+from commdebug.analysis.traffic import Imbalance, ImbalanceTally
 from commdebug.formats.readers import iter_ranks
 from commdebug.model.rank_view import RankView
 
@@ -122,6 +126,7 @@ class Report:
     ops: list[OpStats]
     timed: bool
     notes: list[str] = field(default_factory=list)
+    imbalance: list[Imbalance] = field(default_factory=list)  # all_to_all, worst first
 
     def spread(self, attribute: str) -> dict[str, Any] | None:
         """min / median / max of a per-rank figure, with the ranks holding min and max."""
@@ -171,6 +176,7 @@ class Report:
             "ops": [o.to_dict() for o in self.ops],
             "timed": self.timed,
             "notes": self.notes,
+            "all_to_all_imbalance": [i.to_dict() for i in self.imbalance],
         }
 
 
@@ -181,6 +187,7 @@ def report(ranks: Iterable[RankView]) -> Report:
     stragglers = _Stragglers()
     step_times: dict[int, tuple[array, array]] = {}  # rank -> (its steps, its time at each)
     notes: dict[str, list[int]] = {}  # a rank's note -> the ranks that have it: said once
+    a2a = ImbalanceTally()
     for view in ranks:
         meta = view.metadata
         s = RankStats(view.rank, meta.get("hostname"), elapsed_s=meta.get("elapsed_s"), recorded_s=meta.get("recorded_s", meta.get("elapsed_s")))
@@ -211,12 +218,14 @@ def report(ranks: Iterable[RankView]) -> Report:
             step_times[view.rank] = (array("q", steps), array("d", [per_step[k] for k in steps]))
         for n in view.notes:
             notes.setdefault(n, []).append(view.rank)
+        if "all_to_all" in ops:
+            a2a.add(view.rank, view.events)
         stats.append(s)
     stragglers.finish(stats, ops)
     _worst_steps(stats, step_times)
     stats.sort(key=lambda r: r.rank)
     op_rows = sorted(ops.values(), key=lambda o: (-o.time_s, -o.bytes, o.op))
-    return Report(stats, op_rows, any(r.timed for r in stats), [f"{who(rs)}: {n}" for n, rs in notes.items()])
+    return Report(stats, op_rows, any(r.timed for r in stats), [f"{who(rs)}: {n}" for n, rs in notes.items()], a2a.rows())
 
 
 def _worst_steps(stats: list[RankStats], step_times: dict[int, tuple[array, array]]) -> None:

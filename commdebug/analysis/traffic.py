@@ -19,6 +19,7 @@ PeerRow(group='default_pg[4]', src=0, dst=1, calls=6, bytes=4096, step=None)
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -31,7 +32,8 @@ from commdebug.formats.selection import read_views
 from commdebug.model.rank_view import RankView
 from commdebug.model.trace import CollectiveEvent, Trace
 
-__all__ = ["PeerRow", "PeerTally", "peer_rows", "peer_rows_path"]
+__all__ = ["PeerRow", "PeerTally", "peer_rows", "peer_rows_path", "Imbalance", "ImbalanceTally", "imbalance_rows",
+           "received_bytes"]
 
 
 @dataclass(frozen=True)
@@ -153,3 +155,100 @@ def peer_rows_path(path: str | os.PathLike, rank: int | None = None, by_step: bo
     if rank not in files:
         raise DumpError(f"{p}: no dump or stream of rank {rank}")
     return peer_rows([load_rank(files[rank])], by_step)
+
+
+def received_bytes(e: CollectiveEvent) -> int:
+    """What one rank received in an all_to_all call: its receive splits summed where recorded,
+    else its output buffer (a Flight Recorder dump, an older dump)."""
+    return sum(e.recv_splits) if e.recv_splits is not None else e.output_bytes
+
+
+@dataclass(frozen=True)
+class Imbalance:
+    """How unevenly one step's all_to_all traffic on one group landed: in the step's most uneven
+    call, the member that received most (``rank``, global), what it received (``bytes``) and the
+    members' mean (``mean_bytes``); ``factor`` = bytes / mean_bytes (1.0: even), None when only
+    one member's dump told (one dump cannot say what the others received). ``ranks``: how many
+    members' dumps told, of ``group_size``; ``calls``: the step's all_to_all calls on the group."""
+
+    step: int
+    group: str
+    rank: int
+    factor: float | None
+    bytes: int
+    mean_bytes: float
+    module: str
+    ranks: int
+    group_size: int
+    calls: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"step": self.step, "group": self.group, "rank": self.rank, "factor": self.factor, "bytes": self.bytes,
+                "mean_bytes": self.mean_bytes, "module": self.module, "ranks": self.ranks, "group_size": self.group_size,
+                "calls": self.calls}
+
+
+class ImbalanceTally:
+    """:class:`Imbalance` rows built one rank at a time: :meth:`add` each rank's events, then
+    :meth:`rows`. Calls pair across ranks by (group, sequence number); per call it keeps the
+    received bytes' sum, count and maximum (with the rank and module holding it), so memory
+    grows with the calls, not with ranks x calls.
+
+    >>> tally = ImbalanceTally()
+    >>> for view in iter_ranks("traces/"):           # doctest: +SKIP
+    ...     tally.add(view.rank, view.events)
+    >>> tally.rows()[0].factor                       # doctest: +SKIP
+    2.6
+    """
+
+    def __init__(self) -> None:
+        # (group name, seq) -> [step, label, group size, ranks told, sum, max, rank of max, module of max]
+        self.calls: dict[tuple[str, int], list[Any]] = {}
+
+    def add(self, rank: int, events: Iterable[CollectiveEvent]) -> None:
+        """One rank's events (its own dump: what it received at each all_to_all)."""
+        calls = self.calls
+        for e in events:
+            if e.op != "all_to_all" or e.seq is None:
+                continue
+            got = received_bytes(e)
+            key = (e.group.name, e.seq)
+            c = calls.get(key)
+            if c is None:
+                calls[key] = [e.step, e.group.label, e.group.size, 1, got, got, rank, e.module]
+                continue
+            c[3] += 1
+            c[4] += got
+            if got > c[5] or (got == c[5] and rank < c[6]):
+                c[5], c[6], c[7] = got, rank, e.module
+
+    def rows(self) -> list[Imbalance]:
+        """One row per (step, group): its most uneven call (highest factor; with one member's
+        dump, its largest receive), worst first: factor, then bytes."""
+        best: dict[tuple[int, str], tuple[Imbalance, int]] = {}  # (step, group name) -> (row, calls)
+        for (name, _), (step, label, size, told, total, top, rank, module) in self.calls.items():
+            mean = total / told
+            factor = top / mean if told > 1 and mean > 0 else (1.0 if told > 1 else None)
+            row = Imbalance(step, label, rank, factor, top, mean, module, told, size, 1)
+            prev = best.get((step, name))
+            if prev is None:
+                best[(step, name)] = (row, 1)
+            else:
+                old, n = prev
+                best[(step, name)] = (row if _worse(row, old) else old, n + 1)
+        out = [dataclasses.replace(row, calls=n) for row, n in best.values()]
+        out.sort(key=lambda r: (r.factor is None, -(r.factor or 0.0), -r.bytes, r.step, r.group))
+        return out
+
+
+def _worse(a: Imbalance, b: Imbalance) -> bool:
+    return ((a.factor or 0.0), a.bytes) > ((b.factor or 0.0), b.bytes)
+
+
+def imbalance_rows(views: Iterable[Trace | RankView]) -> list[Imbalance]:
+    """The all_to_all imbalance rows of a job's ranks (each a :class:`Trace` or
+    :class:`RankView`), worst first; see :class:`Imbalance`."""
+    tally = ImbalanceTally()
+    for index, view in enumerate(views):
+        tally.add(_rank_of(view, index), view.events)
+    return tally.rows()

@@ -6,7 +6,11 @@ each with the figure that sets it apart; the min / median / max rows still cover
 
 Each rank row names its worst steps when the run was timed: the steps where its time most
 exceeds the median rank's there, and by how much (``6 +1.04 s, 7 +882 ms``): a slow rank says
-when it was slow. The per-op table sums every rank's calls, and its title says so."""
+when it was slow. The per-op table sums every rank's calls, and its title says so.
+
+A job with all_to_all calls gets an imbalance table: per step and group, its most uneven call's
+received bytes, max over mean, and the rank that received most (the worst :data:`IMBALANCE_ROWS`
+rows; ``--json`` has them all)."""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from commdebug.analysis.report import Deviation, RankStats, Report
+from commdebug.analysis.traffic import Imbalance
 from commdebug.render.columns import align
 from commdebug.units import format_bytes, format_duration, format_gbps, format_share
 
@@ -21,6 +26,7 @@ __all__ = ["render_report", "shown_ranks", "TOP_FROM", "TOP_DEFAULT"]
 
 TOP_FROM = 64  # from this many ranks on, the table lists the furthest ranks only
 TOP_DEFAULT = 16
+IMBALANCE_ROWS = 10  # the imbalance table's rows in text, worst first
 
 
 def shown_ranks(ranks: int, top: int | None) -> int | None:
@@ -91,6 +97,8 @@ def render_report(rep: Report, top: int | None = None) -> str:
         rows.append([o.op, str(o.calls), format_bytes(o.bytes), str(o.timed), format_duration(o.time_s if o.timed else None),
                      format_gbps(o.algbw_gbps), format_gbps(o.busbw_gbps), format_duration(o.straggler_s if o.timed else None)])
     lines += align(rows)
+    if rep.imbalance:
+        lines += [""] + imbalance_lines(rep.imbalance)
     if rep.timed:
         lines.append("")
         if steps:
@@ -99,3 +107,25 @@ def render_report(rep: Report, top: int | None = None) -> str:
                   "a rank with little of it arrived last and made the others wait."]
     lines.extend(f"note: {n}" for n in rep.notes)
     return "\n".join(lines) + "\n"
+
+
+def imbalance_lines(rows: list[Imbalance], limit: int = IMBALANCE_ROWS) -> list[str]:
+    """The all_to_all imbalance table, worst first (at most `limit` rows), and what it means."""
+    told = any(r.factor is not None for r in rows)
+    if told:
+        lines = ["all_to_all imbalance: per step and group, the step's most uneven call: the rank that received most,",
+                 "its bytes, the members' mean, and max / mean (1.00: even):"]
+    else:
+        lines = ["all_to_all received, per step and group (the step's largest receive): one rank's dump tells what it",
+                 "received, and from whom (recv_splits), not what the other members received: report the folder of all",
+                 "ranks for the imbalance factor:"]
+    table = [["step", "group", "factor", "rank", "received", "mean", "ranks", "module"]]
+    for r in rows[:limit]:
+        table.append([str(r.step), r.group, "-" if r.factor is None else f"{r.factor:.2f}", str(r.rank), format_bytes(r.bytes),
+                      "-" if r.factor is None else format_bytes(round(r.mean_bytes)), f"{r.ranks}/{r.group_size}", r.module])
+    lines += align(table, left=2)
+    if len(rows) > limit:
+        lines.append(f"  ... {len(rows) - limit:,} more rows (--json: all_to_all_imbalance)")
+    if told and any(r.factor is not None and r.ranks < r.group_size for r in rows):
+        lines.append("  ranks k/n: only k of the group's n members' dumps are here; the mean is theirs")
+    return lines
