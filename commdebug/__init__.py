@@ -55,11 +55,12 @@ _LAZY = {
     "summarize": "commdebug.analysis.summary",
     "trace_predictions": "commdebug.analysis.predicted",
     "rank_modules": "commdebug.analysis.rank_modules",
+    "traffic_path": "commdebug.analysis.traffic",
 }
 
 __all__ = ["CommDebugMode", "Trace", "CollectiveEvent", "RankView", "load", "read", "iter_ranks", "to_dump_dict",
            "from_dump_dict", "PHASES", "write_output", "CommDebugError", "DumpError", "__version__", "check", "report",
-           "summarize", "trace_predictions", "rank_modules"]
+           "summarize", "trace_predictions", "rank_modules", "traffic_path"]
 
 
 def __getattr__(name: str) -> Any:

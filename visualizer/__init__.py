@@ -29,7 +29,7 @@ import markupsafe
 import commdebug
 from visualizer import assets
 
-__all__ = ["render_html", "write_html", "predictions_data", "ranks_data", "heat_data", "render_ranks_html",
+__all__ = ["render_html", "write_html", "predictions_data", "ranks_data", "heat_data", "traffic_data", "render_ranks_html",
            "write_ranks_html"]
 
 # Inside <script> the HTML parser only looks for "</script" (and "<!--"), but escaping every
@@ -217,6 +217,13 @@ def ranks_data(folder: Any) -> tuple[dict[str, Any], list[str]]:
     heat["block"] = len(blocks.texts)
     blocks.texts.append(json.dumps(_finite(matrices), separators=(",", ":"), allow_nan=False))
     index["heat"] = heat
+    # only a folder with pair traffic pays for reading its events again
+    traffic = traffic_data(found.folder) if _PAIR_OPS & set(heat["ops"]) else None
+    if traffic is not None:
+        cells = traffic.pop("cells")
+        traffic["block"] = len(blocks.texts)
+        blocks.texts.append(json.dumps(cells, separators=(",", ":")))
+        index["traffic"] = traffic
     return _finite(index), blocks.texts
 
 
@@ -279,6 +286,56 @@ def heat_data(found: Any) -> dict[str, Any]:
     return {"steps": steps, "ops": ops, "timed": timed,
             "chosen": {"ranks": found.ranks_chosen, "steps": found.steps_chosen, "ranks_left_out": found.ranks_left_out},
             "matrices": {name: _rows(rows) for name, rows in per.items()}}
+
+
+_PAIR_OPS = {"all_to_all", "send", "recv"}
+MATRIX_MEMBERS = 64  # groups up to this size embed every pair of every step
+TOP_PAIRS = 256  # a larger group embeds each step's heaviest pairs only
+CELL_BUDGET = 200_000  # pairs embedded over all groups and steps; past it, the least uneven steps are left out
+IMBALANCE_ROWS = 20_000  # imbalance rows embedded, worst first
+
+
+def traffic_data(folder: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The folder page's traffic between ranks, from ``commdebug.traffic_path(folder,
+    by_step=True)`` (``summary --by peer`` per step, and ``report``'s all_to_all imbalance);
+    None when no rank recorded any. ``groups``: per group (its label, as the rows name it) its
+    ``members`` (global ranks in its rows), the ``steps`` embedded, ``steps_total``, and
+    ``top_pairs`` (None: every pair; else each step's heaviest pairs only, the group being over
+    :data:`MATRIX_MEMBERS` members); ``imbalance``: per group, rows ``[step, factor, rank,
+    bytes]`` (at most :data:`IMBALANCE_ROWS`, worst first); ``limits``; and ``cells``: per
+    group, per embedded step, its rows flattened as ``src, dst, calls, bytes``. Past
+    :data:`CELL_BUDGET` pairs, a group's least uneven steps are left out (``steps_total`` says
+    how many there were)."""
+    t = commdebug.traffic_path(folder, by_step=True)
+    if not t.peers:
+        return None
+    by_group: dict[str, dict[int, list[Any]]] = {}
+    for row in t.peers:
+        by_group.setdefault(row.group, {}).setdefault(row.step, []).append(row)
+    factors = {(i.group, i.step): (i.factor or 0.0) for i in t.imbalance}
+    imbalance: dict[str, list[list[Any]]] = {}
+    for i in t.imbalance[:IMBALANCE_ROWS]:
+        imbalance.setdefault(i.group, []).append([i.step, None if i.factor is None else round(i.factor, 4), i.rank, i.bytes])
+    groups, cells, used = [], [], 0
+    for label in sorted(by_group):
+        steps = by_group[label]
+        members = sorted({r.src for rows in steps.values() for r in rows} | {r.dst for rows in steps.values() for r in rows})
+        capped = len(members) > MATRIX_MEMBERS
+        kept: dict[int, list[Any]] = {}
+        for step in sorted(steps, key=lambda s: (-factors.get((label, s), 0.0), s)):  # the worst steps first
+            rows = steps[step]
+            if capped:
+                rows = sorted(rows, key=lambda r: (-r.bytes, r.src, r.dst))[:TOP_PAIRS]
+            if kept and used + len(rows) > CELL_BUDGET:
+                break
+            kept[step] = rows
+            used += len(rows)
+        shown = sorted(kept)
+        groups.append({"group": label, "members": members, "steps": shown, "steps_total": len(steps),
+                       "top_pairs": TOP_PAIRS if capped else None})
+        cells.append([[v for r in kept[s] for v in (r.src, r.dst, r.calls, r.bytes)] for s in shown])
+    return {"groups": groups, "imbalance": imbalance, "imbalance_total": len(t.imbalance), "cells": cells,
+            "limits": {"members": MATRIX_MEMBERS, "top_pairs": TOP_PAIRS, "cells": CELL_BUDGET, "imbalance": IMBALANCE_ROWS}}
 
 
 def render_ranks_html(folder: Any, *, title: str | None = None) -> str:

@@ -33,7 +33,7 @@ from commdebug.model.rank_view import RankView
 from commdebug.model.trace import CollectiveEvent, Trace
 
 __all__ = ["PeerRow", "PeerTally", "peer_rows", "peer_rows_path", "Imbalance", "ImbalanceTally", "imbalance_rows",
-           "received_bytes"]
+           "received_bytes", "Traffic", "traffic_path"]
 
 
 @dataclass(frozen=True)
@@ -252,3 +252,30 @@ def imbalance_rows(views: Iterable[Trace | RankView]) -> list[Imbalance]:
     for index, view in enumerate(views):
         tally.add(_rank_of(view, index), view.events)
     return tally.rows()
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """A job's traffic in one read: its peer rows (per step when asked) and its all_to_all
+    imbalance rows (worst first)."""
+
+    peers: list[PeerRow]
+    imbalance: list[Imbalance]
+
+
+def traffic_path(path: str | os.PathLike, by_step: bool = False, jobs: int | None = 1) -> Traffic:
+    """:func:`peer_rows_path` and :func:`imbalance_rows` of one dump or a folder, reading each
+    rank once (``jobs`` processes, as there).
+
+    >>> t = traffic_path("traces/", by_step=True)    # doctest: +SKIP
+    >>> t.imbalance[0].step, t.imbalance[0].rank      # doctest: +SKIP
+    (2, 0)
+    """
+    p = Path(path)
+    peers, a2a = PeerTally(by_step), ImbalanceTally()
+    for index, view in enumerate(read_views(job_files(p), jobs=jobs) if p.is_dir() else iter_ranks(p)):
+        rank = _rank_of(view, index)
+        events = view.events
+        peers.add(rank, events)
+        a2a.add(rank, events)
+    return Traffic(peers.rows(), a2a.rows())

@@ -1,5 +1,12 @@
 /* The page for one dump: its summary, tree, a module's detail and op rows, and its events. */
 
+/** An all_to_all's bytes per member, in group order, each named by its global rank when the
+ * group's ranks are known: "r0 3.69 KiB, r1 4.31 KiB". */
+function splitsText(splits, ranks) {
+  if (!Array.isArray(splits)) return "—";
+  return h("code", {class: "splits", "data-bytes": splits.join(",")}, splits.map((b, i) => `${ranks && ranks[i] != null ? `r${str(ranks[i])}` : `#${i}`} ${fmtBytes(b)}`).join(", "));
+}
+
 /** Steps as one short line: "0, 10, 20", or "0, 100, 200, …, 9900 (100 steps)". */
 function stepList(steps) {
   return steps.length <= 6 ? steps.join(", ")
@@ -264,6 +271,8 @@ class Viewer extends BaseViewer {
       ["input bytes", fmtBytes(optNum(e.input_bytes))],
       ["output bytes", fmtBytes(optNum(e.output_bytes))],
       ["message size", fmtBytes(optNum(e.size_bytes))],
+      ...(e.send_splits || e.recv_splits ? [["sent to each member", splitsText(e.send_splits, ranks)],
+        ["received from each member", splitsText(e.recv_splits, ranks)]] : []),
       ["DTensor op", h("code", null, str(e.dtensor_op) || "—")],
       ["placements", h("code", null, str(e.placements) || "—")],
       ["mesh", h("code", null, str(e.mesh) || "—")],

@@ -44,8 +44,11 @@ const EVENT_FIELDS = [
   "index", "op", "key", "aten_op", "step", "phase", "module", "group", "seq", "dtype",
   "input_shapes", "output_shapes", "input_bytes", "output_bytes", "size_bytes", "busbw_factor",
   "dtensor_op", "placements", "mesh", "source", "latency_s", "peer", "p2p_seq", "microbatch",
-  "start_s", "in_flight", "error", "unit", "compiled",
+  "start_s", "in_flight", "error", "unit", "compiled", "send_splits", "recv_splits",
 ];
+// all_to_all's bytes per member, and the bytes an EVEN marker splits by the group's size
+const SPLIT_TOTALS = {send_splits: "input_bytes", recv_splits: "output_bytes"};
+const EVEN_SPLIT = -1;
 // Columns holding string-table indices; the shapes hold the index of their JSON text.
 const TEXT_FIELDS = new Set(["op", "key", "aten_op", "phase", "module", "group", "dtype",
   "dtensor_op", "placements", "mesh", "source", "error", "unit", "input_shapes", "output_shapes"]);
@@ -74,6 +77,8 @@ function decodeEvents(cd) {
   const cols = EVENT_FIELDS.map((name) => [name, Array.isArray(columns[name]) ? columns[name] : null,
     TEXT_FIELDS.has(name)]);
   const text = (i) => (Number.isInteger(i) && i >= 0 && i < strings.length ? str(strings[i]) : null);
+  // the block's splits table: each distinct vector once, as [unit, k0, k1, ...] (bytes = unit x k)
+  const table = arr(raw.splits).map((packed) => arr(packed).slice(1).map((k) => num(packed[0]) * num(k)));
   const events = new Array(count);
   for (let i = 0; i < count; i++) {
     const e = {};
@@ -83,11 +88,20 @@ function decodeEvents(cd) {
     }
     const g = e.group == null ? null : groups[e.group];
     e.group = {name: e.group, size: isObj(g) ? optNum(g.size) : null};
+    for (const [name, total] of Object.entries(SPLIT_TOTALS)) e[name] = splitsOf(e[name], table, num(e[total]), e.group.size);
     e.in_flight = e.in_flight === true;
     e.compiled = e.compiled === true;
     events[i] = e;
   }
   return events;
+}
+
+/** A split column's value as bytes per member: null, EVEN (the total over the group's size) or
+ * an index into the block's table. */
+function splitsOf(v, table, total, size) {
+  if (v === EVEN_SPLIT) return size > 0 ? new Array(size).fill(total / size) : null;
+  if (Number.isInteger(v) && v >= 0 && v < table.length) return table[v];
+  return Array.isArray(v) ? v.map(num) : null;  // schema 1 lists them inline
 }
 
 // ---------------------------------------------------------------- predictions
