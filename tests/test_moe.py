@@ -263,3 +263,28 @@ def test_a_skewed_routers_worst_step_and_rank_are_the_first_imbalance_row(tmp_pa
     back = routed[2]["tokens_sent"] * token_bytes
     assert {r["step"]: r["bytes"] for r in rows} == {s: max(got[(s, 2)], back) for s in range(3)}
     assert "report the folder of all" in cli("report", str(tmp_path / "rank2.json")).stdout
+
+
+def test_an_uneven_all_to_all_is_predicted_by_its_busiest_side(tmp_path):
+    from commdebug.estimate import predict
+    from commdebug.estimate.alpha_beta import effective_size
+    from commdebug.estimate.timed import timed_calls
+    from commdebug.model.rank_view import RankView
+
+    g = GroupInfo("0", "default_pg", 4, (0, 1, 2, 3))
+    kib = 1024
+    # rank 0 sends 8 KiB in all but receives 24 KiB (its experts are popular)
+    uneven = _event(0, g, (2 * kib,) * 4, (6 * kib,) * 4)
+    even = {n: _event(0, g, (n // 4,) * 4, (n // 4,) * 4) for n in (8 * kib, 24 * kib)}
+    assert uneven.size_bytes == 8 * kib and effective_size(uneven) == 24 * kib
+    assert effective_size(even[8 * kib]) == 8 * kib
+    at = {name: predict([e], "h100-ib400")[0] for name, e in (("uneven", uneven), ("small", even[8 * kib]), ("big", even[24 * kib]))}
+    assert at["uneven"] == at["big"] > at["small"]
+    # a folder: the call is charged its busiest member's bytes, whichever rank's event stands for it
+    quiet = _event(0, g, (2 * kib,) * 4, (kib,) * 4)._replace(latency_s=1e-3)
+    busy = _event(0, g, (2 * kib,) * 4, (10 * kib,) * 4)._replace(latency_s=2e-3)
+    views = [RankView(r, tmp_path / f"rank{r}.json", {"rank": r}, {"0": g}, [e]) for r, e in ((0, quiet), (1, busy))]
+    job = timed_calls(views)
+    (call,) = job.calls
+    assert (call.rank, call.seconds, call.ranks_timed) == (0, 1e-3, 2)
+    assert effective_size(call.event) == 40 * kib and call.event.recv_splits == busy.recv_splits

@@ -50,7 +50,14 @@ class Prediction:
 def effective_size(event: CollectiveEvent) -> int:
     """The bytes the prediction charges an event: its message size S (docs/collectives.md).
     The one place an event's size enters the model, so that an op whose ranks move different
-    amounts (an uneven all_to_all) can be charged its busiest rank's bytes here."""
+    amounts (an uneven all_to_all) can be charged its busiest rank's bytes here.
+
+    An all_to_all with splits is bound by the busiest side: charged as an even all_to_all of
+    ``max(bytes sent, bytes received)`` of the rank whose splits it carries (one dump: that
+    rank's own; a folder's timed call: its busiest member's, see
+    :func:`commdebug.estimate.timed.timed_calls`). An even one charges its S, as before."""
+    if event.send_splits is not None or event.recv_splits is not None:
+        return max(sum(event.send_splits or ()), sum(event.recv_splits or ()))
     return event.size_bytes
 
 

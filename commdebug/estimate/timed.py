@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from commdebug import ops
+from commdebug.estimate.alpha_beta import effective_size
 from commdebug.model.rank_view import RankView
 from commdebug.model.trace import CollectiveEvent, GroupInfo, Trace
 
@@ -28,7 +29,8 @@ __all__ = ["TimedCall", "TimedJob", "timed_calls"]
 @dataclass
 class TimedCall:
     """One call as the job made it: the event as the lowest timed rank recorded it (its group's
-    ranks filled in where the dump did not list them), that rank, and the measured seconds."""
+    ranks filled in where the dump did not list them; an all_to_all with splits carries its
+    busiest member's, which bound its time), that rank, and the measured seconds."""
 
     event: CollectiveEvent
     rank: int
@@ -71,6 +73,7 @@ def timed_calls(views: Iterable[RankView | Trace], source: str = "") -> TimedJob
     gloo) get the ranks that recorded calls on them, and their message sizes are recomputed with
     that group size."""
     best: dict[tuple, list] = {}  # key -> [seconds, rank, event, ranks timed]
+    busiest: dict[tuple, CollectiveEvent] = {}  # all_to_all key -> the event of its busiest member
     order: list[tuple] = []
     hosts: dict[int, str | None] = {}
     members: dict[str, set[int]] = {}
@@ -89,6 +92,10 @@ def timed_calls(views: Iterable[RankView | Trace], source: str = "") -> TimedJob
         for e in view.events:
             members.setdefault(e.group.name, set()).add(rank)
             key = _key(e, rank, ordinal)
+            if e.send_splits is not None or e.recv_splits is not None:
+                heavy = busiest.get(key)
+                if heavy is None or effective_size(e) > effective_size(heavy):
+                    busiest[key] = e
             t = e.latency_s
             if not t or t <= 0 or e.in_flight or e.error:
                 untimed_keys.add(key)
@@ -107,6 +114,9 @@ def timed_calls(views: Iterable[RankView | Trace], source: str = "") -> TimedJob
     calls = []
     for key in sorted(order, key=lambda k: (best[k][1], best[k][2].index)):
         seconds, rank, e, n = best[key]
+        heavy = busiest.get(key)
+        if heavy is not None and heavy is not e:
+            e = e._replace(send_splits=heavy.send_splits, recv_splits=heavy.recv_splits)
         calls.append(TimedCall(_with_members(e, members, groups), rank, seconds, n))
     untimed = len(untimed_keys - set(best))
     return TimedJob(calls, hosts, len(hosts), untimed, metadata, notes, source)
