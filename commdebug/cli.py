@@ -263,13 +263,13 @@ def _hook(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from commdebug.analysis.report import report
+    from commdebug.analysis.report import rank_digest, report
     from commdebug.formats.selection import iter_selected
     from commdebug.render.report import render_report, shown_ranks
 
     ranks, steps = _selection(args)
     with _meter(args) as meter:
-        result = report(iter_selected(args.dumps, ranks, steps, progress=meter, jobs=args.jobs))
+        result = report(iter_selected(args.dumps, ranks, steps, progress=meter, jobs=args.jobs, digest=rank_digest))
     if args.json:
         _print_json(result.to_dict(top=args.top))
     else:
@@ -278,12 +278,12 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from commdebug.analysis.check import check
+    from commdebug.analysis.check import check, rank_digest
     from commdebug.formats.selection import dump_files, read_views
     from commdebug.render.check import render_check
 
     with _meter(args) as meter:
-        result = check(read_views(dump_files(args.dumps), progress=meter, jobs=args.jobs))
+        result = check(read_views(dump_files(args.dumps), progress=meter, jobs=args.jobs, digest=rank_digest))
     _show(result, render_check, args.json)
     return OK if result.consistent else FOUND
 

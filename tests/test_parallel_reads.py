@@ -32,7 +32,7 @@ def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("verb", [["check"], ["check", "--json"], ["report", "--json"], ["report", "--steps", "1"],
-                                  ["summary"], ["summary", "--json", "--by", "module"]])
+                                  ["report", "--ranks", "0-7,12", "--top", "0"], ["summary"], ["summary", "--json", "--by", "module"]])
 def test_j1_and_j2_print_the_same(folder, verb):
     one, two = (cli(*verb, str(folder), "-q", "-j", j, cwd=folder.parent) for j in ("1", "2"))
     assert one.returncode == two.returncode and one.returncode in (0, 1), one.stderr + two.stderr
@@ -101,3 +101,43 @@ def test_json_parsers_agree_and_nan_still_reads(tmp_path):
     assert data["a"] == [1, 2.5, None, "x\u00e9"] and data["b"]["c"] != data["b"]["c"]
     raw = json.dumps({"columns": {"latency_s": [1e-4, 3.5e-05], "op": [0, 1]}, "strings": ["all_reduce", "é"]}).encode()
     assert parse_json(raw, "x") == json.loads(raw)
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    """16 ranks derived from one real fake-backend run (bench/ranks_scale.py's builder): rank 11
+    slow on the last two steps, rank 6 missing an all_reduce in the last step."""
+    from ranks_job import write_job
+
+    return write_job(tmp_path_factory.mktemp("planted") / "job", 16)
+
+
+@pytest.mark.parametrize("which", ["folder", "planted"])
+def test_digests_from_workers_give_what_the_views_give(which, request):
+    """check and report from digests made in two worker processes equal check and report of
+    the views read here (the analysis they replace)."""
+    from commdebug.analysis import check as check_mod, report as report_mod
+    from commdebug.formats.readers import iter_ranks
+
+    root = request.getfixturevalue(which)
+    root = getattr(root, "folder", root)
+    views = list(iter_ranks(root, jobs=1))
+    for mod in (check_mod, report_mod):
+        analyse = mod.check if mod is check_mod else mod.report
+        here = analyse(views).to_dict()
+        digests = list(iter_ranks(root, jobs=2, digest=mod.rank_digest))
+        assert all(isinstance(d, mod.RankDigest) for d in digests) and [d.rank if mod is check_mod else d.stats.rank
+                                                                        for d in digests] == list(range(len(views)))
+        assert analyse(digests).to_dict() == here
+
+
+def test_planted_faults_are_found_the_same_with_any_j(planted):
+    outs = [cli(verb, str(planted.folder), "-q", "-j", j, "--json", cwd=planted.folder.parent) for verb in ("check", "report")
+            for j in ("1", "2")]
+    assert outs[0].stdout == outs[1].stdout and outs[2].stdout == outs[3].stdout
+    check, report = json.loads(outs[0].stdout), json.loads(outs[2].stdout)
+    assert not check["consistent"] and any([planted.skip] in [s["ranks"] for s in f["sides"]] for f in check["findings"])
+    slow = next(r for r in report["ranks"] if r["rank"] == planted.slow)
+    assert sorted(w["step"] for w in slow["worst_steps"][:2]) == sorted(planted.slow_steps)
+    skip = next(r for r in report["ranks"] if r["rank"] == planted.skip)
+    assert skip["collectives"] == min(r["collectives"] for r in report["ranks"]) == planted.events - 1

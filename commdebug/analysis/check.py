@@ -49,7 +49,9 @@ import socket
 from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from operator import attrgetter
+from functools import partial
+from itertools import compress
+from operator import and_ as _and, attrgetter, gt as _gt, is_not
 from typing import Any
 
 from commdebug.analysis.alltoall import PairMismatch, SplitPairs
@@ -71,13 +73,19 @@ from commdebug.model.trace import CollectiveEvent, GroupInfo
 from commdebug.ops import shape_rule
 from commdebug.units import format_bytes
 
-__all__ = ["Side", "Change", "Finding", "LastCall", "RankSummary", "CheckResult", "check", "check_path", "who"]
+__all__ = ["Side", "Change", "Finding", "LastCall", "RankSummary", "RankDigest", "CheckResult", "check", "check_path", "rank_digest", "who"]
 
 # a call's signature (op, size, dtype) and site (module, source), read from each event in C
 _CALL = attrgetter("op", "size_bytes", "dtype", "module", "source")
 _SEQ = attrgetter("seq")
 _STEP = attrgetter("step")
 _IN_FLIGHT = attrgetter("in_flight")
+_OP = attrgetter("op")
+_INPUT_BYTES = attrgetter("input_bytes")
+_OUTPUT_BYTES = attrgetter("output_bytes")
+_GROUP_SIZE = attrgetter("group.size")
+_GROUP_NAME = attrgetter("group.name")
+_IS_NOT_NONE = partial(is_not, None)
 _PAIRS_SHOWN = 8  # all_to_all pair findings per group; a shifted split table breaks every pair
 
 
@@ -199,34 +207,37 @@ class _Checker:
         self.sends: dict[tuple[str, int, int, int], tuple[int, int, int | None]] = {}
         self.recvs: dict[tuple[str, int, int, int], tuple[int, int, int | None]] = {}
 
-    def add(self, view: RankView) -> None:
-        rank = view.rank
+    def add(self, view: RankView | RankDigest) -> None:
+        """One rank: its :class:`RankDigest` (made here from a view, or by the worker that read it)."""
+        d = view if isinstance(view, RankDigest) else rank_digest(view)
+        rank = d.rank
         self.ranks.append(rank)
-        self.world_size = max(self.world_size, int(view.metadata.get("world_size") or 0))
-        for note in view.notes:  # the same note on a thousand ranks is said once
+        self.world_size = max(self.world_size, d.world_size)
+        for note in d.notes:  # the same note on a thousand ranks is said once
             self.rank_notes.setdefault(note, []).append(rank)
-        by_group: dict[str, list[CollectiveEvent]] = {}
-        pair_p2p = view.source_format == "commdebug"
-        steps_known = view.source_format != "flight-recorder"
-        for e in view.events:
-            seq = e.seq
-            if seq is None:
-                if pair_p2p and e.peer is not None and e.p2p_seq is not None and e.op in ("send", "recv"):
-                    self._p2p(rank, e, e.step if steps_known else None)
-                continue
-            by_group.setdefault(e.group.name, []).append(e)
-            self._rules(rank, seq, e, e.step if steps_known else None)
-        issued = sum(len(events) for events in by_group.values())
-        self.collectives += issued
-        self.summaries.append(_summary(view, issued))
-        for name, events in by_group.items():
-            self._sequence(rank, view.groups.get(name) or events[0].group, events, steps_known)
-        # a member of a known group that issued nothing on it
-        for name, info in view.groups.items():
-            if name not in by_group and info.ranks and rank in info.ranks:
-                self._group(name, info).members.setdefault(rank, -1)
-        for name, seq in view.completed.items():
-            g = self._group(name, view.groups.get(name) or _unknown(name))
+        for special in d.specials:  # in call order, as they were met
+            if isinstance(special, Finding):
+                self.findings.append(special)
+            elif special[0] is None:
+                self._p2p(rank, special[1], special[2])
+            else:
+                self._rules(rank, special[0], special[1], special[2])
+        self.collectives += d.summary.collectives
+        self.summaries.append(d.summary)
+        calls = self.calls.many(d.calls)
+        for value in self.calls.values[len(self.call_sig):]:  # calls seen for the first time
+            rule = shape_rule(value[0])  # balanced (all_to_all): sizes differ by rank, by design
+            self.call_sig.append(self.sigs((value[0], None, value[2]) if rule is not None and rule.balanced else value[:3]))
+            self.call_ctx.append(self.ctxs(value[3:]))
+        call_sig, call_ctx = [self.call_sig[c] for c in calls], [self.call_ctx[c] for c in calls]
+        for info, seqs, ids, steps, flight, last_flight in d.groups:
+            local = ids.tolist()
+            self._sequence(rank, info, seqs.tolist(), list(map(call_sig.__getitem__, local)),
+                           list(map(call_ctx.__getitem__, local)), steps.tolist(), flight, last_flight)
+        for name, info in d.idle:  # a member of a known group that issued nothing on it
+            self._group(name, info).members.setdefault(rank, -1)
+        for name, (seq, info) in d.completed.items():
+            g = self._group(name, info)
             if seq > g.completed:
                 g.completed, g.completed_by = seq, rank
 
@@ -238,61 +249,45 @@ class _Checker:
             g.ranks = info.ranks
         return g
 
-    def _sequence(self, rank: int, info: Any, events: list[CollectiveEvent], steps_known: bool) -> None:
-        """A rank's collectives on one group (each with a sequence number)."""
+    def _sequence(self, rank: int, info: Any, seqs: list[int], sigs: list[int], ctxs: list[int], steps: list[int],
+                  flight: frozenset[int], last_flight: bool) -> None:
+        """A rank's collectives on one group, in sequence order: their sequence numbers,
+        signature and call-site ids, steps, and the positions of the unfinished ones."""
         g = self._group(info.name, info)
-        events.sort(key=_SEQ)
-        sigs, ctxs = self._ids(events)
-        seqs = list(map(_SEQ, events))
-        steps = list(map(_STEP, events)) if steps_known else [UNKNOWN_STEP] * len(events)
-        if None in steps:  # a dump written without steps
-            steps = [UNKNOWN_STEP if s is None else s for s in steps]
         g.members[rank] = seqs[-1]
         g.first_of[rank] = seqs[0]
-        g.last_of[rank] = (sigs[-1], ctxs[-1], events[-1].in_flight)
+        g.last_of[rank] = (sigs[-1], ctxs[-1], last_flight)
         if g.ref_rank is None:  # the first member seen is the reference
             g.ref_rank, g.first = rank, seqs[0]
             g.sites.add(rank, seqs, steps, ctxs, sigs, self.patterns, None)
-            for e, seq, s, c, step in zip(events, seqs, sigs, ctxs, steps, strict=True):
-                _append(g, seq - g.first, s, c, step, e.in_flight)
-                if e.in_flight:
-                    g.in_flight.setdefault(seq, []).append(rank)
+            for i, (seq, s, c, step) in enumerate(zip(seqs, sigs, ctxs, steps, strict=True)):
+                _append(g, seq - g.first, s, c, step, i in flight)
+            for i in sorted(flight):
+                g.in_flight.setdefault(seqs[i], []).append(rank)
             return
         g.sites.add(rank, seqs, steps, ctxs, sigs, self.patterns, (g.ctx, g.steps, g.first))
         ref_sig, first, n = g.sig, g.first, len(g.sig)
         span = aligned(seqs, first, n)
         if span is not None and ref_sig[span].tolist() == sigs:
             # the usual case, compared in C: the reference's calls; only unfinished ones to note
-            if any(map(_IN_FLIGHT, events)):
-                for e, seq in zip(events, seqs, strict=True):
-                    if e.in_flight:
-                        g.in_flight.setdefault(seq, []).append(rank)
+            for i in sorted(flight):
+                g.in_flight.setdefault(seqs[i], []).append(rank)
             return
-        for e, seq, s, c, step in zip(events, seqs, sigs, ctxs, steps, strict=True):
-            if e.in_flight:
+        for i, (seq, s, c, step) in enumerate(zip(seqs, sigs, ctxs, steps, strict=True)):
+            if i in flight:
                 g.in_flight.setdefault(seq, []).append(rank)
             pos = seq - first
             if 0 <= pos < n:
                 if ref_sig[pos] == s or ref_sig[pos] == -1:
                     continue
             elif pos >= n:  # beyond the reference: the reference may be the short one
-                _append(g, pos, s, c, step, e.in_flight)
+                _append(g, pos, s, c, step, i in flight)
                 n = len(g.sig)
                 continue
             else:
                 continue  # before the reference's first kept entry: dropped there
             g.divergent.setdefault(seq, {}).setdefault(s, []).append(rank)
             g.diverge_ctx.setdefault((seq, s), c)
-
-    def _ids(self, events: list[CollectiveEvent]) -> tuple[list[int], list[int]]:
-        """The events' signature and call-site ids, through one lookup of the whole call each
-        (reading an event's fields is most of the cost on a large folder)."""
-        calls = self.calls.many(map(_CALL, events))
-        for value in self.calls.values[len(self.call_sig):]:  # calls seen for the first time
-            rule = shape_rule(value[0])  # balanced (all_to_all): sizes differ by rank, by design
-            self.call_sig.append(self.sigs((value[0], None, value[2]) if rule is not None and rule.balanced else value[:3]))
-            self.call_ctx.append(self.ctxs(value[3:]))
-        return list(map(self.call_sig.__getitem__, calls)), list(map(self.call_ctx.__getitem__, calls))
 
     def _rules(self, rank: int, seq: int, e: CollectiveEvent, step: int | None) -> None:
         n = e.group.size
@@ -311,15 +306,9 @@ class _Checker:
             totals[0] += e.input_bytes
             totals[1] += e.output_bytes
             return
-        whole_shapes = e.output_shapes if rule.whole == "output" else e.input_shapes
-        if rule.whole_may_be_list and e.key.startswith("fr:") and len(whole_shapes) != 1:
-            return
-        bad = rule.mismatch(e.input_bytes, e.output_bytes, n)
-        if bad is not None:
-            whole, part = bad
-            self.findings.append(Finding("shape", e.group.label, seq,
-                f"{e.op} on rank {rank}: {rule.whole} {format_bytes(whole)} is not group size {n} x {rule.part} {format_bytes(part)}",
-                [Side([rank], e.op, e.size_bytes, e.dtype, e.module, e.source, e.in_flight)], step=step))
+        finding = _shape_finding(rank, seq, e, step)
+        if finding is not None:
+            self.findings.append(finding)
 
     def _p2p(self, rank: int, e: CollectiveEvent, step: int | None) -> None:
         peer, p2p_seq = e.peer, e.p2p_seq
@@ -548,6 +537,106 @@ def _unknown(name: str) -> GroupInfo:
     return GroupInfo(name, "", 0, None)
 
 
+def _shape_finding(rank: int, seq: int, e: CollectiveEvent, step: int | None) -> Finding | None:
+    """A collective whose sizes break its op's shape rule (not a balanced one: all_to_all's are
+    checked across ranks), as a finding."""
+    n = e.group.size
+    rule = shape_rule(e.op)
+    if n <= 0 or rule is None or rule.balanced:
+        return None
+    whole_shapes = e.output_shapes if rule.whole == "output" else e.input_shapes
+    if rule.whole_may_be_list and e.key.startswith("fr:") and len(whole_shapes) != 1:
+        return None
+    bad = rule.mismatch(e.input_bytes, e.output_bytes, n)
+    if bad is None:
+        return None
+    whole, part = bad
+    return Finding("shape", e.group.label, seq,
+                   f"{e.op} on rank {rank}: {rule.whole} {format_bytes(whole)} is not group size {n} x {rule.part} {format_bytes(part)}",
+                   [Side([rank], e.op, e.size_bytes, e.dtype, e.module, e.source, e.in_flight)], step=step)
+
+
+@dataclass
+class RankDigest:
+    """One rank's share of the check, small and picklable: what the check keeps of a rank once
+    it is read. A folder read by worker processes has them made there (``read_all(...,
+    digest=rank_digest)``), so the reading process handles a few arrays per group, not ten
+    thousand events; either way the check sees the same digests, so the same result."""
+
+    rank: int
+    world_size: int
+    notes: list[str]
+    # in call order: shape findings, (seq, event, step) of balanced ops (all_to_all: checked
+    # against the other ranks), (None, event, step) of paired sends and receives
+    specials: list[Any]
+    calls: list[tuple]  # the distinct (op, size, dtype, module, source), first seen first
+    # per group, in first-call order: (info, seqs, call ids (into calls), steps, positions of
+    # unfinished calls, whether its last call is unfinished); seqs sorted
+    groups: list[tuple[GroupInfo, array, array, array, frozenset[int], bool]]
+    idle: list[tuple[str, GroupInfo]]  # groups it is a member of and issued nothing on
+    completed: dict[str, tuple[int, GroupInfo]]  # group -> (last completed seq, info)
+    summary: RankSummary
+
+
+def rank_digest(view: RankView) -> RankDigest:
+    """The :class:`RankDigest` of one rank (what a worker process returns for ``check``).
+
+    Column at a time where it can (a rank's ten thousand calls have a few dozen distinct
+    values): the shape rules are judged once per distinct (op, bytes, group size), the calls
+    split by group and turned into ids in C; only the odd calls (sends and receives, all_to_all,
+    shape findings) are looked at one by one."""
+    rank = view.rank
+    events = view.events
+    pair_p2p = view.source_format == "commdebug"
+    steps_known = view.source_format != "flight-recorder"
+    seqs_all = list(map(_SEQ, events))
+    ops = list(map(_OP, events))
+    odd_ops = {op for op in set(ops) if (r := shape_rule(op)) is not None and r.balanced}
+    shapes = set(zip(ops, map(_INPUT_BYTES, events), map(_OUTPUT_BYTES, events), map(_GROUP_SIZE, events), strict=True))
+    suspect = odd_ops | {op for op, i, o, n in shapes if op not in odd_ops and n > 0 and (r := shape_rule(op)) is not None
+                         and r.mismatch(i, o, n) is not None}
+    specials: list[Any] = []
+    if suspect or None in seqs_all:  # one by one, in call order
+        for e, seq, op in zip(events, seqs_all, ops, strict=True):
+            step = e.step if steps_known else None
+            if seq is None:
+                if pair_p2p and e.peer is not None and e.p2p_seq is not None and op in ("send", "recv"):
+                    specials.append((None, e, step))
+            elif op in odd_ops:
+                if e.group.size > 0:
+                    specials.append((seq, e, step))
+            elif op in suspect:
+                finding = _shape_finding(rank, seq, e, step)
+                if finding is not None:
+                    specials.append(finding)
+    names = list(map(_GROUP_NAME, events))
+    with_seq = list(map(_IS_NOT_NONE, seqs_all))
+    calls: dict[tuple, int] = {}
+    groups = []
+    issued = 0
+    for name in dict.fromkeys(compress(names, with_seq)):  # in first-call order
+        mine = list(compress(events, map(_and, map(name.__eq__, names), with_seq)))
+        seqs = list(map(_SEQ, mine))
+        if any(map(_gt, seqs, seqs[1:])):
+            mine.sort(key=_SEQ)
+            seqs = list(map(_SEQ, mine))
+        call_of = list(map(_CALL, mine))
+        for c in dict.fromkeys(call_of):
+            calls.setdefault(c, len(calls))
+        steps = list(map(_STEP, mine)) if steps_known else [UNKNOWN_STEP] * len(mine)
+        if None in steps:  # a dump written without steps
+            steps = [UNKNOWN_STEP if s is None else s for s in steps]
+        flight = frozenset(compress(range(len(mine)), map(_IN_FLIGHT, mine))) if any(map(_IN_FLIGHT, mine)) else frozenset()
+        groups.append((view.groups.get(name) or mine[0].group, array("q", seqs), array("i", map(calls.__getitem__, call_of)),
+                       array("q", steps), flight, mine[-1].in_flight))
+        issued += len(mine)
+    by_group = set(compress(names, with_seq))
+    idle = [(name, info) for name, info in view.groups.items() if name not in by_group and info.ranks and rank in info.ranks]
+    completed = {name: (seq, view.groups.get(name) or _unknown(name)) for name, seq in view.completed.items()}
+    return RankDigest(rank, int(view.metadata.get("world_size") or 0), list(view.notes), specials, list(calls), groups,
+                      idle, completed, _summary(view, issued))
+
+
 def _summary(view: RankView, collectives: int) -> RankSummary:
     """How the rank ended and its last call (events are in call order)."""
     last = None
@@ -581,8 +670,9 @@ def _process_alive(meta: dict[str, Any]) -> bool | None:
     return True
 
 
-def check(ranks: Iterable[RankView]) -> CheckResult:
-    """Check the ranks' collectives for consistency (see the module docstring)."""
+def check(ranks: Iterable[RankView | RankDigest]) -> CheckResult:
+    """Check the ranks' collectives for consistency (see the module docstring); each rank as
+    its view or its :func:`rank_digest`."""
     checker = _Checker()
     for view in ranks:
         checker.add(view)
@@ -591,4 +681,4 @@ def check(ranks: Iterable[RankView]) -> CheckResult:
 
 def check_path(path: str | os.PathLike) -> CheckResult:
     """:func:`check` over a folder of rank dumps (ours or Flight Recorder's)."""
-    return check(iter_ranks(path))
+    return check(iter_ranks(path, digest=rank_digest))

@@ -27,16 +27,21 @@ from __future__ import annotations
 import os
 import statistics
 from array import array
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
+from itertools import compress, repeat
+from operator import and_ as _and, attrgetter, gt as _gt, is_not, mul as _mul
 from typing import Any
 
 from commdebug.analysis.check import who
 from commdebug.analysis.traffic import Imbalance, ImbalanceTally
 from commdebug.formats.readers import iter_ranks
 from commdebug.model.rank_view import RankView
+from commdebug.model.trace import CollectiveEvent
 
-__all__ = ["RankStats", "StepExcess", "OpStats", "Deviation", "Report", "report", "report_path", "DEVIATION_FIGURES",
+__all__ = ["RankStats", "StepExcess", "OpStats", "Deviation", "Report", "RankDigest", "report", "report_path", "rank_digest", "DEVIATION_FIGURES",
            "WORST_STEPS"]
 
 # the per-rank figures a rank's deviation looks at: time first (what a slow rank changes), then
@@ -180,8 +185,99 @@ class Report:
         }
 
 
-def report(ranks: Iterable[RankView]) -> Report:
-    """Report on a job's ranks (see the module docstring)."""
+@dataclass
+class RankDigest:
+    """One rank's share of the report, small and picklable: its totals, its per-op sums, its
+    time per step and, per group, its timed calls' sequence numbers and latencies as flat
+    arrays. A folder read by worker processes has them made there (``read_all(...,
+    digest=rank_digest)``); either way the report merges the same digests, in rank order."""
+
+    stats: RankStats
+    ops: list[OpStats]  # in first-call order
+    steps: array  # the steps it timed calls in, ascending, and its time at each
+    step_times: array
+    notes: list[str]
+    # per group, in first-timed-call order: (name, seqs, latencies, op ids into op_names), in call order
+    paired: list[tuple[str, array, array, array]]
+    op_names: list[str]  # of the paired calls, first seen first
+    paired_time: dict[str, float]  # op -> latency sum of its paired calls
+    all_to_all: list[CollectiveEvent]  # its all_to_all calls (with a sequence number): the imbalance
+
+
+def rank_digest(view: RankView) -> RankDigest:
+    """The :class:`RankDigest` of one rank (what a worker process returns for ``report``),
+    summed a column at a time: per op and per step over the calls' columns, in C."""
+    meta = view.metadata
+    events = view.events
+    s = RankStats(view.rank, meta.get("hostname"), elapsed_s=meta.get("elapsed_s"), recorded_s=meta.get("recorded_s", meta.get("elapsed_s")))
+    ops_col = list(map(_OP, events))
+    sizes = list(map(_SIZE, events))
+    lats = list(map(_LATENCY, events))
+    timed = list(map(_IS_NOT_NONE, lats))
+    all_timed = all(timed)
+    s.collectives, s.bytes = len(events), sum(sizes)
+    s.timed = len(events) if all_timed else sum(timed)
+    t_lats = lats if all_timed else list(compress(lats, timed))
+    ops: list[OpStats] = []
+    for op in dict.fromkeys(ops_col):  # first call first
+        mine = list(map(op.__eq__, ops_col))
+        o = OpStats(op, mine.count(True), sum(compress(sizes, mine)))
+        if not all_timed:
+            mine = list(map(_and, mine, timed))
+        o.timed = mine.count(True)
+        if o.timed:
+            o.time_s = sum(compress(lats, mine))
+            o.timed_bytes = sum(compress(sizes, mine))
+            o.bus_bytes = sum(map(_mul, compress(sizes, mine), compress(map(_BUSBW, events), mine)))
+        ops.append(o)
+    step_list: list[int] = []
+    step_sums: list[float] = []
+    if s.timed:
+        s.comm_time_s = sum(t_lats)
+        t_steps = list(map(_STEP, events if all_timed else compress(events, timed)))
+        if not any(map(_gt, t_steps, t_steps[1:])):  # steps in call order (always, for a recording)
+            step_list = list(dict.fromkeys(t_steps))
+            for step in step_list:
+                step_sums.append(sum(t_lats[bisect_left(t_steps, step):bisect_right(t_steps, step)]))
+        else:
+            per_step: dict[int, float] = {}
+            for step, latency in zip(t_steps, t_lats, strict=True):
+                per_step[step] = per_step.get(step, 0.0) + latency
+            step_list = sorted(per_step)
+            step_sums = [per_step[k] for k in step_list]
+    paired = []
+    op_ids: dict[str, int] = {}
+    paired_time: dict[str, float] = {}
+    seqs = list(map(_SEQ, events))
+    pairable = list(map(_and, timed, map(_IS_NOT_NONE, seqs)))
+    if any(pairable):
+        names = list(map(_GROUP_NAME, events))
+        for op in compress(ops_col, pairable):  # ids in first-paired-call order
+            if op not in op_ids:
+                op_ids[op] = len(op_ids)
+        for op in op_ids:
+            paired_time[op] = sum(compress(lats, map(_and, map(op.__eq__, ops_col), pairable)))
+        for name in dict.fromkeys(compress(names, pairable)):
+            mine = list(map(_and, map(name.__eq__, names), pairable))
+            paired.append((name, array("q", compress(seqs, mine)), array("d", compress(lats, mine)),
+                           array("i", map(op_ids.__getitem__, compress(ops_col, mine)))))
+    a2a = [e for e in events if e.op == "all_to_all" and e.seq is not None] if "all_to_all" in ops_col else []
+    return RankDigest(s, ops, array("q", step_list), array("d", step_sums), list(view.notes), paired, list(op_ids), paired_time, a2a)
+
+
+_OP = attrgetter("op")
+_SIZE = attrgetter("size_bytes")
+_LATENCY = attrgetter("latency_s")
+_BUSBW = attrgetter("busbw_factor")
+_STEP = attrgetter("step")
+_SEQ = attrgetter("seq")
+_GROUP_NAME = attrgetter("group.name")
+_IS_NOT_NONE = partial(is_not, None)
+
+
+def report(ranks: Iterable[RankView | RankDigest]) -> Report:
+    """Report on a job's ranks (see the module docstring); each rank as its view or its
+    :func:`rank_digest`."""
     stats: list[RankStats] = []
     ops: dict[str, OpStats] = {}
     stragglers = _Stragglers()
@@ -189,37 +285,26 @@ def report(ranks: Iterable[RankView]) -> Report:
     notes: dict[str, list[int]] = {}  # a rank's note -> the ranks that have it: said once
     a2a = ImbalanceTally()
     for view in ranks:
-        meta = view.metadata
-        s = RankStats(view.rank, meta.get("hostname"), elapsed_s=meta.get("elapsed_s"), recorded_s=meta.get("recorded_s", meta.get("elapsed_s")))
-        total_t = 0.0
-        paired = stragglers.rank(view.rank)
-        per_step: dict[int, float] = {}
-        for e in view.events:
-            s.collectives += 1
-            s.bytes += e.size_bytes
-            o = ops.get(e.op)
+        d = view if isinstance(view, RankDigest) else rank_digest(view)
+        s = d.stats
+        for mine in d.ops:
+            o = ops.get(mine.op)
             if o is None:
-                o = ops[e.op] = OpStats(e.op)
-            o.calls += 1
-            o.bytes += e.size_bytes
-            if e.latency_s is not None:
-                s.timed += 1
-                total_t += e.latency_s
-                per_step[e.step] = per_step.get(e.step, 0.0) + e.latency_s
-                o.timed += 1
-                o.time_s += e.latency_s
-                o.timed_bytes += e.size_bytes
-                o.bus_bytes += e.size_bytes * e.busbw_factor
-                if e.seq is not None:
-                    paired(e.group.name, e.seq, e.latency_s, e.op)
+                ops[mine.op] = mine
+                continue
+            o.calls += mine.calls
+            o.bytes += mine.bytes
+            o.timed += mine.timed
+            o.time_s += mine.time_s
+            o.timed_bytes += mine.timed_bytes
+            o.bus_bytes += mine.bus_bytes
+        stragglers.add_rank(s.rank, d.paired, d.op_names, d.paired_time)
         if s.timed:
-            s.comm_time_s = total_t
-            steps = sorted(per_step)  # two flat arrays, not a dict: 16 bytes a step
-            step_times[view.rank] = (array("q", steps), array("d", [per_step[k] for k in steps]))
-        for n in view.notes:
-            notes.setdefault(n, []).append(view.rank)
-        if "all_to_all" in ops:
-            a2a.add(view.rank, view.events)
+            step_times[s.rank] = (d.steps, d.step_times)  # two flat arrays, not a dict: 16 bytes a step
+        for n in d.notes:
+            notes.setdefault(n, []).append(s.rank)
+        if d.all_to_all:
+            a2a.add(s.rank, d.all_to_all)
         stats.append(s)
     stragglers.finish(stats, ops)
     _worst_steps(stats, step_times)
@@ -318,6 +403,46 @@ class _Stragglers:
 
         return add
 
+    def add_rank(self, rank: int, paired: list[tuple[str, array, array, array]], op_names: list[str],
+                 paired_time: dict[str, float]) -> None:
+        """One rank's timed calls, per group (name, seqs, latencies, op ids into `op_names`) in
+        call order, and their latency sum per op: a run of consecutive sequence numbers (the
+        usual case) is merged a slice at a time, in C; anything else a call at a time."""
+        add = self.rank(rank)
+        total, spans = self.ranks[rank]
+        op_ids = self.op_ids
+        ids = [op_ids.setdefault(op, len(op_ids)) for op in op_names]
+        for op, t in paired_time.items():
+            self.paired_time[op] = self.paired_time.get(op, 0.0) + t
+        for name, seqs, lats, local in paired:
+            first, n = seqs[0], len(seqs)
+            calls = self.groups.get(name)
+            if calls is None:
+                calls = self.groups[name] = _GroupCalls(first)
+            lo = first - calls.base
+            if seqs[-1] - first != n - 1 or lo < 0 or any(map(_gt, seqs, seqs[1:])):
+                for seq, latency, op in zip(seqs, lats, local, strict=True):
+                    add(name, seq, latency, op_names[op])
+                    self.paired_time[op_names[op]] -= latency  # counted below, with the rest
+                continue
+            hi = lo + n
+            if len(calls.least) < hi:
+                grow = hi - len(calls.least)
+                calls.least.extend(array("d", [_INF]) * grow)
+                calls.count.extend(array("i", [0]) * grow)
+                calls.op.extend(array("i", [-1]) * grow)
+            calls.least[lo:hi] = array("d", map(min, calls.least[lo:hi], lats))
+            calls.count[lo:hi] = array("i", map(_add, calls.count[lo:hi], repeat(1, n)))
+            mine = array("i", map(ids.__getitem__, local))
+            if -1 in calls.op[lo:hi]:
+                calls.op[lo:hi] = array("i", (o if o >= 0 else m for o, m in zip(calls.op[lo:hi], mine, strict=True)))
+            total[0] += sum(lats)
+            runs = spans.setdefault(name, [])
+            if runs and runs[-1][1] + 1 == first:
+                runs[-1][1] = seqs[-1]
+            else:
+                runs.append([first, seqs[-1]])
+
     def finish(self, stats: list[RankStats], ops: dict[str, OpStats]) -> None:
         prefix: dict[str, array] = {}
         least_by_op = [0.0] * len(self.op_ids)
@@ -344,6 +469,10 @@ class _Stragglers:
             ops[op].straggler_s = max(self.paired_time[op] - least_by_op[i], 0.0)
 
 
+def _add(a: int, b: int) -> int:
+    return a + b
+
+
 def report_path(path: str | os.PathLike) -> Report:
     """:func:`report` over a folder of rank dumps (or one dump)."""
-    return report(iter_ranks(path))
+    return report(iter_ranks(path, digest=rank_digest))

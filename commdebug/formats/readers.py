@@ -272,18 +272,19 @@ def job_files(folder: str | os.PathLike, *, live: bool = False) -> list[Path]:
     return files
 
 
-def iter_ranks(path: str | os.PathLike, *, live: bool = False, jobs: int | None = 1) -> Iterator[RankView]:
-    """Each rank of a folder (or the one dump a file is), in rank order; ``live``: a rank's
-    stream where it is newer than its dump (see :func:`_dump_or_stream`); ``jobs``: processes
-    reading (None: :func:`default_jobs`; see :func:`read_all`)."""
+def iter_ranks(path: str | os.PathLike, *, live: bool = False, jobs: int | None = 1,
+               digest: Callable[[RankView], Any] | None = None) -> Iterator[Any]:
+    """Each rank of a folder (or the one dump a file is), in rank order, as a RankView or its
+    `digest` (see :func:`read_all`); ``live``: a rank's stream where it is newer than its dump
+    (see :func:`_dump_or_stream`); ``jobs``: processes reading (None: :func:`default_jobs`)."""
     p = Path(path)
     if not p.exists():
         raise DumpError(f"{p}: no such file or folder")
     files = job_files(p, live=live) if p.is_dir() else [p]
-    for _, view in read_all(files, "rank", jobs=jobs):
+    for _, view in read_all(files, "rank", jobs=jobs, digest=digest):
         if isinstance(view, DumpError):
             raise view
-        yield cast(RankView, view)
+        yield view
 
 
 # ---------------------------------------------------------------------------- parallel reads
@@ -332,22 +333,31 @@ def few_collections() -> Iterator[None]:
 _READERS: dict[str, Callable[[Path], Trace | RankView]] = {"rank": load_rank, "read": read}
 
 
-def _pack(kind: str, path: Path) -> bytes:
-    """In a worker: read one file and pickle it for the parent, its events as plain tuples (a
-    named tuple unpickles through a Python call per event, four times slower than the parse)."""
+def _read_one(kind: str, path: Path, digest: Callable[[Any], Any] | None) -> Any:
+    """One file read by the `kind` reader, then through `digest` when given; its DumpError as
+    the result when it cannot be read."""
     try:
         data = _READERS[kind](path)
     except DumpError as e:
-        return pickle.dumps(e, pickle.HIGHEST_PROTOCOL)
-    data.events = cast(Any, [tuple(e) for e in data.events])
+        return e
+    return data if digest is None else digest(data)
+
+
+def _pack(kind: str, path: Path, digest: Callable[[Any], Any] | None = None) -> bytes:
+    """In a worker: read one file and pickle it (or its `digest`) for the parent, its events as
+    plain tuples (a named tuple unpickles through a Python call per event, four times slower than
+    the parse)."""
+    data = _read_one(kind, path, digest)
+    if isinstance(data, (Trace, RankView)):
+        data.events = cast(Any, [tuple(e) for e in data.events])
     return pickle.dumps(data, pickle.HIGHEST_PROTOCOL)
 
 
 _event = partial(tuple.__new__, CollectiveEvent)
 
 
-def _unpack(blob: bytes) -> Trace | RankView | DumpError:
-    data = cast("Trace | RankView | DumpError", pickle.loads(blob))
+def _unpack(blob: bytes) -> Any:
+    data = pickle.loads(blob)
     if isinstance(data, Trace):
         data.events = deque(map(_event, data.events), maxlen=data.max_events)
     elif isinstance(data, RankView):
@@ -359,11 +369,17 @@ def _worker_start() -> None:
     gc.set_threshold(100_000, *gc.get_threshold()[1:])
 
 
-def read_all(files: Iterable[Path], kind: Kind = "rank", *, jobs: int | None = None
-             ) -> Iterator[tuple[Path, Trace | RankView | DumpError]]:
+def read_all(files: Iterable[Path], kind: Kind = "rank", *, jobs: int | None = None,
+             digest: Callable[[Any], Any] | None = None) -> Iterator[tuple[Path, Any]]:
     """Each file read by :func:`load_rank` (``kind="rank"``) or :func:`read` (``"read"``), in
     the order given, as ``(path, result)``; a file that cannot be read gives its
     :class:`DumpError` as the result (the caller decides: stop, or name it and go on).
+
+    ``digest``: a module-level function (workers import it by name) applied to each file's
+    Trace or RankView where it was read, its result given instead: an analysis's per-rank share
+    (``check``'s :func:`~commdebug.analysis.check.rank_digest`), so a worker hands back a few
+    arrays, not ten thousand events. The same function runs in this process with one job, so
+    the results do not depend on ``jobs``.
 
     ``jobs`` processes read (None: :func:`default_jobs`). With more than one, files are parsed
     in worker processes started with the ``spawn`` method: a fresh interpreter that imports the
@@ -380,13 +396,8 @@ def read_all(files: Iterable[Path], kind: Kind = "rank", *, jobs: int | None = N
     n = min(n, len(files))
     with few_collections():
         if n <= 1:
-            reader = _READERS[kind]
             for f in files:
-                try:
-                    result: Trace | RankView | DumpError = reader(f)
-                except DumpError as e:
-                    result = e
-                yield f, result
+                yield f, _read_one(kind, f, digest)
             return
         import multiprocessing  # the pool's modules load only when a folder is read in parallel
         from concurrent.futures import ProcessPoolExecutor
@@ -395,14 +406,14 @@ def read_all(files: Iterable[Path], kind: Kind = "rank", *, jobs: int | None = N
             window: deque[tuple[Path, Future[bytes]]] = deque()
             todo = iter(files)
             for f in todo:
-                window.append((f, pool.submit(_pack, kind, f)))
+                window.append((f, pool.submit(_pack, kind, f, digest)))
                 if len(window) >= 2 * n:
                     break
             while window:
                 f, future = window.popleft()
                 blob = future.result()
                 for nxt in todo:  # keep the workers busy while this one is handed on
-                    window.append((nxt, pool.submit(_pack, kind, nxt)))
+                    window.append((nxt, pool.submit(_pack, kind, nxt, digest)))
                     break
                 result = _unpack(blob)
                 del blob

@@ -18,7 +18,9 @@ import os
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 from commdebug.errors import CommDebugError, DumpError
 from commdebug.formats.readers import job_files, rank_from_name, read_all
@@ -124,33 +126,44 @@ def pick(files: list[Path], ranks: Selection) -> list[Path]:
 
 
 def read_views(files: list[Path], ranks: Selection = ALL, steps: Selection = ALL,
-               progress: Callable[[int, int], None] | None = None, jobs: int | None = 1) -> Iterator[RankView]:
+               progress: Callable[[int, int], None] | None = None, jobs: int | None = 1,
+               digest: Callable[[RankView], Any] | None = None) -> Iterator[Any]:
     """Each file as a :class:`RankView`, in file order, when its rank is in `ranks`, its events
     cut to `steps`; ``jobs`` processes read them (None: as many as pay, see
-    :func:`~commdebug.formats.readers.read_all`). ``progress(done, total)`` is called before
-    the first file and after each one."""
+    :func:`~commdebug.formats.readers.read_all`). ``digest``: a module-level function of the
+    view, run where it was read, whose result is given instead (see ``read_all``).
+    ``progress(done, total)`` is called before the first file and after each one."""
     total = len(files)
     if progress:
         progress(0, total)
-    for done, (_, view) in enumerate(read_all(files, "rank", jobs=jobs), 1):
+    pick_digest = None if digest is None else partial(_selected, ranks=ranks, steps=steps, digest=digest)
+    for done, (_, view) in enumerate(read_all(files, "rank", jobs=jobs, digest=pick_digest), 1):
         if isinstance(view, DumpError):
             raise view
-        assert isinstance(view, RankView)
-        if view.rank in ranks:
+        if digest is not None:
+            if view is not None:
+                yield view
+        elif view.rank in ranks:
             yield keep_steps(view, steps)
         if progress:
             progress(done, total)
 
 
+def _selected(view: RankView, ranks: Selection, steps: Selection, digest: Callable[[RankView], Any]) -> Any:
+    """`digest` of the view cut to `steps`, or None when its rank is not in `ranks`."""
+    return digest(keep_steps(view, steps)) if view.rank in ranks else None
+
+
 def iter_selected(path: str | os.PathLike, ranks: Selection = ALL, steps: Selection = ALL,
-                  progress: Callable[[int, int], None] | None = None, jobs: int | None = 1) -> Iterator[RankView]:
+                  progress: Callable[[int, int], None] | None = None, jobs: int | None = 1,
+                  digest: Callable[[RankView], Any] | None = None) -> Iterator[Any]:
     """Each chosen rank of `path` (a folder or one dump): :func:`read_views` of the files
-    :func:`pick` keeps.
+    :func:`pick` keeps (or their `digest`).
 
     >>> for view in iter_selected("traces/", Selection.parse("0-7", "--ranks")):   # doctest: +SKIP
     ...     print(view.rank)
     """
-    return read_views(pick(dump_files(path), ranks), ranks, steps, progress, jobs)
+    return read_views(pick(dump_files(path), ranks), ranks, steps, progress, jobs, digest)
 
 
 def keep_steps(view: RankView, steps: Selection) -> RankView:
