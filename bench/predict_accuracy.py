@@ -333,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="keep the dumps and cluster.json here (default: a temporary folder)")
     ap.add_argument("--json", action="store_true", help="also print each world's result as one JSON line")
     ap.add_argument("--runs", type=int, default=None, help="runs of the calibration and of each program (default 15; --quick 5)")
-    ap.add_argument("--statistic", choices=("median", "min"), default="min",
+    ap.add_argument("--statistic", choices=("median", "min", "p10"), default="p10",
                     help="one time per calibration size and per held-out call from the runs (the same on both sides)")
     ap.add_argument("--gaps", action="store_true",
                     help="also run the calibration sweep with a 64x64 and a 256x256 matmul after each call (compute between"

@@ -160,7 +160,7 @@ def _parser() -> argparse.ArgumentParser:
     calibrate.add_argument("--gpus-per-node", type=positive_int, default=None, help="GPUs per node, >= 1 (default: ranks per host in the files' '#  Rank' lines)")
     calibrate.add_argument("--base", default=None, help="preset or cluster file giving a link no file measured (default: none; then both links must be measured)")
     calibrate.add_argument("--name", default="calibrated", help="the cluster's name (default calibrated)")
-    calibrate.add_argument("--statistic", choices=("median", "min"), default="median", help="one point from repeated calls at one size: their median (the typical call) or minimum (the undisturbed one) (default median)")
+    calibrate.add_argument("--statistic", choices=("median", "min", "p10"), default="median", help="one point from repeated calls at one size: their median (the typical call), minimum (the undisturbed one) or 10th percentile (near the undisturbed one, without the minimum's lone outliers) (default median)")
 
     run = verb("run", "run a Python program, unchanged, under CommDebugMode and write OUT/rank<R>.json however it ends")
     _out_option(run, "commdebug_traces", "folder for the per-rank dumps (default ./commdebug_traces)")

@@ -137,6 +137,18 @@ def test_a_size_measured_slower_than_a_larger_one_is_pooled_with_it_not_lowered_
     assert curve.seconds == pytest.approx([0.04e-3, 0.09e-3, 0.09e-3, 0.5e-3])
 
 
+def test_p10_leaves_out_a_lone_call_far_below_the_rest_that_the_minimum_takes(tmp_path):
+    # 12 calls at 1 MiB: one whose last member found its data already sent (0.15 ms), the rest near 0.7 ms
+    times = [0.15, 0.70, 0.75, 0.77, 0.78, 0.87, 0.90, 0.96, 1.0, 1.1, 1.2, 3.0]
+    folder = tmp_path / "fr"
+    folder.mkdir()
+    for r in (0, 1):
+        (folder / f"fr_trace_{r}.json").write_text(json.dumps(fr_rank(r, [(1 << 20, t) for t in times] + [(4 << 20, 3.5)])))
+    job = timed_calls(iter_ranks(folder), source=str(folder))
+    points = {stat: calibrate([job], base=H100, statistic=stat)[0].curves[0].seconds[0] for stat in ("min", "p10", "median")}
+    assert points == {"min": pytest.approx(0.15e-3), "p10": pytest.approx(0.70e-3), "median": pytest.approx(0.885e-3)}
+
+
 def test_a_cluster_file_keeps_the_curves_points_fit_and_residuals(tmp_path):
     cluster = with_curves(AR8)
     data = cluster.to_dict()
