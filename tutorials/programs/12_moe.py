@@ -21,6 +21,7 @@ Writes OUT/rank<r>.json, prints ``routed {...}`` (the tokens this rank received 
 import argparse
 import json
 import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -127,8 +128,10 @@ def main() -> None:
                                   for src in range(world)))
             comm.step()
     comm.generate_json_dump(os.path.join(args.out, f"rank{rank}.json"))
-    print("routed " + json.dumps({"rank": rank, "tokens_received": routed, "tokens_sent": TOKENS * TOP_K, "token_bytes": HIDDEN * 4}))
-    print(f"moe done rank {rank}", flush=True)
+    # one write of both lines: the ranks share torchrun's stdout, and a line must not be split
+    sys.stdout.write("routed " + json.dumps({"rank": rank, "tokens_received": routed, "tokens_sent": TOKENS * TOP_K,
+                                             "token_bytes": HIDDEN * 4}) + f"\nmoe done rank {rank}\n")
+    sys.stdout.flush()
     dist.destroy_process_group()
 
 
