@@ -317,7 +317,7 @@ def _trace(args: argparse.Namespace) -> int:
     out = output_file(args.out, "trace file")
     files = dump_files(args.dumps)
     with _meter(args) as meter:
-        write_text_or_gzip(out, chrome.render(read_views(pick(files, ranks), ranks, progress=meter, jobs=args.jobs)))
+        write_text_or_gzip(out, chrome.render(read_views(pick(files, ranks), ranks, progress=meter, jobs=args.jobs, digest=chrome.digest)))
     print("\n".join(trace_summary(chrome.counts, out, ranks_in_folder=len(files), ranks=ranks.describe(), steps=steps.describe())))
     return OK
 

@@ -40,16 +40,19 @@ def test_j1_and_j2_print_the_same(folder, verb):
     assert "rank 9" in one.stdout or '"rank": 9' in one.stdout or "9" in one.stdout
 
 
-def test_j1_and_j2_write_the_same_trace(folder):
+@pytest.mark.parametrize("options", [[], ["--ranks", "0-7,12", "--steps", "1"]])
+def test_j1_and_j2_write_the_same_trace(folder, options):
+    """Each rank's events are written by the worker that read it (a RankChunk): the same bytes."""
     outs = []
     for j in ("1", "2"):
         out = folder.parent / f"trace{j}.json"
-        proc = cli("trace", str(folder), "-q", "-j", j, "-o", str(out), cwd=folder.parent)
+        proc = cli("trace", str(folder), "-q", "-j", j, "-o", str(out), *options, cwd=folder.parent)
         assert proc.returncode == 0, proc.stderr
         outs.append(out.read_bytes())
     assert outs[0] == outs[1]
     events = json.loads(outs[0])["traceEvents"]
-    assert len({e["pid"] for e in events if e.get("ph") == "X"}) == RANKS
+    assert len({e["pid"] for e in events if e.get("ph") == "X"}) == (9 if options else RANKS)
+    assert any(e.get("ph") == "f" for e in events)  # flows joined across ranks read by different workers
 
 
 def test_view_data_is_the_same_with_two_workers(folder):

@@ -42,7 +42,9 @@ from __future__ import annotations
 
 import json
 from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from commdebug.estimate import Cluster, predict_events, resolve_cluster
@@ -50,7 +52,7 @@ from commdebug.model.aggregates import older_of
 from commdebug.model.rank_view import RankView
 from commdebug.model.trace import CollectiveEvent
 
-__all__ = ["ChromeTrace", "rank_trace_events", "trace_summary"]
+__all__ = ["ChromeTrace", "RankChunk", "rank_chunk", "rank_trace_events", "trace_summary"]
 
 _US = 1e6
 # flow events of one chain share their category, name and id (how Perfetto joins them)
@@ -80,6 +82,16 @@ class _Flows:
         tids.append(tid)
         starts.append(ts)
         latencies.append(latency)
+
+    def merge(self, other: _Flows) -> None:
+        """Another rank's calls, after this one's."""
+        for group, theirs in other.groups.items():
+            cols = self.groups.get(group)
+            if cols is None:
+                self.groups[group] = theirs
+                continue
+            for mine, more in zip(cols, theirs, strict=True):
+                mine.extend(more)
 
     def events(self) -> Iterator[dict[str, Any]]:
         """One chain per (group, seq) timed on two ranks or more: start on the rank that waited
@@ -194,6 +206,44 @@ def _args(e: CollectiveEvent, with_busbw: bool = True) -> dict[str, Any]:
     return args
 
 
+@dataclass
+class RankChunk:
+    """One rank's part of a trace: its events' JSON text (one line, no brackets), what it
+    counted, and where its timed calls landed (for the flows). Small and picklable: worker
+    processes make them (:attr:`ChromeTrace.digest`) and the writer only joins them."""
+
+    text: str
+    counts: dict[str, int]
+    flows: _Flows | None
+
+
+_ENCODE = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def rank_chunk(view: RankView, cluster: Cluster | None = None, steps: Any = None, flows: bool = True) -> RankChunk:
+    """One rank's :class:`RankChunk`: its events as :func:`rank_trace_events` gives them, encoded."""
+    counts = {"ranks": 1, "complete": 0, "instant": 0, "skipped": 0, "predicted": 0, "outside_steps": 0, "totals_only": 0}
+    kept = view.events if steps is None else [e for e in view.events if e.step in steps]
+    counts["outside_steps"] = len(view.events) - len(kept)
+    counts["skipped"] = sum(1 for e in kept if e.start_s is None)
+    older = older_of(view)
+    if older is not None:
+        counts["totals_only"] = sum(s[0] for step, s in older.steps.items() if steps is None or step in steps)
+    mine = _Flows() if flows else None
+    chunk = list(rank_trace_events(view, cluster, flows=mine, steps=steps))
+    for event in chunk:
+        if event["ph"] == "X":
+            cat = event.get("cat")
+            if cat == "collective":
+                counts["complete"] += 1
+            elif cat == "predicted":
+                counts["predicted"] += 1
+        elif event["ph"] == "i":
+            counts["instant"] += 1
+    # one rank's events encoded in one call, one line: per event costs twice as much
+    return RankChunk(_ENCODE(chunk)[1:-1] if chunk else "", counts, mine)
+
+
 class ChromeTrace:
     """The Chrome Trace renderer: ``render(views)`` yields the JSON text of the ranks' events;
     ``counts`` then says what it held: ``ranks``, ``complete``, ``instant``, ``predicted``,
@@ -216,33 +266,28 @@ class ChromeTrace:
         self.counts = {"ranks": 0, "complete": 0, "instant": 0, "skipped": 0, "predicted": 0, "flows": 0,
                        "flow_events": 0, "outside_steps": 0, "totals_only": 0}
 
-    def render(self, views: Iterable[RankView]) -> Iterator[str]:
+    @property
+    def digest(self) -> Callable[[RankView], RankChunk]:
+        """The function that turns one rank into its :class:`RankChunk` for this trace: pass it
+        as ``read_all(..., digest=)`` so worker processes write the ranks' events."""
+        return partial(rank_chunk, cluster=self.cluster, steps=self.steps, flows=self.flows)
+
+    def render(self, views: Iterable[RankView | RankChunk]) -> Iterator[str]:
+        """The trace's JSON text, a rank at a time: each rank as its view or its
+        :class:`RankChunk` (made by :attr:`digest`, maybe in a worker process)."""
         counts = self.counts
         flows = _Flows() if self.flows else None
         dumps = json.JSONEncoder(separators=(",", ":")).encode
         yield '{"displayTimeUnit":"ms","traceEvents":[\n'
         separator = ""
         for view in views:
-            counts["ranks"] += 1
-            kept = view.events if self.steps is None else [e for e in view.events if e.step in self.steps]
-            counts["outside_steps"] += len(view.events) - len(kept)
-            counts["skipped"] += sum(1 for e in kept if e.start_s is None)
-            older = older_of(view)
-            if older is not None:
-                counts["totals_only"] += sum(s[0] for step, s in older.steps.items() if self.steps is None or step in self.steps)
-            chunk = list(rank_trace_events(view, self.cluster, flows=flows, steps=self.steps))
-            for event in chunk:
-                if event["ph"] == "X":
-                    cat = event.get("cat")
-                    if cat == "collective":
-                        counts["complete"] += 1
-                    elif cat == "predicted":
-                        counts["predicted"] += 1
-                elif event["ph"] == "i":
-                    counts["instant"] += 1
-            if chunk:
-                # one rank's events encoded in one call, one line: per event costs twice as much
-                yield separator + dumps(chunk)[1:-1]
+            chunk = view if isinstance(view, RankChunk) else rank_chunk(view, self.cluster, self.steps, self.flows)
+            for key, n in chunk.counts.items():
+                counts[key] += n
+            if flows is not None and chunk.flows is not None:
+                flows.merge(chunk.flows)
+            if chunk.text:
+                yield separator + chunk.text
                 separator = ",\n"
         if flows is not None:
             chunk = []
