@@ -281,13 +281,13 @@ class ChromeTrace:
         yield '{"displayTimeUnit":"ms","traceEvents":[\n'
         separator = ""
         for view in views:
-            chunk = view if isinstance(view, RankChunk) else rank_chunk(view, self.cluster, self.steps, self.flows)
-            for key, n in chunk.counts.items():
+            part = view if isinstance(view, RankChunk) else rank_chunk(view, self.cluster, self.steps, self.flows)
+            for key, n in part.counts.items():
                 counts[key] += n
-            if flows is not None and chunk.flows is not None:
-                flows.merge(chunk.flows)
-            if chunk.text:
-                yield separator + chunk.text
+            if flows is not None and part.flows is not None:
+                flows.merge(part.flows)
+            if part.text:
+                yield separator + part.text
                 separator = ",\n"
         if flows is not None:
             chunk = []
