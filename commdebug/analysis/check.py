@@ -45,16 +45,13 @@ a gigabyte.
 from __future__ import annotations
 
 import os
-import socket
 from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from functools import partial
-from itertools import compress
-from operator import and_ as _and, attrgetter, gt as _gt, is_not
 from typing import Any
 
 from commdebug.analysis.alltoall import PairMismatch, SplitPairs
+from commdebug.analysis.check_digest import LastCall, RankDigest, RankSummary, rank_digest, shape_finding
 from commdebug.analysis.divergence import (
     UNKNOWN_STEP,
     BranchNotes,
@@ -69,62 +66,13 @@ from commdebug.analysis.divergence import (
 from commdebug.analysis.findings import Change, Finding, Side, ranks_text, who
 from commdebug.formats.readers import iter_ranks
 from commdebug.model.rank_view import RankView
-from commdebug.model.trace import CollectiveEvent, GroupInfo
+from commdebug.model.trace import CollectiveEvent
 from commdebug.ops import shape_rule
 from commdebug.units import format_bytes
 
 __all__ = ["Side", "Change", "Finding", "LastCall", "RankSummary", "RankDigest", "CheckResult", "check", "check_path", "rank_digest", "who"]
 
-# a call's signature (op, size, dtype) and site (module, source), read from each event in C
-_CALL = attrgetter("op", "size_bytes", "dtype", "module", "source")
-_SEQ = attrgetter("seq")
-_STEP = attrgetter("step")
-_IN_FLIGHT = attrgetter("in_flight")
-_OP = attrgetter("op")
-_INPUT_BYTES = attrgetter("input_bytes")
-_OUTPUT_BYTES = attrgetter("output_bytes")
-_GROUP_SIZE = attrgetter("group.size")
-_GROUP_NAME = attrgetter("group.name")
-_IS_NOT_NONE = partial(is_not, None)
 _PAIRS_SHOWN = 8  # all_to_all pair findings per group; a shifted split table breaks every pair
-
-
-@dataclass(frozen=True)
-class LastCall:
-    """A rank's last recorded call: a collective (``seq``) or a send/recv (``peer``, ``p2p_seq``)."""
-
-    op: str
-    group: str  # label
-    seq: int | None
-    source: str | None
-    module: str | None
-    in_flight: bool
-    peer: int | None = None
-    p2p_seq: int | None = None
-    step: int | None = None
-
-
-@dataclass
-class RankSummary:
-    """How one rank's recording ended and where it was: kept for every rank, so small."""
-
-    rank: int
-    file: str
-    ended_by: str | None  # metadata.ended_by: exit, sys.exit(3), SIGTERM, hang, RuntimeError: ...
-    source_format: str
-    collectives: int
-    last: LastCall | None
-    # a rank that left only its stream (killed, or still running): the step it was in at its
-    # last chunk, and whether its last chunk was torn
-    stream_step: int | None = None
-    stream_torn: bool = False
-    # whether its process still runs, where that can be known (this host): None elsewhere
-    stream_alive: bool | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        d = dict(self.__dict__)
-        d["last"] = None if self.last is None else dict(self.last.__dict__)
-        return d
 
 
 @dataclass
@@ -306,7 +254,7 @@ class _Checker:
             totals[0] += e.input_bytes
             totals[1] += e.output_bytes
             return
-        finding = _shape_finding(rank, seq, e, step)
+        finding = shape_finding(rank, seq, e, step)
         if finding is not None:
             self.findings.append(finding)
 
@@ -531,143 +479,6 @@ def _append(g: _Group, pos: int, sig: int, ctx: int, step: int, in_flight: bool)
     g.ctx.append(ctx)
     g.steps.append(step)
     g.flight.append(1 if in_flight else 0)
-
-
-def _unknown(name: str) -> GroupInfo:
-    return GroupInfo(name, "", 0, None)
-
-
-def _shape_finding(rank: int, seq: int, e: CollectiveEvent, step: int | None) -> Finding | None:
-    """A collective whose sizes break its op's shape rule (not a balanced one: all_to_all's are
-    checked across ranks), as a finding."""
-    n = e.group.size
-    rule = shape_rule(e.op)
-    if n <= 0 or rule is None or rule.balanced:
-        return None
-    whole_shapes = e.output_shapes if rule.whole == "output" else e.input_shapes
-    if rule.whole_may_be_list and e.key.startswith("fr:") and len(whole_shapes) != 1:
-        return None
-    bad = rule.mismatch(e.input_bytes, e.output_bytes, n)
-    if bad is None:
-        return None
-    whole, part = bad
-    return Finding("shape", e.group.label, seq,
-                   f"{e.op} on rank {rank}: {rule.whole} {format_bytes(whole)} is not group size {n} x {rule.part} {format_bytes(part)}",
-                   [Side([rank], e.op, e.size_bytes, e.dtype, e.module, e.source, e.in_flight)], step=step)
-
-
-@dataclass
-class RankDigest:
-    """One rank's share of the check, small and picklable: what the check keeps of a rank once
-    it is read. A folder read by worker processes has them made there (``read_all(...,
-    digest=rank_digest)``), so the reading process handles a few arrays per group, not ten
-    thousand events; either way the check sees the same digests, so the same result."""
-
-    rank: int
-    world_size: int
-    notes: list[str]
-    # in call order: shape findings, (seq, event, step) of balanced ops (all_to_all: checked
-    # against the other ranks), (None, event, step) of paired sends and receives
-    specials: list[Any]
-    calls: list[tuple]  # the distinct (op, size, dtype, module, source), first seen first
-    # per group, in first-call order: (info, seqs, call ids (into calls), steps, positions of
-    # unfinished calls, whether its last call is unfinished); seqs sorted
-    groups: list[tuple[GroupInfo, array, array, array, frozenset[int], bool]]
-    idle: list[tuple[str, GroupInfo]]  # groups it is a member of and issued nothing on
-    completed: dict[str, tuple[int, GroupInfo]]  # group -> (last completed seq, info)
-    summary: RankSummary
-
-
-def rank_digest(view: RankView) -> RankDigest:
-    """The :class:`RankDigest` of one rank (what a worker process returns for ``check``).
-
-    Column at a time where it can (a rank's ten thousand calls have a few dozen distinct
-    values): the shape rules are judged once per distinct (op, bytes, group size), the calls
-    split by group and turned into ids in C; only the odd calls (sends and receives, all_to_all,
-    shape findings) are looked at one by one."""
-    rank = view.rank
-    events = view.events
-    pair_p2p = view.source_format == "commdebug"
-    steps_known = view.source_format != "flight-recorder"
-    seqs_all = list(map(_SEQ, events))
-    ops = list(map(_OP, events))
-    odd_ops = {op for op in set(ops) if (r := shape_rule(op)) is not None and r.balanced}
-    shapes = set(zip(ops, map(_INPUT_BYTES, events), map(_OUTPUT_BYTES, events), map(_GROUP_SIZE, events), strict=True))
-    suspect = odd_ops | {op for op, i, o, n in shapes if op not in odd_ops and n > 0 and (r := shape_rule(op)) is not None
-                         and r.mismatch(i, o, n) is not None}
-    specials: list[Any] = []
-    if suspect or None in seqs_all:  # one by one, in call order
-        for e, seq, op in zip(events, seqs_all, ops, strict=True):
-            step = e.step if steps_known else None
-            if seq is None:
-                if pair_p2p and e.peer is not None and e.p2p_seq is not None and op in ("send", "recv"):
-                    specials.append((None, e, step))
-            elif op in odd_ops:
-                if e.group.size > 0:
-                    specials.append((seq, e, step))
-            elif op in suspect:
-                finding = _shape_finding(rank, seq, e, step)
-                if finding is not None:
-                    specials.append(finding)
-    names = list(map(_GROUP_NAME, events))
-    with_seq = list(map(_IS_NOT_NONE, seqs_all))
-    calls: dict[tuple, int] = {}
-    groups = []
-    issued = 0
-    for name in dict.fromkeys(compress(names, with_seq)):  # in first-call order
-        mine = list(compress(events, map(_and, map(name.__eq__, names), with_seq)))
-        seqs = list(map(_SEQ, mine))
-        if any(map(_gt, seqs, seqs[1:])):
-            mine.sort(key=_SEQ)
-            seqs = list(map(_SEQ, mine))
-        call_of = list(map(_CALL, mine))
-        for c in dict.fromkeys(call_of):
-            calls.setdefault(c, len(calls))
-        steps = list(map(_STEP, mine)) if steps_known else [UNKNOWN_STEP] * len(mine)
-        if None in steps:  # a dump written without steps
-            steps = [UNKNOWN_STEP if s is None else s for s in steps]
-        flight = frozenset(compress(range(len(mine)), map(_IN_FLIGHT, mine))) if any(map(_IN_FLIGHT, mine)) else frozenset()
-        groups.append((view.groups.get(name) or mine[0].group, array("q", seqs), array("i", map(calls.__getitem__, call_of)),
-                       array("q", steps), flight, mine[-1].in_flight))
-        issued += len(mine)
-    by_group = set(compress(names, with_seq))
-    idle = [(name, info) for name, info in view.groups.items() if name not in by_group and info.ranks and rank in info.ranks]
-    completed = {name: (seq, view.groups.get(name) or _unknown(name)) for name, seq in view.completed.items()}
-    return RankDigest(rank, int(view.metadata.get("world_size") or 0), list(view.notes), specials, list(calls), groups,
-                      idle, completed, _summary(view, issued))
-
-
-def _summary(view: RankView, collectives: int) -> RankSummary:
-    """How the rank ended and its last call (events are in call order)."""
-    last = None
-    if view.events:
-        e = view.events[-1]
-        last = LastCall(e.op, e.group.label, e.seq, e.source, e.module if e.module != "?" else None, e.in_flight,
-                        e.peer, e.p2p_seq, e.step)
-    ended = view.metadata.get("ended_by")
-    stream = view.metadata.get("stream")
-    summary = RankSummary(view.rank, str(view.path), None if ended is None else str(ended), view.source_format, collectives, last)
-    if isinstance(stream, dict):
-        summary.stream_step = int(stream.get("step") or 0)
-        summary.stream_torn = bool(stream.get("torn"))
-        summary.stream_alive = _process_alive(view.metadata)
-    return summary
-
-
-def _process_alive(meta: dict[str, Any]) -> bool | None:
-    """Whether the process that wrote a stream still runs, asked of this host's kernel when the
-    stream was written here; None when it was written on another host (or names no pid). A
-    file's times cannot tell: a rank killed a second ago and a live one look the same."""
-    pid, host = meta.get("pid"), meta.get("hostname")
-    if not isinstance(pid, int) or host != socket.gethostname():
-        return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process by that number
-        return True
-    return True
 
 
 def check(ranks: Iterable[RankView | RankDigest]) -> CheckResult:
