@@ -80,7 +80,8 @@ with tempfile.TemporaryDirectory() as tmp:
     print(masked_table(lines[2:ranks_end], host_col=1))
     print()
     ops_end = lines.index("", ranks_end + 1)
-    print(masked_table(lines[ranks_end + 1:ops_end], sort_from=1))
+    print(lines[ranks_end + 1])  # the per-op table's title
+    print(masked_table(lines[ranks_end + 2:ops_end], sort_from=1))
 
     print("===== commdebug summary traces/ --by op --no-header (masked) =====")
     lines = run("-m", "commdebug", "summary", "traces", "--by", "op", "--no-header", cwd=tmp).stdout.splitlines()

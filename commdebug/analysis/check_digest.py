@@ -10,13 +10,24 @@ import os
 import socket
 from array import array
 from dataclasses import dataclass
-from functools import partial
 from itertools import compress
-from operator import and_ as _and, attrgetter, gt as _gt, is_not
+from operator import and_ as _and, gt as _gt
 from typing import Any
 
 from commdebug.analysis.divergence import UNKNOWN_STEP
 from commdebug.analysis.findings import Finding, Side
+from commdebug.model.columns import (
+    CALL,
+    GROUP_NAME,
+    GROUP_SIZE,
+    IN_FLIGHT,
+    INPUT_BYTES,
+    IS_NOT_NONE,
+    OP,
+    OUTPUT_BYTES,
+    SEQ,
+    STEP,
+)
 from commdebug.model.rank_view import RankView
 from commdebug.model.trace import CollectiveEvent, GroupInfo
 from commdebug.ops import shape_rule
@@ -24,17 +35,6 @@ from commdebug.units import format_bytes
 
 __all__ = ["LastCall", "RankSummary", "RankDigest", "rank_digest", "shape_finding"]
 
-# a call's signature (op, size, dtype) and site (module, source), read from each event in C
-_CALL = attrgetter("op", "size_bytes", "dtype", "module", "source")
-_SEQ = attrgetter("seq")
-_STEP = attrgetter("step")
-_IN_FLIGHT = attrgetter("in_flight")
-_OP = attrgetter("op")
-_INPUT_BYTES = attrgetter("input_bytes")
-_OUTPUT_BYTES = attrgetter("output_bytes")
-_GROUP_SIZE = attrgetter("group.size")
-_GROUP_NAME = attrgetter("group.name")
-_IS_NOT_NONE = partial(is_not, None)
 
 
 @dataclass(frozen=True)
@@ -130,10 +130,10 @@ def rank_digest(view: RankView) -> RankDigest:
     events = view.events
     pair_p2p = view.source_format == "commdebug"
     steps_known = view.source_format != "flight-recorder"
-    seqs_all = list(map(_SEQ, events))
-    ops = list(map(_OP, events))
+    seqs_all = list(map(SEQ, events))
+    ops = list(map(OP, events))
     odd_ops = {op for op in set(ops) if (r := shape_rule(op)) is not None and r.balanced}
-    shapes = set(zip(ops, map(_INPUT_BYTES, events), map(_OUTPUT_BYTES, events), map(_GROUP_SIZE, events), strict=True))
+    shapes = set(zip(ops, map(INPUT_BYTES, events), map(OUTPUT_BYTES, events), map(GROUP_SIZE, events), strict=True))
     suspect = odd_ops | {op for op, i, o, n in shapes if op not in odd_ops and n > 0 and (r := shape_rule(op)) is not None
                          and r.mismatch(i, o, n) is not None}
     specials: list[Any] = []
@@ -150,24 +150,24 @@ def rank_digest(view: RankView) -> RankDigest:
                 finding = shape_finding(rank, seq, e, step)
                 if finding is not None:
                     specials.append(finding)
-    names = list(map(_GROUP_NAME, events))
-    with_seq = list(map(_IS_NOT_NONE, seqs_all))
+    names = list(map(GROUP_NAME, events))
+    with_seq = list(map(IS_NOT_NONE, seqs_all))
     calls: dict[tuple, int] = {}
     groups = []
     issued = 0
     for name in dict.fromkeys(compress(names, with_seq)):  # in first-call order
         mine = list(compress(events, map(_and, map(name.__eq__, names), with_seq)))
-        seqs = list(map(_SEQ, mine))
+        seqs = list(map(SEQ, mine))
         if any(map(_gt, seqs, seqs[1:])):
-            mine.sort(key=_SEQ)
-            seqs = list(map(_SEQ, mine))
-        call_of = list(map(_CALL, mine))
+            mine.sort(key=SEQ)
+            seqs = list(map(SEQ, mine))
+        call_of = list(map(CALL, mine))
         for c in dict.fromkeys(call_of):
             calls.setdefault(c, len(calls))
-        steps = list(map(_STEP, mine)) if steps_known else [UNKNOWN_STEP] * len(mine)
+        steps = list(map(STEP, mine)) if steps_known else [UNKNOWN_STEP] * len(mine)
         if None in steps:  # a dump written without steps
             steps = [UNKNOWN_STEP if s is None else s for s in steps]
-        flight = frozenset(compress(range(len(mine)), map(_IN_FLIGHT, mine))) if any(map(_IN_FLIGHT, mine)) else frozenset()
+        flight = frozenset(compress(range(len(mine)), map(IN_FLIGHT, mine))) if any(map(IN_FLIGHT, mine)) else frozenset()
         groups.append((view.groups.get(name) or mine[0].group, array("q", seqs), array("i", map(calls.__getitem__, call_of)),
                        array("q", steps), flight, mine[-1].in_flight))
         issued += len(mine)

@@ -30,14 +30,14 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from functools import partial
 from itertools import compress, repeat
-from operator import and_ as _and, attrgetter, gt as _gt, is_not, mul as _mul
+from operator import and_ as _and, gt as _gt, mul as _mul
 from typing import Any
 
 from commdebug.analysis.check import who
 from commdebug.analysis.traffic import Imbalance, ImbalanceTally
 from commdebug.formats.readers import iter_ranks
+from commdebug.model.columns import BUSBW, GROUP_NAME, IS_NOT_NONE, LATENCY, OP, SEQ, SIZE, STEP
 from commdebug.model.rank_view import RankView
 from commdebug.model.trace import CollectiveEvent
 
@@ -210,10 +210,10 @@ def rank_digest(view: RankView) -> RankDigest:
     meta = view.metadata
     events = view.events
     s = RankStats(view.rank, meta.get("hostname"), elapsed_s=meta.get("elapsed_s"), recorded_s=meta.get("recorded_s", meta.get("elapsed_s")))
-    ops_col = list(map(_OP, events))
-    sizes = list(map(_SIZE, events))
-    lats = list(map(_LATENCY, events))
-    timed = list(map(_IS_NOT_NONE, lats))
+    ops_col = list(map(OP, events))
+    sizes = list(map(SIZE, events))
+    lats = list(map(LATENCY, events))
+    timed = list(map(IS_NOT_NONE, lats))
     all_timed = all(timed)
     s.collectives, s.bytes = len(events), sum(sizes)
     s.timed = len(events) if all_timed else sum(timed)
@@ -228,13 +228,13 @@ def rank_digest(view: RankView) -> RankDigest:
         if o.timed:
             o.time_s = sum(compress(lats, mine))
             o.timed_bytes = sum(compress(sizes, mine))
-            o.bus_bytes = sum(map(_mul, compress(sizes, mine), compress(map(_BUSBW, events), mine)))
+            o.bus_bytes = sum(map(_mul, compress(sizes, mine), compress(map(BUSBW, events), mine)))
         ops.append(o)
     step_list: list[int] = []
     step_sums: list[float] = []
     if s.timed:
         s.comm_time_s = sum(t_lats)
-        t_steps = list(map(_STEP, events if all_timed else compress(events, timed)))
+        t_steps = list(map(STEP, events if all_timed else compress(events, timed)))
         if not any(map(_gt, t_steps, t_steps[1:])):  # steps in call order (always, for a recording)
             step_list = list(dict.fromkeys(t_steps))
             for step in step_list:
@@ -248,10 +248,10 @@ def rank_digest(view: RankView) -> RankDigest:
     paired = []
     op_ids: dict[str, int] = {}
     paired_time: dict[str, float] = {}
-    seqs = list(map(_SEQ, events))
-    pairable = list(map(_and, timed, map(_IS_NOT_NONE, seqs)))
+    seqs = list(map(SEQ, events))
+    pairable = list(map(_and, timed, map(IS_NOT_NONE, seqs)))
     if any(pairable):
-        names = list(map(_GROUP_NAME, events))
+        names = list(map(GROUP_NAME, events))
         for op in compress(ops_col, pairable):  # ids in first-paired-call order
             if op not in op_ids:
                 op_ids[op] = len(op_ids)
@@ -265,14 +265,6 @@ def rank_digest(view: RankView) -> RankDigest:
     return RankDigest(s, ops, array("q", step_list), array("d", step_sums), list(view.notes), paired, list(op_ids), paired_time, a2a)
 
 
-_OP = attrgetter("op")
-_SIZE = attrgetter("size_bytes")
-_LATENCY = attrgetter("latency_s")
-_BUSBW = attrgetter("busbw_factor")
-_STEP = attrgetter("step")
-_SEQ = attrgetter("seq")
-_GROUP_NAME = attrgetter("group.name")
-_IS_NOT_NONE = partial(is_not, None)
 
 
 def report(ranks: Iterable[RankView | RankDigest]) -> Report:
