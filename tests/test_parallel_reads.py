@@ -144,3 +144,18 @@ def test_planted_faults_are_found_the_same_with_any_j(planted):
     assert sorted(w["step"] for w in slow["worst_steps"][:2]) == sorted(planted.slow_steps)
     skip = next(r for r in report["ranks"] if r["rank"] == planted.skip)
     assert skip["collectives"] == min(r["collectives"] for r in report["ranks"]) == planted.events - 1
+
+
+def _die(view):
+    """A digest that kills the worker running it, as the kernel's OOM killer would."""
+    import os
+
+    os._exit(9)
+
+
+def test_a_worker_that_dies_is_one_clear_error_not_a_traceback(folder):
+    from commdebug.errors import DumpError
+    from commdebug.formats.readers import read_all
+
+    with pytest.raises(DumpError, match=r"a worker process reading the folder died .*-j 1"):
+        list(read_all(job_files(folder), jobs=2, digest=_die))

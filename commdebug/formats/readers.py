@@ -401,6 +401,7 @@ def read_all(files: Iterable[Path], kind: Kind = "rank", *, jobs: int | None = N
             return
         import multiprocessing  # the pool's modules load only when a folder is read in parallel
         from concurrent.futures import ProcessPoolExecutor
+        from concurrent.futures.process import BrokenProcessPool
 
         with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_start) as pool:
             window: deque[tuple[Path, Future[bytes]]] = deque()
@@ -411,7 +412,11 @@ def read_all(files: Iterable[Path], kind: Kind = "rank", *, jobs: int | None = N
                     break
             while window:
                 f, future = window.popleft()
-                blob = future.result()
+                try:
+                    blob = future.result()
+                except BrokenProcessPool:  # killed (out of memory, a signal): one line, not a traceback
+                    raise DumpError(f"{f}: a worker process reading the folder died before it was read "
+                                    f"(out of memory, or killed); read with fewer processes: -j 1") from None
                 for nxt in todo:  # keep the workers busy while this one is handed on
                     window.append((nxt, pool.submit(_pack, kind, nxt, digest)))
                     break
