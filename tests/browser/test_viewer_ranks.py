@@ -186,3 +186,15 @@ def test_summary_counts_collectives_per_rank_and_says_how_the_rank_ended(viewer,
     expect(page.locator("#meta-ended")).to_have_text("not recorded")
     page.select_option("#rank-select", label="1")
     expect(page.locator("#meta-ended")).to_have_text("SIGTERM")
+
+
+def test_an_extreme_most_ranks_share_is_counted_not_listed(viewer, tmp_path):
+    """8 ranks, rank 5 issuing one call twice as large: the bytes line names rank 5 as the max and
+    counts the 7 ranks at the min instead of listing their numbers."""
+    folder = tmp_path / "traces"
+    write_rank_dumps(folder, ranks=8, layers=1, steps=1, odd_rank=5, odd_module="Transformer.layers.0.attention.wo",
+                     dim=64, ffn=256, vocab=256, tokens=32)
+    page = viewer.open_ranks(folder)
+    line = page.locator('#rank-stats tr[data-stat="bytes"] td.extremes')
+    expect(line).to_have_text(re.compile(r"^max rank 5; 7 ranks tie at \S+ \S+$"))
+    assert not re.search(r"\b0, 1\b", line.inner_text())
