@@ -58,6 +58,8 @@ _LAZY = {
     "traffic_path": "commdebug.analysis.traffic",
 }
 
+# a literal list (not built from _LAZY): type checkers and linters read it as written;
+# tests/test_no_torch.py checks the two agree
 __all__ = ["CommDebugMode", "Trace", "CollectiveEvent", "RankView", "load", "read", "iter_ranks", "to_dump_dict",
            "from_dump_dict", "PHASES", "write_output", "CommDebugError", "DumpError", "__version__", "check", "report",
            "summarize", "trace_predictions", "rank_modules", "traffic_path"]

@@ -346,7 +346,8 @@ def split_bytes(spec: CollectiveSpec, args: Sequence[Any], inputs: Any, outputs:
     group of ``n``, in group order; ``(None, None)`` for an op with no splits (``spec.splits``).
     Split sizes count rows of dim 0; where none were given, the buffers split evenly. The
     output's rows are the input's size (torch requires it), so a call that raised (no output)
-    still has both.
+    still has both where its receive sizes were given; without them, and without an output, what
+    it would have received is not known (None).
 
     >>> split_bytes(_TABLE["c10d.alltoall_base_"], [out, inp, pg, [1, 3], [2, 2]], inp, out, 16, 16, 2)  # doctest: +SKIP
     ((8, 8), (4, 12))

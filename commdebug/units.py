@@ -3,7 +3,7 @@ bandwidths in GB/s (1e9 bytes/s, as nccl-tests), shares. None prints as ``-``.""
 
 from __future__ import annotations
 
-__all__ = ["format_bytes", "format_duration", "format_ms", "format_s", "format_gbps", "format_share"]
+__all__ = ["format_bytes", "format_duration", "format_gbps", "format_share"]
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 
@@ -53,9 +53,6 @@ def format_duration(seconds: float | None) -> str:
         text = f"{value:.{0 if size >= 100 else 1 if size >= 10 else 2}f}"
     return f"{text} {unit}"
 
-
-# the names of before durations carried their unit: callers that printed milliseconds or seconds
-format_ms = format_s = format_duration
 
 
 def format_gbps(value: float | None) -> str:

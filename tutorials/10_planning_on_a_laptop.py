@@ -22,7 +22,7 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, 
 from commdebug import CommDebugMode
 from commdebug.analysis.summary import summarize
 from commdebug.demo import init_fake_world
-from commdebug.units import format_bytes, format_ms
+from commdebug.units import format_bytes, format_duration
 
 WORLD = 1024  # 128 nodes of 8 GPUs
 VOCAB, DIM, HIDDEN, LAYERS = 32768, 4096, 16384, 8
@@ -124,13 +124,13 @@ recorded = {name: record(plan) for name, plan in plans.items()}
 # while recording).
 print()
 print("===== per step, as rank 0 sees it =====")
-head = ["plan", "calls", "bytes"] + [f"pred ms {c}" for c in CLUSTERS]
+head = ["plan", "calls", "bytes"] + [f"predicted {c}" for c in CLUSTERS]
 rows = [head]
 for name, comm in recorded.items():
     by_step = [summarize(comm.trace, "step", cluster) for cluster in CLUSTERS]
     total = by_step[0].header
     rows.append([name, str(total["collectives"]), format_bytes(total["bytes"])]
-                + [format_ms(s.header["predicted_s"]) for s in by_step])
+                + [format_duration(s.header["predicted_s"]) for s in by_step])
 widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
 for r in rows:
     print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))))

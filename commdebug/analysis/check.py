@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from commdebug.analysis.alltoall import PairMismatch, SplitPairs
-from commdebug.analysis.check_digest import LastCall, RankDigest, RankSummary, rank_digest, shape_finding
+from commdebug.analysis.check_digest import LastCall, RankDigest, RankSummary, rank_digest
 from commdebug.analysis.divergence import (
     UNKNOWN_STEP,
     BranchNotes,
@@ -169,7 +169,7 @@ class _Checker:
             elif special[0] is None:
                 self._p2p(rank, special[1], special[2])
             else:
-                self._rules(rank, special[0], special[1], special[2])
+                self._all_to_all(rank, special[0], special[1], special[2])
         self.collectives += d.summary.collectives
         self.summaries.append(d.summary)
         calls = self.calls.many(d.calls)
@@ -237,26 +237,20 @@ class _Checker:
             g.divergent.setdefault(seq, {}).setdefault(s, []).append(rank)
             g.diverge_ctx.setdefault((seq, s), c)
 
-    def _rules(self, rank: int, seq: int, e: CollectiveEvent, step: int | None) -> None:
-        n = e.group.size
-        rule = shape_rule(e.op)
-        if n <= 0 or rule is None:
+    def _all_to_all(self, rank: int, seq: int, e: CollectiveEvent, step: int | None) -> None:
+        """One member's side of a balanced op's call (all_to_all; the digest passes no other):
+        checked once all members are read, pair by pair where both sides have splits, else by
+        the group's totals."""
+        g = self._group(e.group.name, e.group)
+        if e.send_splits is not None and e.recv_splits is not None and e.group.ranks:
+            if g.pairs is None:
+                g.pairs = SplitPairs(e.group.ranks)
+            self._pair_findings(g, g.pairs.add(rank, seq, e.send_splits, e.recv_splits, self.ctxs((e.module, e.source)), step), e)
             return
-        if rule.balanced:  # checked once all members are read: pair by pair, or by totals
-            g = self._group(e.group.name, e.group)
-            if e.send_splits is not None and e.recv_splits is not None and e.group.ranks:
-                if g.pairs is None:
-                    g.pairs = SplitPairs(e.group.ranks)
-                self._pair_findings(g, g.pairs.add(rank, seq, e.send_splits, e.recv_splits, self.ctxs((e.module, e.source)), step), e)
-                return
-            totals = g.a2a.setdefault(seq, [0, 0])
-            g.a2a_step.setdefault(seq, UNKNOWN_STEP if step is None else step)
-            totals[0] += e.input_bytes
-            totals[1] += e.output_bytes
-            return
-        finding = shape_finding(rank, seq, e, step)
-        if finding is not None:
-            self.findings.append(finding)
+        totals = g.a2a.setdefault(seq, [0, 0])
+        g.a2a_step.setdefault(seq, UNKNOWN_STEP if step is None else step)
+        totals[0] += e.input_bytes
+        totals[1] += e.output_bytes
 
     def _p2p(self, rank: int, e: CollectiveEvent, step: int | None) -> None:
         peer, p2p_seq = e.peer, e.p2p_seq

@@ -28,11 +28,10 @@ from typing import Any
 
 from commdebug.errors import CommDebugError, DumpError
 from commdebug.formats.readers import iter_ranks, job_files, load_rank, rank_from_name
-from commdebug.formats.selection import read_views
 from commdebug.model.rank_view import RankView
 from commdebug.model.trace import CollectiveEvent, Trace
 
-__all__ = ["PeerRow", "PeerTally", "peer_rows", "peer_rows_path", "Imbalance", "ImbalanceTally", "imbalance_rows",
+__all__ = ["PeerRow", "PeerTally", "peer_rows", "peer_rows_path", "Imbalance", "ImbalanceTally",
            "received_bytes", "Traffic", "traffic_path"]
 
 
@@ -148,7 +147,7 @@ def peer_rows_path(path: str | os.PathLike, rank: int | None = None, by_step: bo
     file of the folder."""
     p = Path(path)
     if rank is None:
-        return peer_rows(read_views(job_files(p), jobs=jobs) if p.is_dir() else iter_ranks(p), by_step)
+        return peer_rows(iter_ranks(p, jobs=jobs), by_step)
     if not p.is_dir():
         raise CommDebugError(f"{p}: --rank picks one rank out of a folder; this is one dump already")
     files = {rank_from_name(f): f for f in job_files(p)}
@@ -245,15 +244,6 @@ def _worse(a: Imbalance, b: Imbalance) -> bool:
     return ((a.factor or 0.0), a.bytes) > ((b.factor or 0.0), b.bytes)
 
 
-def imbalance_rows(views: Iterable[Trace | RankView]) -> list[Imbalance]:
-    """The all_to_all imbalance rows of a job's ranks (each a :class:`Trace` or
-    :class:`RankView`), worst first; see :class:`Imbalance`."""
-    tally = ImbalanceTally()
-    for index, view in enumerate(views):
-        tally.add(_rank_of(view, index), view.events)
-    return tally.rows()
-
-
 @dataclass(frozen=True)
 class Traffic:
     """A job's traffic in one read: its peer rows (per step when asked) and its all_to_all
@@ -264,7 +254,7 @@ class Traffic:
 
 
 def traffic_path(path: str | os.PathLike, by_step: bool = False, jobs: int | None = 1) -> Traffic:
-    """:func:`peer_rows_path` and :func:`imbalance_rows` of one dump or a folder, reading each
+    """:func:`peer_rows_path` and the all_to_all imbalance rows (:class:`ImbalanceTally`) of one dump or a folder, reading each
     rank once (``jobs`` processes, as there).
 
     >>> t = traffic_path("traces/", by_step=True)    # doctest: +SKIP
@@ -273,7 +263,7 @@ def traffic_path(path: str | os.PathLike, by_step: bool = False, jobs: int | Non
     """
     p = Path(path)
     peers, a2a = PeerTally(by_step), ImbalanceTally()
-    for index, view in enumerate(read_views(job_files(p), jobs=jobs) if p.is_dir() else iter_ranks(p)):
+    for index, view in enumerate(iter_ranks(p, jobs=jobs)):
         rank = _rank_of(view, index)
         events = view.events
         peers.add(rank, events)

@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from commdebug import ops
-from commdebug.estimate.cluster import Cluster, ClusterError, Link
+from commdebug.estimate.cluster import Cluster, ClusterError
 from commdebug.estimate.curves import Curve, Where, nearest, scaled
 from commdebug.estimate.presets import load_cluster
 from commdebug.model.trace import CollectiveEvent, Trace
 
-__all__ = ["Prediction", "predict", "predict_events", "predict_trace", "resolve_cluster", "link_for", "effective_size"]
+__all__ = ["Prediction", "predict", "predict_events", "predict_trace", "resolve_cluster", "effective_size"]
 
 NOTE_NO_RANKS = "some groups have no recorded ranks: assumed consecutive ranks 0..size-1"
 NOTE_NO_SIZE = "some calls are on a group of unknown size: not predicted"
@@ -81,12 +81,6 @@ def _link_busbw(cluster: Cluster, link: str, k: int) -> float:
     return min(bw, cluster.intra_node.busbw_gbps) if k > 1 else bw
 
 
-def link_for(cluster: Cluster, ranks: Iterable[int], ranks_per_node: int) -> tuple[Link, float]:
-    """The link a group of global ranks crosses and its effective busbw in GB/s."""
-    link, k = _placement(ranks, ranks_per_node)
-    return getattr(cluster, link), _link_busbw(cluster, link, k)
-
-
 # ops whose curves stand in for each other when one was not measured: same busbw factor and
 # the same ring step count
 _SIBLINGS = {"ring": ("all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"),
@@ -119,8 +113,9 @@ class _Model:
         candidates = self._candidates(op, link)
         if candidates:
             curve = nearest(candidates, n, k)
-            ratio = _link_busbw(self.cluster, link, curve.per_node) / bw if link == "network" else 1.0
-            fallback = _link_busbw(self.cluster, link, curve.per_node) * 1e9
+            curve_bw = _link_busbw(self.cluster, link, curve.per_node)
+            ratio = curve_bw / bw if link == "network" else 1.0
+            fallback = curve_bw * 1e9
             return scaled(curve, op, size, n, k, bw_ratio=ratio, busbw_fallback=fallback)
         lat = getattr(self.cluster, link).latency_us
         t = lat * 1e-6 + size * f / (bw * 1e9)

@@ -30,6 +30,8 @@ from commdebug.ops import aliases, spec_for_op
 
 __all__ = ["NcclTestsRun", "parse_nccl_tests", "fit", "calibrate", "is_nccl_tests_file", "STATISTICS", "monotone"]
 
+fit = fit_alpha_beta  # this module's name for it before the fit moved to curves.py
+
 _STARTING = re.compile(r"Collective test starting:\s*(\w+?)_perf")
 _RANK = re.compile(r"^#\s*Rank\s+(\d+)\s+.*?\bon\s+(\S+)\s+device")
 _NGPUS = re.compile(r"nGpus\s+(\d+)")
@@ -104,11 +106,6 @@ def parse_nccl_tests(path: str | Path) -> NcclTestsRun:
     if ranks < 2:
         raise CommDebugError(f"{p}: cannot tell how many ranks ran (no '#  Rank N ... on HOST device' lines)")
     return NcclTestsRun(str(p), op, factor, ranks, len(set(hosts.values())) or 1, points)
-
-
-def fit(points: Iterable[tuple[float, float]]) -> tuple[float, float]:
-    """(a seconds, B bytes/s) minimising sum(((a + x/B) - t) / t)^2 over (x = S*f, t) points."""
-    return fit_alpha_beta(points)
 
 
 def is_nccl_tests_file(path: Path) -> bool:
@@ -279,9 +276,9 @@ def calibrate(inputs: Iterable[str | Path | TimedJob], *, gpus_per_node: int | N
         per_node = max(-(-r.ranks // r.hosts) for r in runs)  # ranks per host, from the Rank lines
     for d in dumps:
         per_node = max(per_node, _from_dumps(d, gpus_per_node, points, notes))
-    if per_node <= 0:
-        per_node = max((c.ranks for c in points.curves()), default=1)
     curves = points.curves()
+    if per_node <= 0:
+        per_node = max((c.ranks for c in curves), default=1)
     links: dict[str, Link] = {}
     for key in ("intra_node", "network"):
         # a network curve's per-GPU share: busbw / k, as its k ranks per node use k NICs
@@ -289,7 +286,7 @@ def calibrate(inputs: Iterable[str | Path | TimedJob], *, gpus_per_node: int | N
                for c in curves if c.link == key for s, t in zip(c.sizes, c.seconds, strict=True) if s > 0]
         if pts:
             try:
-                a, bw = fit(pts)
+                a, bw = fit_alpha_beta(pts)
             except CommDebugError as e:
                 raise CommDebugError(f"{key.replace('_', '-')} link: {e}") from None
             links[key] = Link(round(bw / 1e9, 6), round(a * 1e6, 3))

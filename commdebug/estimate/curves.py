@@ -31,7 +31,7 @@ from functools import cached_property
 from typing import Any, NamedTuple
 
 from commdebug.errors import CommDebugError
-from commdebug.ops import BUSBW_FACTORS, spec_for_op
+from commdebug.ops import spec_for_op
 from commdebug.units import format_bytes
 
 __all__ = ["Curve", "Where", "LINKS", "fit_alpha_beta", "ring_steps", "steps", "factor", "scaled", "regime"]
@@ -79,7 +79,7 @@ def factor(op: str, n: int) -> float:
     """The op's busbw factor at group size n (docs/collectives.md); 1 for an op the registry
     does not know."""
     spec = spec_for_op(op)
-    return BUSBW_FACTORS[spec.factor](max(n, 1)) if spec else 1.0
+    return spec.busbw_factor(n) if spec else 1.0
 
 
 def ring_steps(op: str, n: int) -> int:

@@ -61,7 +61,7 @@ except ImportError:  # optional at run time: the standard library's parser reads
     _orjson = None
 
 __all__ = ["load", "load_rank", "read", "read_json", "rank_from_name", "rank_files", "job_files", "run_id_of",
-           "iter_ranks", "read_all", "default_jobs", "few_collections"]
+           "iter_ranks", "read_all", "default_jobs"]
 
 _PICKLE = b"\x80"  # the first byte of a pickle (protocol 2+): Flight Recorder's binary dump
 
@@ -316,14 +316,17 @@ def default_jobs(files: list[Path]) -> int:
     return 1
 
 
+_FEW_GC = 100_000  # the collector's first threshold while a folder is read (the default is 700)
+
+
 @contextlib.contextmanager
-def few_collections() -> Iterator[None]:
+def _few_collections() -> Iterator[None]:
     """Fewer cyclic garbage collections while a folder is read: a rank's events are thousands of
     acyclic tuples, freed by reference counting, and with the default threshold (700) the
     collector walks them over and over (about a third of the time of ``check`` on a large
     folder). The old thresholds come back after."""
     old = gc.get_threshold()
-    gc.set_threshold(max(old[0], 100_000), *old[1:])
+    gc.set_threshold(max(old[0], _FEW_GC), *old[1:])
     try:
         yield
     finally:
@@ -366,7 +369,7 @@ def _unpack(blob: bytes) -> Any:
 
 
 def _worker_start() -> None:
-    gc.set_threshold(100_000, *gc.get_threshold()[1:])
+    gc.set_threshold(_FEW_GC, *gc.get_threshold()[1:])
 
 
 def read_all(files: Iterable[Path], kind: Kind = "rank", *, jobs: int | None = None,
@@ -394,7 +397,7 @@ def read_all(files: Iterable[Path], kind: Kind = "rank", *, jobs: int | None = N
     files = list(files)
     n = default_jobs(files) if jobs is None else max(1, jobs)
     n = min(n, len(files))
-    with few_collections():
+    with _few_collections():
         if n <= 1:
             for f in files:
                 yield f, _read_one(kind, f, digest)

@@ -25,6 +25,7 @@ from functools import partial
 from math import gcd
 from typing import Any
 
+from commdebug import ops as _ops
 from commdebug.errors import DumpError
 from commdebug.model.trace import UNKNOWN_GROUP, CollectiveEvent, GroupInfo
 
@@ -47,7 +48,7 @@ def pack_splits(splits: tuple[int, ...]) -> list[int]:
     [8192, 1, 0, 3]
     """
     unit = gcd(*splits) or 1
-    return [unit, *(v // unit for v in splits)] if unit > 1 else [1, *splits]
+    return [unit, *(v // unit for v in splits)]
 
 
 def unpack_splits(packed: Any) -> tuple[int, ...]:
@@ -57,7 +58,7 @@ def unpack_splits(packed: Any) -> tuple[int, ...]:
 
 
 def _is_even(splits: tuple[int, ...], total: int, n: int) -> bool:
-    return len(splits) == n and splits[0] * n == total and splits.count(splits[0]) == n
+    return n > 0 and len(splits) == n and splits[0] * n == total and splits.count(splits[0]) == n
 
 
 def encode_events(events: Iterable[CollectiveEvent]) -> dict[str, Any]:
@@ -79,6 +80,7 @@ def encode_events(events: Iterable[CollectiveEvent]) -> dict[str, Any]:
     table: list[list[int]] = []
     columns: dict[str, list] = {name: [] for name in FIELDS}
     count = 0
+    has_splits = False
     for e in events:
         count += 1
         fields: tuple[Any, ...] = e  # each field's type goes with its name, dispatched on below
@@ -93,6 +95,7 @@ def encode_events(events: Iterable[CollectiveEvent]) -> dict[str, Any]:
                     i = shape_text[value] = ref(json.dumps([list(s) for s in value], separators=(",", ":")))
                 value = i
             elif name in SPLITS and value is not None:
+                has_splits = True
                 if _is_even(value, fields[_TOTAL[name]], e.group.size):
                     value = EVEN
                 else:
@@ -105,7 +108,7 @@ def encode_events(events: Iterable[CollectiveEvent]) -> dict[str, Any]:
     block: dict[str, Any] = {"count": count, "strings": strings, "columns": columns}
     if table:
         block["splits"] = table
-    if all(v is None for name in SPLITS for v in columns[name]):
+    if not has_splits:
         for name in SPLITS:  # no all_to_all here: the columns cost nothing (absent reads as null)
             del columns[name]
     return block
@@ -172,18 +175,13 @@ def decode_events(block: Any, groups: dict[str, GroupInfo], source: str = "<dump
 def _splits_column(values: list, vectors: list[tuple[int, ...]], totals: list, groups: list[GroupInfo]) -> list:
     """A split column's values as tuples: EVEN from the event's bytes and group size, an index
     from the table (the same tuple object for every event that shares it)."""
-    even: dict[tuple[int, int], tuple[int, ...] | None] = {}
     out: list[tuple[int, ...] | None] = []
     for value, total, group in zip(values, totals, groups, strict=True):
         if value is None:
             out.append(None)
         elif value == EVEN:
             n = group.size
-            key = (total, n)
-            v = even.get(key)
-            if key not in even:
-                v = even[key] = (total // n,) * n if n > 0 else None
-            out.append(v)
+            out.append(_ops.even_splits(total, n) if n > 0 else None)
         else:
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"split index {value!r}")
