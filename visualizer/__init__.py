@@ -217,8 +217,7 @@ def ranks_data(folder: Any) -> tuple[dict[str, Any], list[str]]:
     heat["block"] = len(blocks.texts)
     blocks.texts.append(json.dumps(_finite(matrices), separators=(",", ":"), allow_nan=False))
     index["heat"] = heat
-    # only a folder with pair traffic pays for reading its events again
-    traffic = traffic_data(found.folder) if _PAIR_OPS & set(heat["ops"]) else None
+    traffic = traffic_data(found.traffic)
     if traffic is not None:
         cells = traffic.pop("cells")
         traffic["block"] = len(blocks.texts)
@@ -288,26 +287,25 @@ def heat_data(found: Any) -> dict[str, Any]:
             "matrices": {name: _rows(rows) for name, rows in per.items()}}
 
 
-_PAIR_OPS = {"all_to_all", "send", "recv"}
 MATRIX_MEMBERS = 64  # groups up to this size embed every pair of every step
 TOP_PAIRS = 256  # a larger group embeds each step's heaviest pairs only
 CELL_BUDGET = 200_000  # pairs embedded over all groups and steps; past it, the least uneven steps are left out
 IMBALANCE_ROWS = 20_000  # imbalance rows embedded, worst first
 
 
-def traffic_data(folder: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """The folder page's traffic between ranks, from ``commdebug.traffic_path(folder,
-    by_step=True)`` (``summary --by peer`` per step, and ``report``'s all_to_all imbalance);
-    None when no rank recorded any. ``groups``: per group (its label, as the rows name it) its
-    ``members`` (global ranks in its rows), the ``steps`` embedded, ``steps_total``, and
+def traffic_data(t: Any) -> dict[str, Any] | None:
+    """The folder page's traffic between ranks, from ``rank_modules(folder).traffic`` (what
+    ``commdebug.traffic_path(folder, by_step=True)`` gives, of the ranks and steps chosen:
+    ``summary --by peer`` per step, and ``report``'s all_to_all imbalance; None where no rank
+    has an all_to_all or send/recv); None when no rank recorded any. ``groups``: per group
+    (its label, as the rows name it) its ``members`` (global ranks in its rows), the ``steps`` embedded, ``steps_total``, and
     ``top_pairs`` (None: every pair; else each step's heaviest pairs only, the group being over
     :data:`MATRIX_MEMBERS` members); ``imbalance``: per group, rows ``[step, factor, rank,
     bytes]`` (at most :data:`IMBALANCE_ROWS`, worst first); ``limits``; and ``cells``: per
     group, per embedded step, its rows flattened as ``src, dst, calls, bytes``. Past
     :data:`CELL_BUDGET` pairs, a group's least uneven steps are left out (``steps_total`` says
     how many there were)."""
-    t = commdebug.traffic_path(folder, by_step=True)
-    if not t.peers:
+    if t is None or not t.peers:
         return None
     by_group: dict[str, dict[int, list[Any]]] = {}
     for row in t.peers:

@@ -6,7 +6,9 @@ and a rank's numbers are kept as tuples shared between ranks that agree (ranks o
 usually do), so a thousand ranks cost little more than the distinct shapes among them.
 
 Each rank also gets its calls, bytes and timed seconds per (step, op): the page's rank x step
-heatmap, the spread of each op across ranks, and what one cell of the heatmap holds.
+heatmap, the spread of each op across ranks, and what one cell of the heatmap holds. When some
+rank has all_to_all or send/recv calls, the traffic between ranks (``traffic_path``'s, per
+step) is tallied in the same read.
 
 >>> folder = rank_modules("traces/")            # doctest: +SKIP
 >>> folder.tree.fqns[:2], folder.ranks[0].counts[:4]   # doctest: +SKIP
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from commdebug.analysis.check import CheckResult, check
+from commdebug.analysis.traffic import ImbalanceTally, PeerTally, Traffic
 from commdebug.errors import DumpError
 from commdebug.formats.readers import job_files, rank_from_name, read_all
 from commdebug.formats.selection import ALL, Selection
@@ -129,6 +132,9 @@ class FolderModules:
     ranks_chosen: str = "all"  # the --ranks the numbers are of (the check covers every rank)
     steps_chosen: str = "all"  # the --steps the per-(step, op) numbers are of
     ranks_left_out: int = 0  # ranks read for the check only
+    # what ``commdebug.traffic_path(folder, by_step=True)`` gives, of the ranks and steps chosen;
+    # None when none of them has an all_to_all or send/recv call
+    traffic: Traffic | None = None
 
     def steps(self) -> list[int]:
         """Every step some rank has a call in (within the steps chosen), in order."""
@@ -154,7 +160,9 @@ def rank_modules(folder: str | os.PathLike, *, ranks: Selection = ALL, steps: Se
     for the check but have no module tree. Raises :class:`DumpError` when no readable rank has
     a tree. `ranks` keeps the numbers of those ranks only (the check still reads every rank: a
     subset would look like missing ranks); `steps` cuts the per-(step, op) numbers to those
-    steps (the module numbers are the dumps' own, over every step). ``progress(done, total)``
+    steps (the module numbers are the dumps' own, over every step). ``traffic``: the peer and
+    all_to_all imbalance rows of the ranks and steps chosen (as ``traffic_path(folder,
+    by_step=True)``), tallied from the events already read. ``progress(done, total)``
     is called before the first file and after each one. ``jobs``: processes reading the files
     (None: as many as pay; :func:`commdebug.formats.readers.read_all`).
     """
@@ -164,10 +172,22 @@ def rank_modules(folder: str | os.PathLike, *, ranks: Selection = ALL, steps: Se
     errors: list[str] = []
     left_out = 0  # ranks read for the check only
     shared: dict[tuple, tuple] = {}  # equal tuples stored once
+    peers: PeerTally | None = None  # made when a chosen rank has pair traffic
+    a2a = ImbalanceTally()
 
     def one(values: list) -> tuple:
         t = tuple(values)
         return shared.setdefault(t, t)
+
+    def tally(rank: int, events: list, ops: StepOps) -> None:
+        nonlocal peers
+        if not _PAIR_OPS.intersection(op for _, op in ops.keys):  # ops.keys are within `steps` already
+            return
+        if peers is None:
+            peers = PeerTally(by_step=True)
+        kept = events if steps.everything else [e for e in events if e.step in steps]
+        peers.add(rank, kept)
+        a2a.add(rank, kept)
 
     def views() -> Iterator[RankView]:
         nonlocal left_out
@@ -183,13 +203,16 @@ def rank_modules(folder: str | os.PathLike, *, ranks: Selection = ALL, steps: Se
             rank = data.rank if isinstance(data, RankView) else _rank_of(data, path)
             if rank not in ranks:
                 left_out += 1
-            elif isinstance(data, RankView):
-                found.append(RankModules(data.rank, path.name, data.source_format, data.metadata, len(data.events),
-                                         list(data.notes), has_tree=False, step_ops=step_ops(data.events, steps, one)))
             else:
-                numbers = _numbers(data, path, tree, one)
-                numbers.step_ops = step_ops(data.events, steps, one)
-                found.append(numbers)
+                ops = step_ops(data.events, steps, one)
+                if isinstance(data, RankView):
+                    found.append(RankModules(data.rank, path.name, data.source_format, data.metadata, len(data.events),
+                                             list(data.notes), has_tree=False, step_ops=ops))
+                else:
+                    numbers = _numbers(data, path, tree, one)
+                    numbers.step_ops = ops
+                    found.append(numbers)
+                tally(rank, data.events, ops)
             if isinstance(data, RankView):
                 yield data
             else:
@@ -204,7 +227,11 @@ def rank_modules(folder: str | os.PathLike, *, ranks: Selection = ALL, steps: Se
             raise DumpError(f"{errors[0]}{more}")
         raise DumpError(f"{root}: no rank dump here has a module tree (commdebug dumps do)")
     found.sort(key=lambda r: r.rank)
-    return FolderModules(root, tree, found, result, errors, ranks.describe(), steps.describe(), left_out)
+    traffic = None if peers is None else Traffic(peers.rows(), a2a.rows())
+    return FolderModules(root, tree, found, result, errors, ranks.describe(), steps.describe(), left_out, traffic)
+
+
+_PAIR_OPS = {"all_to_all", "send", "recv"}  # the ops that move data between named pairs of ranks
 
 
 def _rank_of(trace: Trace, path: Path) -> int:
