@@ -241,7 +241,7 @@ def _run(args: argparse.Namespace) -> int:
         options["light"] = True
     if args.detail_every is not None:
         options["detail_every"] = args.detail_every
-    for name in ("keep_steps", "stream", "metrics_port", "debug_server"):
+    for name in ("keep_steps", "stream", "metrics_port", "debug_server", "profile_steps"):
         if getattr(args, name) is not None:
             options[name] = getattr(args, name)
     return run_program(program, args.module, args.out, hang_timeout=args.hang_timeout, noise_level=args.noise_level, **options)
@@ -322,6 +322,17 @@ def _trace(args: argparse.Namespace) -> int:
     return OK
 
 
+def _overlap(args: argparse.Namespace) -> int:
+    from commdebug.analysis.overlap import check_by, overlap_path
+    from commdebug.render.overlap import render_overlap
+
+    by = check_by(args.by)  # a bad grouping fails before any file is read
+    with _meter(args) as meter:
+        result = overlap_path(args.dumps, by, round_us=args.round_us, jobs=args.jobs, progress=meter)
+    _show(result, render_overlap, args.json)
+    return OK
+
+
 def _watch(args: argparse.Namespace) -> int:
     import time
 
@@ -349,7 +360,7 @@ def _watch(args: argparse.Namespace) -> int:
 VERBS: dict[str, Callable[[argparse.Namespace], int]] = {
     "demo": _demo, "view": _view, "viewer": _view, "table": _table, "summary": _summary, "run": _run,
     "hook": _hook, "report": _report, "check": _check, "diff": _diff, "trace": _trace,
-    "estimate": _estimate, "calibrate": _calibrate, "watch": _watch,
+    "estimate": _estimate, "calibrate": _calibrate, "watch": _watch, "overlap": _overlap,
 }
 
 

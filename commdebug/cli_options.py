@@ -178,6 +178,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="serve Prometheus metrics on port P + LOCAL_RANK at /metrics (default off; docs/metrics.md)")
     run.add_argument("--debug-server", type=port_number, default=None, metavar="PORT",
                      help="start torch's debug server, its frontend on rank 0's PORT, with a /commdebug page of every rank's live state; trusted networks only (default off; docs/debug-server.md)")
+    run.add_argument("--profile-steps", default=None, metavar="A-B",
+                     help="run torch.profiler for commdebug steps A to B (both included; one step: A) on every rank and write OUT/rank<R>.profile.json.gz beside each dump, for `commdebug overlap` (default off; docs/overlap.md)")
     run.add_argument("--ops", default=None, help="comma-separated collectives to record only, e.g. all_reduce,all_gather (default all)")
     run.add_argument("--light", action="store_true",
                      help="light capture: record every collective without a dispatch mode, so only collectives cost; no DTensor ops or per-module op rows (default off: full capture; docs/capture.md)")
@@ -218,6 +220,14 @@ def _parser() -> argparse.ArgumentParser:
     watch.add_argument("--stall-after", type=seconds, default=60.0, metavar="S", help="a rank with no progress this long while others wait in a collective is stalled (default 60)")
     watch.add_argument("--behind-pct", type=percent, default=10.0, metavar="X", help="a rank more than X%% behind the median step (and at least a step) is a straggler (default 10)")
     watch.add_argument("--json", action="store_true", help="print the frame as JSON (default text)")
+
+    overlap = verb("overlap", "how much of each rank's communication ran under compute and how much was exposed, from torch.profiler traces or profiled steps (commdebug run --profile-steps), by op, step, group, module, phase or line")
+    overlap.add_argument("dumps", metavar="DUMPS", help="a torch.profiler trace (.json, .json.gz, .pt.trace.json), a folder of one trace per rank, or a folder a `commdebug run --profile-steps` wrote (dumps with their profiles)")
+    overlap.add_argument("--by", default="op", help="rows by one of: op, step, group, module, phase, line (module and line need the profiles joined to commdebug dumps) (default op)")
+    overlap.add_argument("--json", action="store_true", help="print JSON (default text)")
+    overlap.add_argument("--round-us", action="store_true", help="round activity times inward to whole microseconds, as HolisticTraceAnalysis 0.5.0 does, to reproduce its figure (default: the trace's own times)")
+    _quiet_option(overlap)
+    _jobs_option(overlap)
 
     trace = verb("trace", "write a Chrome trace (Perfetto, chrome://tracing) of a dump or a folder of rank dumps")
     trace.add_argument("dumps", metavar="DUMPS", help=DUMPS_HELP)

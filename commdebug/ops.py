@@ -446,9 +446,11 @@ class OpInfo:
 
     ``torch``: torch.distributed / deepspeed.comm function names besides ``op`` itself (the
     ``ops=[...]`` option takes them); ``flight_recorder``: Flight Recorder's profiling names, the
-    part after ``backend:`` (all of them, ``op`` included where it writes that); ``nccl_tests``:
-    nccl-tests' test names, the ``<name>_perf`` binaries. ``shape``: ``None`` where the sizes
-    need not agree in any way ``commdebug check`` can see.
+    part after ``backend:`` (all of them, ``op`` included where it writes that; torch.profiler's
+    ``nccl:<name>`` annotations and ``gloo:<name>`` spans use the same); ``profiler``: the
+    ``"Collective name"`` torch.profiler writes on ``record_param_comms`` where it differs from
+    Flight Recorder's; ``nccl_tests``: nccl-tests' test names, the ``<name>_perf`` binaries.
+    ``shape``: ``None`` where the sizes need not agree in any way ``commdebug check`` can see.
     """
 
     op: str
@@ -456,26 +458,30 @@ class OpInfo:
     flight_recorder: tuple[str, ...] = ()
     nccl_tests: tuple[str, ...] = ()
     shape: ShapeRule | None = None
+    profiler: tuple[str, ...] = ()
 
 
-AliasSource = Literal["torch", "flight_recorder", "nccl_tests"]
+AliasSource = Literal["torch", "flight_recorder", "nccl_tests", "profiler"]
 ALIAS_SOURCES: tuple[AliasSource, ...] = get_args(AliasSource)
 
 # Row order is the order nccl-tests names are tried in (calibrate matches them within file
 # names), so keep the ops of the older table first.
 _OPS: dict[str, OpInfo] = {info.op: info for info in (
     OpInfo("all_reduce", torch=("all_reduce_coalesced", "inference_all_reduce"),
-           flight_recorder=("allreduce", "all_reduce", "allreduce_coalesced"), nccl_tests=("all_reduce",)),
+           flight_recorder=("allreduce", "all_reduce", "allreduce_coalesced"), nccl_tests=("all_reduce",),
+           profiler=("allreduce", "allreduce_coalesced")),
     OpInfo("all_gather", torch=("all_gather_into_tensor", "all_gather_base", "allgather_fn", "all_gather_coalesced"),
            flight_recorder=("allgather", "all_gather", "_allgather_base", "allgather_into_tensor_coalesced"),
-           nccl_tests=("all_gather",), shape=ShapeRule(whole="output", whole_may_be_list=True)),
+           nccl_tests=("all_gather",), shape=ShapeRule(whole="output", whole_may_be_list=True),
+           profiler=("allgather", "_allgather_base", "allgather_coalesced", "allgather_into_tensor_coalesced")),
     OpInfo("reduce_scatter", torch=("reduce_scatter_tensor", "reduce_scatter_base", "reduce_scatter_fn"),
            flight_recorder=("reduce_scatter", "_reduce_scatter_base", "reduce_scatter_tensor_coalesced"),
-           nccl_tests=("reduce_scatter",), shape=ShapeRule(whole="input")),
+           nccl_tests=("reduce_scatter",), shape=ShapeRule(whole="input"),
+           profiler=("_reduce_scatter_base", "reduce_scatter_tensor_coalesced")),
     OpInfo("all_to_all", torch=("all_to_all_single",), flight_recorder=("all_to_all", "alltoall", "alltoall_base"),
-           nccl_tests=("alltoall",), shape=ShapeRule(balanced=True)),
-    OpInfo("broadcast", flight_recorder=("broadcast",), nccl_tests=("broadcast",)),
-    OpInfo("reduce", flight_recorder=("reduce",), nccl_tests=("reduce",)),
+           nccl_tests=("alltoall",), shape=ShapeRule(balanced=True), profiler=("alltoall", "alltoall_base")),
+    OpInfo("broadcast", flight_recorder=("broadcast",), nccl_tests=("broadcast",), profiler=("_broadcast_oop",)),
+    OpInfo("reduce", flight_recorder=("reduce",), nccl_tests=("reduce",), profiler=("_reduce_oop",)),
     OpInfo("gather", flight_recorder=("gather",)),
     OpInfo("scatter", flight_recorder=("scatter",)),
     # sendrecv_perf times a send and a receive at once; S is what each rank sends

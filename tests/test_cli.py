@@ -183,7 +183,7 @@ def test_summary_of_a_dump_and_its_errors(demo_dir):
     total = json.loads((demo_dir / "comm_mode_log.json").read_text())["commdebug"]["events"]["count"]
     assert sum(r["calls"] for r in rows) == total
     assert cli("summary", dump, "--by", "colour").stderr.startswith("commdebug: error: unknown summary grouping 'colour'")
-    assert cli("summary", str(demo_dir)).stderr == f"commdebug: error: {demo_dir}: no rank dumps in this folder (expected rank<N>.json or Flight Recorder files)\n"
+    assert cli("summary", str(demo_dir)).stderr == f"commdebug: error: {demo_dir}: no rank dumps in this folder (expected rank<N>.json, Flight Recorder files or torch.profiler traces)\n"
 
 
 def test_cli_reference_page_is_generated_from_the_parser():

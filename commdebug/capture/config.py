@@ -51,6 +51,7 @@ class Options:
     keep_steps: int | None = None
     metrics_port: int | None = None
     debug_server: int | None = None
+    profile_steps: tuple[int, int] | None = None  # torch.profiler over these steps (launch/profiling.py)
 
     @property
     def plain(self) -> bool:
@@ -170,10 +171,34 @@ _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "keep_steps": lambda k, v: _int(k, v, 1, allow_none=True),
     "metrics_port": lambda k, v: _port(k, v),
     "debug_server": lambda k, v: _port(k, v),
+    "profile_steps": lambda k, v: _step_range(k, v),
 }
 assert set(_CHECKS) == {f.name for f in fields(Options)}
 # options of a recording session (docs/streaming.md, docs/metrics.md, docs/debug-server.md)
-SESSION_OPTIONS = frozenset({"stream", "keep_steps", "metrics_port", "debug_server"})
+SESSION_OPTIONS = frozenset({"stream", "keep_steps", "metrics_port", "debug_server", "profile_steps"})
+
+
+def _step_range(key: str, value: Any) -> tuple[int, int] | None:
+    """``"3-5"``, ``"4"``, ``[3, 5]`` -> (3, 5), (4, 4), (3, 5): steps from A to B, both included.
+
+    >>> _step_range("profile_steps", "3-5"), _step_range("profile_steps", "4")
+    ((3, 5), (4, 4))
+    """
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none", "off")):
+        return None
+    rule = f"{key} must be A-B or A (steps, whole numbers >= 0), got {value!r}"
+    if isinstance(value, str):
+        parts = value.strip().split("-")
+        if not 1 <= len(parts) <= 2 or not all(p.strip().isdigit() for p in parts):
+            raise ConfigError(rule)
+        numbers = [int(p) for p in parts]
+    elif isinstance(value, (list, tuple)) and 1 <= len(value) <= 2 and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
+        numbers = list(value)
+    else:
+        raise ConfigError(rule)
+    if numbers[-1] < numbers[0]:
+        raise ConfigError(f"{key} {value!r}: the last step comes before the first")
+    return numbers[0], numbers[-1]
 
 
 def _port(key: str, value: Any) -> int | None:

@@ -39,10 +39,11 @@ from commdebug.model.rank_view import RankView
 from commdebug.model.trace import CollectiveEvent, GroupInfo
 from commdebug.sourcefiles import is_user_file
 
-__all__ = ["from_flight_recorder", "is_flight_recorder"]
+__all__ = ["from_flight_recorder", "is_flight_recorder", "C10_DTYPES"]
 
-# Flight Recorder writes c10 scalar type names; ours are torch's (torch.float32 -> "float32")
-_DTYPES = {
+# c10 scalar type names (Flight Recorder's, torch.profiler's "dtype"); ours are torch's (torch.float32 ->
+# "float32"), with the bytes of one element
+C10_DTYPES = {
     "Float": ("float32", 4), "Double": ("float64", 8), "Half": ("float16", 2), "BFloat16": ("bfloat16", 2),
     "Long": ("int64", 8), "Int": ("int32", 4), "Short": ("int16", 2), "Char": ("int8", 1), "Byte": ("uint8", 1),
     "Bool": ("bool", 1), "ComplexFloat": ("complex64", 8), "ComplexDouble": ("complex128", 16),
@@ -180,9 +181,9 @@ def _bytes(sizes: Any, dtypes: Any) -> tuple[int, tuple[tuple[int, ...], ...], s
     for i, shape in enumerate(sizes):
         shape = tuple(int(d) for d in shape) if isinstance(shape, list) else ()
         shapes.append(shape)
-        total += math.prod(shape) * _DTYPES.get(str(dtypes[i]) if i < len(dtypes) else "", ("", 0))[1]
+        total += math.prod(shape) * C10_DTYPES.get(str(dtypes[i]) if i < len(dtypes) else "", ("", 0))[1]
     first = str(dtypes[0]) if dtypes else None
-    return total, tuple(shapes), _DTYPES[first][0] if first in _DTYPES else first
+    return total, tuple(shapes), C10_DTYPES[first][0] if first in C10_DTYPES else first
 
 
 def _source(frames: Any) -> str | None:

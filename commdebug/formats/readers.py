@@ -38,6 +38,7 @@ import json
 import os
 import pickle
 import re
+import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
@@ -46,8 +47,13 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 from commdebug.errors import DumpError
 from commdebug.formats.flight_recorder import from_flight_recorder, is_flight_recorder
+from commdebug.formats.kineto import is_profiler_trace
+from commdebug.formats.profile_files import is_trace_name, peek_rank, trace_rank
+from commdebug.formats.profile_join import PROFILE_SUFFIX, attach_profile, profile_path_for
+from commdebug.formats.profiler import profile_view, read_profile
 from commdebug.model.dump import from_dump_dict, rank_view_from_dump_dict
-from commdebug.model.rank_view import RankView
+from commdebug.model.profile import Profile
+from commdebug.model.rank_view import RankView, trace_of_view
 from commdebug.model.stream import STREAM_SUFFIX, is_stream, parse_stream, stream_rank_view, stream_trace
 from commdebug.model.trace import CollectiveEvent, Trace
 
@@ -66,17 +72,27 @@ __all__ = ["load", "load_rank", "read", "read_json", "rank_from_name", "rank_fil
 _PICKLE = b"\x80"  # the first byte of a pickle (protocol 2+): Flight Recorder's binary dump
 
 
+_GZIP = b"\x1f\x8b"
+
+
 def read_bytes(path: str | os.PathLike) -> bytes:
-    """A dump file's bytes, or a :class:`DumpError` naming the file and the problem."""
+    """A dump file's bytes (decompressed when gzipped: ``.json.gz`` profiler traces), or a
+    :class:`DumpError` naming the file and the problem."""
     p = Path(path)
     try:
-        return p.read_bytes()
+        raw = p.read_bytes()
     except FileNotFoundError:
         raise DumpError(f"{p}: no such file") from None
     except IsADirectoryError:
         raise DumpError(f"{p}: is a directory, not a dump file") from None
     except OSError as e:
         raise DumpError(f"{p}: cannot read: {e.strerror or e}") from None
+    if raw[:2] == _GZIP:
+        try:
+            return zlib.decompress(raw, 31)  # 31: a gzip header and trailer
+        except zlib.error as e:
+            raise DumpError(f"{p}: not a complete gzip file ({e})") from None
+    return raw
 
 
 def parse_json(raw: bytes, path: str | os.PathLike) -> Any:
@@ -102,14 +118,31 @@ def read_json(path: str | os.PathLike) -> Any:
 
 
 def _parsed(path: Path) -> tuple[str, Any]:
-    """("flight-recorder" | "stream" | "json", the file's data): the one place a file's kind is told."""
+    """("flight-recorder" | "stream" | "profile" | "json", the file's data): the one place a
+    file's kind is told."""
     raw = read_bytes(path)
     if raw[:1] == _PICKLE:
         return "flight-recorder", _plain_unpickle(raw, path)
     if is_stream(raw):  # a rank's live stream (docs/streaming.md), maybe cut short by a kill
         return "stream", parse_stream(raw, str(path))
+    if is_profiler_trace(raw):  # a torch.profiler trace: read from its bytes, not parsed whole
+        return "profile", read_profile(raw, path, lambda: trace_rank(path))
     data = parse_json(raw, path)
     return ("flight-recorder" if is_flight_recorder(data) else "json"), data
+
+
+def read_profile_file(path: str | os.PathLike) -> Profile:
+    """One torch.profiler trace file as a :class:`~commdebug.model.profile.Profile`."""
+    p = Path(path)
+    kind, data = _parsed(p)
+    if kind != "profile":
+        raise DumpError(f"{p}: not a torch.profiler trace")
+    return cast(Profile, data)
+
+
+def _with_profile(view: RankView) -> RankView:
+    """A rank's dump or stream with the profile beside it attached (docs/overlap.md)."""
+    return attach_profile(view, read_profile_file)
 
 
 def load(path: str | os.PathLike) -> Trace:
@@ -124,12 +157,15 @@ def load(path: str | os.PathLike) -> Trace:
     raw = read_bytes(path)
     if is_stream(raw):
         return stream_trace(parse_stream(raw, str(path)))
+    if is_profiler_trace(raw):
+        return trace_of_view(profile_view(read_profile(raw, Path(path), lambda: trace_rank(Path(path)))))
     return from_dump_dict(parse_json(raw, path), str(path))
 
 
 def read(path: str | os.PathLike) -> Trace | RankView:
-    """What one file holds: a :class:`Trace` for a commdebug (or torch CommDebugMode) dump, a
-    :class:`RankView` for a Flight Recorder dump, which has no module tree.
+    """What one file holds: a :class:`Trace` for a commdebug (or torch CommDebugMode) dump, or a
+    torch.profiler trace (its module tree the root alone); a :class:`RankView` for a Flight
+    Recorder dump, which has no module tree.
 
     >>> data = read("traces/rank0.json")      # doctest: +SKIP
     """
@@ -139,6 +175,8 @@ def read(path: str | os.PathLike) -> Trace | RankView:
         return from_flight_recorder(data, p, rank_from_name(p))
     if kind == "stream":
         return stream_trace(data)
+    if kind == "profile":
+        return trace_of_view(profile_view(data))
     return from_dump_dict(data, str(p))
 
 
@@ -148,9 +186,11 @@ def load_rank(path: str | os.PathLike) -> RankView:
     kind, data = _parsed(p)
     if kind == "flight-recorder":
         return from_flight_recorder(data, p, rank_from_name(p))
+    if kind == "profile":
+        return profile_view(data)
     if kind == "stream":
-        return stream_rank_view(data, p, lambda: rank_from_name(p))
-    return rank_view_from_dump_dict(data, p, lambda: rank_from_name(p))
+        return _with_profile(stream_rank_view(data, p, lambda: rank_from_name(p)))
+    return _with_profile(rank_view_from_dump_dict(data, p, lambda: rank_from_name(p)))
 
 
 class _PlainUnpickler(pickle.Unpickler):
@@ -174,7 +214,14 @@ _TRAILING_NUMBER = re.compile(r"(\d+)(?:\.\w+)?$")
 
 
 def rank_from_name(p: Path) -> int:
-    """The rank a dump file's name ends in (``rank3.json``, ``fr_trace_3``), or a :class:`DumpError`."""
+    """The rank of a dump file by its name (``rank3.json``, ``fr_trace_3``; a torch.profiler
+    trace's ``rank3.pt.trace.json`` or, where the name has none, its ``distributedInfo``), or a
+    :class:`DumpError`."""
+    if is_trace_name(p.name):
+        rank = trace_rank(p)
+        if rank is None:
+            raise DumpError(f"{p}: a torch.profiler trace that names no rank: no distributedInfo, and no 'rank<N>' in its name")
+        return rank
     m = _TRAILING_NUMBER.search(p.name)
     if not m:
         raise DumpError(f"{p}: the rank is neither in the dump nor at the end of its name")
@@ -189,10 +236,52 @@ def rank_files(folder: str | os.PathLike, *, live: bool = False) -> list[Path]:
         raise DumpError(f"{d}: no such folder")
     if not d.is_dir():
         raise DumpError(f"{d}: not a folder")
-    files = [f for f in d.iterdir() if f.is_file() and not f.name.startswith(".") and f.suffix not in (".html", ".txt", ".log") and _TRAILING_NUMBER.search(f.name)]
+    found = [f for f in d.iterdir() if f.is_file() and not f.name.startswith(".") and f.suffix not in (".html", ".txt", ".log")]
+    files = [f for f in found if is_trace_name(f.name) or _TRAILING_NUMBER.search(f.name)]
     if not files:
-        raise DumpError(f"{d}: no rank dumps in this folder (expected rank<N>.json or Flight Recorder files)")
-    return sorted(_one_of_each_rank(files, live), key=lambda f: (rank_from_name(f), f.name))
+        raise DumpError(f"{d}: no rank dumps in this folder (expected rank<N>.json, Flight Recorder files or "
+                        "torch.profiler traces)")
+    files = _profiles_with_their_dumps(files)
+    ranks = {f: _rank_or_last(f) for f in files}
+    _refuse_two_of_a_rank(d, files, ranks)
+    return sorted(_one_of_each_rank(files, live), key=lambda f: (ranks[f], f.name))
+
+
+def _rank_or_last(f: Path) -> int:
+    """A file's rank for ordering; a profiler trace whose rank shows neither in its name nor in
+    its head goes last (reading it says why)."""
+    if is_trace_name(f.name):
+        rank = trace_rank(f)
+        return 1 << 62 if rank is None else rank
+    return rank_from_name(f)
+
+
+def _profiles_with_their_dumps(files: list[Path]) -> list[Path]:
+    """The files less the profiles (``rank<R>.profile.json.gz``) of ranks that have a dump or a
+    stream: those are read with it (:func:`_with_profile`), so the rank counts once."""
+    taken = {profile_path_for(f) for f in files if not f.name.endswith(PROFILE_SUFFIX) and f.suffix in (".json", STREAM_SUFFIX)}
+    return [f for f in files if f not in taken]
+
+
+def _refuse_two_of_a_rank(folder: Path, files: list[Path], ranks: dict[Path, int]) -> None:
+    """Profiler traces are told apart by rank and world size only: two of one rank, or of
+    different world sizes, are two jobs' traces."""
+    traces = [f for f in files if is_trace_name(f.name)]
+    if not traces:
+        return
+    by_rank: dict[int, list[Path]] = {}
+    for f in files:
+        if ranks[f] < 1 << 62 and (f in traces or f.suffix in (".json", STREAM_SUFFIX)):
+            by_rank.setdefault(ranks[f], []).append(f)
+    for rank, holders in sorted(by_rank.items()):
+        if len(holders) > 1 and any(h in traces for h in holders):
+            raise DumpError(f"{folder}: {' and '.join(h.name for h in holders[:3])} all claim rank {rank}: one folder holds "
+                            "one job's ranks, one file each (two jobs' traces?)")
+    sizes = {f: peek_rank(f)[1] for f in traces}
+    known = {s for s in sizes.values() if s is not None}
+    if len(known) > 1:
+        shown = "; ".join(f"{f.name}: {s}" for f, s in list(sizes.items())[:4] if s is not None)
+        raise DumpError(f"{folder}: the traces come from jobs of different world sizes ({shown}): two jobs' traces in one folder?")
 
 
 def _one_of_each_rank(files: list[Path], live: bool) -> list[Path]:

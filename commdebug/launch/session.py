@@ -31,6 +31,7 @@ from commdebug.capture.config import SESSION_OPTIONS, check_option as _check_opt
 from commdebug.debug_mode import CommDebugMode
 from commdebug.errors import CommDebugError
 from commdebug.fileio import output_folder, write_output
+from commdebug.launch.profiling import StepProfiler
 from commdebug.launch.services import Services
 from commdebug.launch.stream import Streamer
 from commdebug.model.dump import dump_text
@@ -76,6 +77,7 @@ class RecordingSession:
         given = {k: v for k, v in options.items() if k in SESSION_OPTIONS}
         self.options = replace(self.mode.options, **{k: _check_option(k, v) for k, v in given.items()}) if given else self.mode.options
         self.streamer: Streamer | None = None
+        self.profiler: StepProfiler | None = None
         self.services = Services(self)
         self.hang_timeout = hang_timeout
         self.noise_level = noise_level
@@ -107,6 +109,8 @@ class RecordingSession:
             self._start_thread(self._watch, "commdebug-hang-watchdog")
         if self.options.stream:
             self.streamer = Streamer(self.mode, self.out, rank_of=rank_of, keep_steps=self.options.keep_steps).start()
+        if self.options.profile_steps is not None:
+            self.profiler = StepProfiler(self.mode, self.out, self.options.profile_steps, rank_of=rank_of).start()
         self.services.start()
         return self
 
@@ -119,6 +123,8 @@ class RecordingSession:
             self._finishing = threading.get_ident()
             self._stop.set()
             self.reason = reason
+            if self.profiler is not None:  # its file first: the dump says whether it was written
+                self.profiler.finish()
             if threading.get_ident() == self._owner:  # dispatch modes are per thread
                 try:
                     self.mode.__exit__(None, None, None)

@@ -44,7 +44,7 @@ _MAGIC = b'{"commdebug_stream":'
 
 def is_stream(raw: bytes) -> bool:
     """True when ``raw`` starts like a stream's header line."""
-    return raw.lstrip()[: len(_MAGIC)].replace(b" ", b"") == _MAGIC.replace(b" ", b"")
+    return raw[:256].lstrip()[: len(_MAGIC)].replace(b" ", b"") == _MAGIC.replace(b" ", b"")
 
 
 def _line(obj: dict[str, Any]) -> str:

@@ -1,0 +1,372 @@
+"""Exposed communication: how much of each rank's communication ran under compute, and how
+much the rank sat waiting for it (``commdebug overlap``), per rank and per op, step, group,
+module, phase or source line. Data only; the wording is :mod:`commdebug.render.overlap`'s.
+
+Definitions (docs/overlap.md), on one rank's :class:`~commdebug.model.profile.Profile`:
+
+- communication and compute are each merged into a union of intervals; ``overlap_s`` is the
+  length of their intersection, ``exposed_s = comm_s - overlap_s``, ``overlap_ratio =
+  overlap_s / comm_s`` (HolisticTraceAnalysis's comp_comm_overlap, as a ratio);
+- the whole-rank figures cover what HTA 0.5.0's cover by default: with two or more
+  ``ProfilerStep`` spans, only the activities launched before the last step begins (the last is
+  usually cut short); a step row covers the activities launched in that step (before the first
+  step: in the first), the one outside HTA's window marked so;
+- a row's ``comm_s`` is the union of its collectives' kernels (or gloo spans), ``overlap_s`` the
+  part of it under compute; its ``exposed_s`` is its share of the rank's exposed time: an instant
+  when several communication activities run and no compute does is split equally among them, so
+  the rows of one grouping (but ``step``) add up to the rank's exposed time over the same window;
+- ``--round-us``: times rounded inward to whole microseconds as HTA 0.5.0 does when a trace has
+  sub-microsecond digits (start up, end down), to reproduce its figure exactly.
+
+Each rank is reduced to its figures where it is read (:func:`rank_overlap`, run in ``-j``'s
+worker processes), so a folder of large traces is never in memory at once.
+
+    >>> result = overlap_path("traces/", by="module")       # doctest: +SKIP
+    >>> result.ranks[0].exposed_s
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from typing import Any
+
+from commdebug.errors import CommDebugError, DumpError
+from commdebug.model.profile import Activities, Profile
+from commdebug.model.rank_view import RankView
+from commdebug.model.trace import CollectiveEvent
+
+__all__ = ["BY", "RankOverlap", "OverlapRow", "Overlap", "RankShare", "rank_overlap", "overlap", "overlap_path",
+           "union", "intersection_length"]
+
+UNATTRIBUTED = "?"  # the key of communication the trace ties to no collective
+# grouping -> (needs the joined dump, key of one call)
+BY: dict[str, tuple[bool, Callable[[CollectiveEvent], Any]]] = {
+    "op": (False, lambda e: e.op),
+    "group": (False, lambda e: e.group.label),
+    "phase": (False, lambda e: e.phase),
+    "module": (True, lambda e: e.module),
+    "line": (True, lambda e: e.source or UNATTRIBUTED),
+    "step": (False, lambda e: e.step),
+}
+
+
+@dataclass
+class RankOverlap:
+    """One rank's whole figures, over HTA's window (see the module docstring)."""
+
+    rank: int
+    device: str  # "gpu": NCCL kernels against compute kernels; "cpu": gloo's spans against CPU ops
+    comm_s: float
+    compute_s: float
+    overlap_s: float
+    exposed_s: float
+    calls: int  # collectives with communication in the window
+    steps: list[int]  # the trace's ProfilerStep numbers
+    window: str  # which activities the figures cover, in words
+    joined: bool  # its calls are joined to the rank's commdebug dump (module, phase, line known)
+    path: str = ""
+
+    @property
+    def overlap_ratio(self) -> float | None:
+        return self.overlap_s / self.comm_s if self.comm_s > 0 else None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["overlap_ratio"] = self.overlap_ratio
+        return d
+
+
+@dataclass
+class OverlapRow:
+    """One rank's figures for one key of a grouping."""
+
+    rank: int
+    key: Any
+    calls: int
+    comm_s: float
+    overlap_s: float
+    exposed_s: float
+    in_window: bool = True  # step rows: False for the step outside HTA's window
+
+    @property
+    def overlap_ratio(self) -> float | None:
+        return self.overlap_s / self.comm_s if self.comm_s > 0 else None
+
+    def to_dict(self, by: str) -> dict[str, Any]:
+        d: dict[str, Any] = {"rank": self.rank, by: self.key, "calls": self.calls, "comm_s": self.comm_s,
+                             "overlap_s": self.overlap_s, "exposed_s": self.exposed_s, "overlap_ratio": self.overlap_ratio}
+        if by == "step":
+            d["in_window"] = self.in_window
+        return d
+
+
+@dataclass
+class RankShare:
+    """What one rank contributes to an :class:`Overlap` (small, picklable: a worker's result)."""
+
+    rank: int
+    figures: RankOverlap | None
+    rows: list[OverlapRow]
+    notes: list[str]
+
+
+@dataclass
+class Overlap:
+    ranks: list[RankOverlap]
+    by: str
+    rows: list[OverlapRow]
+    notes: list[str] = field(default_factory=list)
+    without_profile: list[int] = field(default_factory=list)  # ranks read that have no profile
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ranks": [r.to_dict() for r in self.ranks], "by": self.by, "rows": [r.to_dict(self.by) for r in self.rows],
+                "notes": self.notes, "ranks_without_profile": self.without_profile}
+
+
+# ---- intervals --------------------------------------------------------------------------------
+
+def union(spans: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Sorted, disjoint intervals covering exactly what ``spans`` cover.
+
+    >>> union([(3, 4), (1, 2), (1.5, 2.5)])
+    [(1, 2.5), (3, 4)]
+    """
+    out: list[list[float]] = []
+    for s, e in sorted(spans):
+        if e <= s:
+            continue
+        if out and s <= out[-1][1]:
+            if e > out[-1][1]:
+                out[-1][1] = e
+        else:
+            out.append([s, e])
+    return [(s, e) for s, e in out]
+
+
+def intersection_length(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
+    """The length of the intersection of two unions (each sorted and disjoint)."""
+    i = j = 0
+    total = 0.0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if hi > lo:
+            total += hi - lo
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def _length(spans: list[tuple[float, float]]) -> float:
+    return math.fsum(e - s for s, e in spans)
+
+
+def _inward(start: float, end: float) -> tuple[float, float]:
+    return float(math.ceil(start)), float(math.floor(end))
+
+
+def _spans(acts: Activities, keep: Callable[[int], bool], round_us: bool) -> list[tuple[float, float, int]]:
+    """(start, end, ref) of the activities ``keep`` keeps, rounded inward with ``round_us``."""
+    out = []
+    for k, (s, e, _, ref) in enumerate(acts):
+        if keep(k):
+            if round_us:
+                s, e = _inward(s, e)
+            if e > s:
+                out.append((s, e, ref))
+    return out
+
+
+def _sweep(comm: list[tuple[float, float, Any]], compute: list[tuple[float, float]]) -> tuple[float, float, float, dict[Any, list[float]]]:
+    """(comm, overlap, exposed) over everything, and per key [comm, overlap, exposed share]:
+    every instant is looked at once, between consecutive boundaries of any activity."""
+    points: list[tuple[float, int, Any]] = []
+    for s, e, key in comm:
+        points.append((s, 1, key))
+        points.append((e, -1, key))
+    for s, e in compute:  # a union: disjoint
+        points.append((s, 2, None))
+        points.append((e, -2, None))
+    points.sort(key=lambda p: p[0])
+    active: dict[Any, int] = {}
+    n_active = 0
+    covered = False
+    total = over = exposed = 0.0
+    per_key: dict[Any, list[float]] = {}
+    prev = points[0][0] if points else 0.0
+    for t, kind, key in points:
+        length = t - prev
+        if length > 0 and n_active:
+            total += length
+            if covered:
+                over += length
+            else:
+                exposed += length
+            for k, count in active.items():
+                cell = per_key.get(k)
+                if cell is None:
+                    cell = per_key[k] = [0.0, 0.0, 0.0]
+                cell[0] += length
+                if covered:
+                    cell[1] += length
+                else:
+                    cell[2] += length * count / n_active
+        prev = t
+        if kind == 1:
+            active[key] = active.get(key, 0) + 1
+            n_active += 1
+        elif kind == -1:
+            left = active[key] - 1
+            if left:
+                active[key] = left
+            else:
+                del active[key]
+            n_active -= 1
+        else:
+            covered = kind == 2
+    return total, over, exposed, per_key
+
+
+# ---- one rank ---------------------------------------------------------------------------------
+
+def _call_key(profile: Profile, view: RankView, by: str) -> Callable[[int], Any]:
+    """The row key of a communication activity's call (its ref): the joined dump event's field
+    where the profile is joined, else the trace's own call's."""
+    _, key_of = BY[by]
+    joined = profile.joined
+    calls = profile.calls
+
+    def key(ref: int) -> Any:
+        if ref < 0:
+            return UNATTRIBUTED
+        if joined is not None:
+            j = joined[ref]
+            if j >= 0:
+                return key_of(view.events[j])
+            return UNATTRIBUTED if BY[by][0] else key_of(calls[ref])
+        return key_of(calls[ref])
+
+    return key
+
+
+def rank_overlap(view: RankView, by: str = "op", round_us: bool = False) -> RankShare:
+    """One rank's :class:`RankShare`: its whole figures and its rows by ``by`` (see the module
+    docstring); a rank without a profile gives none.
+
+    >>> share = rank_overlap(load_rank("traces/rank0.pt.trace.json.gz"), by="op")   # doctest: +SKIP
+    """
+    profile = view.profile
+    if profile is None:
+        return RankShare(view.rank, None, [], [])
+    # what joining said (the trace's own notes concern check and report, not the time)
+    notes = [n for n in view.notes if n not in profile.notes]
+    window_end = profile.window_end
+    comm, compute = profile.comm, profile.compute
+
+    def in_window(acts: Activities) -> Callable[[int], bool]:
+        if window_end is None:
+            return lambda k: True
+        launch = acts.launch
+        return lambda k: launch[k] < window_end  # NaN (launch not in the trace) compares False, as HTA drops it
+
+    key_of = _call_key(profile, view, by if by != "step" else "op")
+    comm_spans = _spans(comm, in_window(comm), round_us)
+    compute_union = union((s, e) for s, e, _ in _spans(compute, in_window(compute), round_us))
+    total, over, exposed, per_ref = _sweep([(s, e, ref) for s, e, ref in comm_spans], compute_union)
+    refs = {ref for _, _, ref in comm_spans if ref >= 0}
+    window = ("everything in the trace" if window_end is None else
+              f"activities launched before step {profile.steps[-1].number} began (HTA's window: the last step is left out)")
+    figures = RankOverlap(view.rank, profile.device, total / 1e6, _length(compute_union) / 1e6, over / 1e6, exposed / 1e6,
+                          len(refs), [s.number for s in profile.steps], window, profile.joined is not None, str(profile.path))
+    if by == "step":
+        rows = _step_rows(view.rank, profile, round_us)
+    else:
+        by_key: dict[Any, list[float]] = {}
+        calls_of: dict[Any, set[int]] = {}
+        for ref, (_, _, x) in per_ref.items():
+            k = key_of(ref)
+            cell = by_key.setdefault(k, [0.0, 0.0, 0.0])
+            cell[2] += x
+            if ref >= 0:
+                calls_of.setdefault(k, set()).add(ref)
+        # a key's comm and overlap are the union of its own activities (not the sum of its calls')
+        for k in by_key:
+            mine = union((s, e) for s, e, ref in comm_spans if key_of(ref) == k)
+            by_key[k][0] = _length(mine)
+            by_key[k][1] = intersection_length(mine, compute_union)
+        rows = [OverlapRow(view.rank, k, len(calls_of.get(k, ())), c / 1e6, o / 1e6, x / 1e6) for k, (c, o, x) in by_key.items()]
+        rows.sort(key=lambda r: (-r.exposed_s, -r.comm_s, str(r.key)))
+    return RankShare(view.rank, figures, rows, notes)
+
+
+def _step_rows(rank: int, profile: Profile, round_us: bool) -> list[OverlapRow]:
+    """Each ProfilerStep's own figures: the activities launched in it."""
+    if not profile.steps:
+        return []
+    window_end = profile.window_end
+    comm_step = [profile.step_of(t if not math.isnan(t) else s) for s, _, t, _ in profile.comm]
+    compute_step = [profile.step_of(t if not math.isnan(t) else s) for s, _, t, _ in profile.compute]
+    rows = []
+    for step in profile.steps:
+        number = step.number
+        comm_spans = _spans(profile.comm, partial(_is_step, comm_step, number), round_us)
+        compute_union = union((s, e) for s, e, _ in _spans(profile.compute, partial(_is_step, compute_step, number), round_us))
+        total, over, exposed, _ = _sweep([(s, e, 0) for s, e, _ in comm_spans], compute_union)
+        calls = len({ref for _, _, ref in comm_spans if ref >= 0})
+        rows.append(OverlapRow(rank, number, calls, total / 1e6, over / 1e6, exposed / 1e6,
+                               in_window=window_end is None or step.start < window_end))
+    return rows
+
+
+def _is_step(steps: list[int | None], number: int, k: int) -> bool:
+    return steps[k] == number
+
+
+# ---- many ranks -------------------------------------------------------------------------------
+
+def overlap(shares: Iterable[RankShare], by: str = "op") -> Overlap:
+    """The ranks' shares as one result, in rank order; notes said once with their ranks."""
+    from commdebug.analysis.findings import who
+
+    ranks, rows, without = [], [], []
+    notes: dict[str, list[int]] = {}
+    for share in shares:
+        if share.figures is None:
+            without.append(share.rank)
+            continue
+        ranks.append(share.figures)
+        rows.extend(share.rows)
+        for n in share.notes:
+            notes.setdefault(n, []).append(share.rank)
+    ranks.sort(key=lambda r: r.rank)
+    rows.sort(key=lambda r: r.rank)  # stable: each rank's own order kept
+    return Overlap(ranks, by, rows, [f"{who(rs)}: {n}" for n, rs in notes.items()], sorted(without))
+
+
+def check_by(by: str) -> str:
+    """``by`` if it is a grouping, else a clear error."""
+    by = by.strip()
+    if by not in BY:
+        raise CommDebugError(f"unknown overlap grouping {by!r} (choose from: {', '.join(BY)})")
+    return by
+
+
+def overlap_path(path: str | os.PathLike, by: str = "op", *, round_us: bool = False, jobs: int | None = 1,
+                 progress: Callable[[int, int], None] | None = None) -> Overlap:
+    """:func:`overlap` over one trace, one dump with its profile, or a folder of them."""
+    from commdebug.formats.selection import iter_selected
+
+    by = check_by(by)
+    result = overlap(iter_selected(path, progress=progress, jobs=jobs, digest=partial(rank_overlap, by=by, round_us=round_us)), by)
+    if not result.ranks:
+        raise DumpError(f"{path}: no profile to measure: give torch.profiler traces (one per rank), or record with "
+                        "`commdebug run --profile-steps A-B`, which writes rank<R>.profile.json.gz beside each dump")
+    if BY[by][0] and not any(r.joined for r in result.ranks):
+        raise CommDebugError(f"--by {by} needs each profile joined to its rank's commdebug dump (the trace alone knows no "
+                             f"{by}s): record with `commdebug run --profile-steps A-B --out DIR` and run overlap on DIR")
+    return result

@@ -1,0 +1,70 @@
+"""``commdebug overlap`` as text: each rank's communication, compute, overlapped and exposed time
+over HTA's window, then the rows of the chosen grouping, heaviest exposure first.
+
+    overlap: 2 ranks, GPU: NCCL kernels against compute kernels
+    rank  comm     compute  overlapped  exposed  overlap  steps
+       0  24.3 ms  76.9 ms     3.59 ms  20.7 ms    14.8%  4-6
+"""
+
+from __future__ import annotations
+
+from commdebug.analysis.findings import ranks_text
+from commdebug.analysis.overlap import UNATTRIBUTED, Overlap
+from commdebug.render.columns import align
+from commdebug.units import format_duration, format_share
+
+__all__ = ["render_overlap"]
+
+_WHAT = {"gpu": "GPU: NCCL kernels against compute kernels (HTA 0.5.0's kinds)",
+         "cpu": "CPU: gloo's work spans against the program threads' CPU ops outside collective calls"}
+_ROWS_SHOWN = 20  # per rank, in text; --json has them all
+
+
+def render_overlap(result: Overlap) -> str:
+    """The result as text, ending with a newline."""
+    n = len(result.ranks)
+    devices = sorted({r.device for r in result.ranks})
+    lines = [f"overlap: {n} rank{'s' if n != 1 else ''}, " + "; ".join(_WHAT[d] for d in devices)]
+    rows = [["rank", "comm", "compute", "overlapped", "exposed", "overlap", "steps"]]
+    for r in result.ranks:
+        rows.append([str(r.rank), format_duration(r.comm_s), format_duration(r.compute_s), format_duration(r.overlap_s),
+                     format_duration(r.exposed_s), format_share(r.overlap_ratio), ranks_text(r.steps) or "-"])
+    lines += align(rows, left=0)
+    windows = sorted({r.window for r in result.ranks})
+    lines.append("covers: " + "; ".join(windows))
+    if result.rows:
+        lines.append("")
+        lines += _rows(result)
+    lines += ["", "comm: the union of the communication activities' time; overlapped: the part of it under compute; "
+              "exposed: the rest, the time the rank waited for communication; overlap = overlapped / comm."]
+    if result.without_profile:
+        lines.append(f"note: {_ranks(result.without_profile)} have no profile (record with `commdebug run --profile-steps`)")
+    lines.extend(f"note: {note}" for note in result.notes)
+    return "\n".join(lines) + "\n"
+
+
+def _rows(result: Overlap) -> list[str]:
+    by = result.by
+    step = by == "step"
+    title = ("by step (each ProfilerStep's own activities; * outside HTA's window):" if step else
+             f"by {by} (the rows' exposed time adds up to the rank's; an instant of several collectives' "
+             "communication is shared among them):")
+    table = [["rank", by, "calls", "comm", "overlapped", "exposed", "overlap"]]
+    shown: dict[int, int] = {}
+    hidden = 0
+    for r in result.rows:
+        shown[r.rank] = shown.get(r.rank, 0) + 1
+        if shown[r.rank] > _ROWS_SHOWN and not step:
+            hidden += 1
+            continue
+        key = "unattributed" if r.key == UNATTRIBUTED else str(r.key) + ("*" if step and not r.in_window else "")
+        table.append([str(r.rank), key, str(r.calls), format_duration(r.comm_s), format_duration(r.overlap_s),
+                      format_duration(r.exposed_s), format_share(r.overlap_ratio)])
+    out = [title] + align(table, left=2)
+    if hidden:
+        out.append(f"  ... {hidden} more rows (--json has them all)")
+    return out
+
+
+def _ranks(ranks: list[int]) -> str:
+    return f"rank{'s' if len(ranks) != 1 else ''} {ranks_text(ranks)}"
