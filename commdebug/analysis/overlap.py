@@ -40,7 +40,7 @@ from commdebug.model.rank_view import RankView
 from commdebug.model.trace import CollectiveEvent
 
 __all__ = ["BY", "RankOverlap", "OverlapRow", "Overlap", "RankShare", "rank_overlap", "overlap", "overlap_path",
-           "union", "intersection_length"]
+           "step_rows", "union", "intersection_length"]
 
 UNATTRIBUTED = "?"  # the key of communication the trace ties to no collective
 # grouping -> (needs the joined dump, key of one call)
@@ -91,6 +91,7 @@ class OverlapRow:
     overlap_s: float
     exposed_s: float
     in_window: bool = True  # step rows: False for the step outside HTA's window
+    compute_s: float | None = None  # step rows: the step's compute (union of its compute activities)
 
     @property
     def overlap_ratio(self) -> float | None:
@@ -101,6 +102,7 @@ class OverlapRow:
                              "overlap_s": self.overlap_s, "exposed_s": self.exposed_s, "overlap_ratio": self.overlap_ratio}
         if by == "step":
             d["in_window"] = self.in_window
+            d["compute_s"] = self.compute_s
         return d
 
 
@@ -284,7 +286,7 @@ def rank_overlap(view: RankView, by: str = "op", round_us: bool = False) -> Rank
     figures = RankOverlap(view.rank, profile.device, total / 1e6, _length(compute_union) / 1e6, over / 1e6, exposed / 1e6,
                           len(refs), [s.number for s in profile.steps], window, profile.joined is not None, str(profile.path))
     if by == "step":
-        rows = _step_rows(view.rank, profile, round_us)
+        rows = step_rows(view.rank, profile, round_us)
     else:
         by_key: dict[Any, list[float]] = {}
         calls_of: dict[Any, set[int]] = {}
@@ -304,8 +306,13 @@ def rank_overlap(view: RankView, by: str = "op", round_us: bool = False) -> Rank
     return RankShare(view.rank, figures, rows, notes)
 
 
-def _step_rows(rank: int, profile: Profile, round_us: bool) -> list[OverlapRow]:
-    """Each ProfilerStep's own figures: the activities launched in it."""
+def step_rows(rank: int, profile: Profile, round_us: bool = False) -> list[OverlapRow]:
+    """Each ProfilerStep's own figures: the activities launched in it (the folder page's chart
+    shows them per rank and step).
+
+    >>> [(r.key, r.exposed_s) for r in step_rows(0, view.profile)]   # doctest: +SKIP
+    [(4, 0.0102), (5, 0.0105), (6, 0.0189)]
+    """
     if not profile.steps:
         return []
     window_end = profile.window_end
@@ -319,7 +326,8 @@ def _step_rows(rank: int, profile: Profile, round_us: bool) -> list[OverlapRow]:
         total, over, exposed, _ = _sweep([(s, e, 0) for s, e, _ in comm_spans], compute_union)
         calls = len({ref for _, _, ref in comm_spans if ref >= 0})
         rows.append(OverlapRow(rank, number, calls, total / 1e6, over / 1e6, exposed / 1e6,
-                               in_window=window_end is None or step.start < window_end))
+                               in_window=window_end is None or step.start < window_end,
+                               compute_s=_length(compute_union) / 1e6))
     return rows
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from commdebug.analysis.check import CheckResult, check
+from commdebug.analysis.overlap import OverlapRow, step_rows
 from commdebug.analysis.traffic import ImbalanceTally, PeerTally, Traffic
 from commdebug.errors import DumpError
 from commdebug.formats.readers import job_files, rank_from_name, read_all
@@ -118,6 +119,9 @@ class RankModules:
     bytes: tuple[int | None, ...] | None = None
     seconds: tuple[float | None, ...] | None = None
     step_ops: StepOps | None = None  # per (step, op); Flight Recorder ranks have them too
+    # per profiled step (a profile beside the dump, or a profiler trace): compute, overlapped and
+    # exposed communication (commdebug.analysis.overlap.step_rows); None without a profile
+    overlap: list[OverlapRow] | None = None
 
 
 @dataclass
@@ -280,8 +284,9 @@ def _numbers(trace: Trace, path: Path, tree: ModuleTree, one: Any) -> RankModule
     totals = trace.totals()
     notes = _notes(trace)
     return RankModules(
-        rank, path.name, "commdebug", dict(trace.metadata), len(trace.events), notes, has_tree=True,
+        rank, path.name, str(trace.metadata.get("format") or "commdebug"), dict(trace.metadata), len(trace.events), notes, has_tree=True,
         collectives=totals["collectives"], total_bytes=totals["bytes"] if trace.bytes_recorded else None,
         total_seconds=None if seconds is None else seconds[tree.index(GLOBAL)],
         counts=one(counts), bytes=one(nbytes), seconds=None if seconds is None else one(seconds),
+        overlap=None if trace.profile is None else step_rows(rank, trace.profile),
     )

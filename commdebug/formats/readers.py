@@ -51,6 +51,7 @@ from commdebug.formats.kineto import is_profiler_trace
 from commdebug.formats.profile_files import is_trace_name, peek_rank, trace_rank
 from commdebug.formats.profile_join import PROFILE_SUFFIX, attach_profile, profile_path_for
 from commdebug.formats.profiler import profile_view, read_profile
+from commdebug.model.aggregates import older_of, set_older
 from commdebug.model.dump import from_dump_dict, rank_view_from_dump_dict
 from commdebug.model.profile import Profile
 from commdebug.model.rank_view import RankView, trace_of_view
@@ -145,6 +146,22 @@ def _with_profile(view: RankView) -> RankView:
     return attach_profile(view, read_profile_file)
 
 
+def _trace_with_profile(trace: Trace, path: Path) -> Trace:
+    """:func:`_with_profile` for a :class:`Trace`: its events in the profiled steps take the
+    profile's latencies, and the profile rides along (the folder page's overlap chart)."""
+    if not profile_path_for(path).is_file():
+        return trace
+    rank = trace.metadata.get("rank")
+    view = RankView(int(rank) if isinstance(rank, int) else rank_from_name(path), path, trace.metadata, trace.groups,
+                    list(trace.events))
+    set_older(view, older_of(trace))
+    _with_profile(view)
+    trace.events = deque(view.events, maxlen=trace.max_events)
+    trace.profile = view.profile
+    trace.metadata.setdefault("read_notes", []).extend(view.notes)
+    return trace
+
+
 def load(path: str | os.PathLike) -> Trace:
     """Load a dump written by commdebug or by torch's CommDebugMode into a :class:`Trace`.
 
@@ -174,10 +191,10 @@ def read(path: str | os.PathLike) -> Trace | RankView:
     if kind == "flight-recorder":
         return from_flight_recorder(data, p, rank_from_name(p))
     if kind == "stream":
-        return stream_trace(data)
+        return _trace_with_profile(stream_trace(data), p)
     if kind == "profile":
         return trace_of_view(profile_view(data))
-    return from_dump_dict(data, str(p))
+    return _trace_with_profile(from_dump_dict(data, str(p)), p)
 
 
 def load_rank(path: str | os.PathLike) -> RankView:

@@ -46,5 +46,6 @@ def trace_of_view(view: RankView) -> Trace:
         trace.add_event(e)
         trace.add_collective((GLOBAL,), e.phase, (e.key, e.op, e.group.name), e.size_bytes)
     trace.step = int(view.metadata.get("steps") or 0)
+    trace.profile = view.profile
     trace.metadata.setdefault("read_notes", []).extend(view.notes)
     return trace

@@ -301,6 +301,8 @@ class Trace:
         self.noise_level = 3
         # False for a dump written by torch's CommDebugMode, which records no bytes
         self.bytes_recorded = True
+        # the rank's torch.profiler trace (a commdebug.model.profile.Profile), read beside its dump
+        self.profile: Any = None
 
     # ---- filling (capture side) -------------------------------------------------------------
 

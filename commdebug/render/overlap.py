@@ -49,7 +49,7 @@ def _rows(result: Overlap) -> list[str]:
     title = ("by step (each ProfilerStep's own activities; * outside HTA's window):" if step else
              f"by {by} (the rows' exposed time adds up to the rank's; an instant of several collectives' "
              "communication is shared among them):")
-    table = [["rank", by, "calls", "comm", "overlapped", "exposed", "overlap"]]
+    table = [["rank", by, "calls", "comm", "overlapped", "exposed", "overlap"] + (["compute"] if step else [])]
     shown: dict[int, int] = {}
     hidden = 0
     for r in result.rows:
@@ -59,7 +59,8 @@ def _rows(result: Overlap) -> list[str]:
             continue
         key = "unattributed" if r.key == UNATTRIBUTED else str(r.key) + ("*" if step and not r.in_window else "")
         table.append([str(r.rank), key, str(r.calls), format_duration(r.comm_s), format_duration(r.overlap_s),
-                      format_duration(r.exposed_s), format_share(r.overlap_ratio)])
+                      format_duration(r.exposed_s), format_share(r.overlap_ratio)]
+                     + ([format_duration(r.compute_s)] if step else []))
     out = [title] + align(table, left=2)
     if hidden:
         out.append(f"  ... {hidden} more rows (--json has them all)")
