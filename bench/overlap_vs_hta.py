@@ -11,9 +11,8 @@ the work added over the process after its imports).
 
     python bench/overlap_vs_hta.py [TRACE_OR_FOLDER] [--rounds 5]
 
-Default trace: the shared NCCL trace if present, else a synthetic GPU trace (tests/synthetic.py
-can write one). HTA must be importable (it is in the `test` extra); without it the bench says so
-and exits 1.
+Default trace: the real NCCL trace in tests/data/kineto/ (its README says where it comes from).
+HTA must be importable (it is in the `test` extra); without it the bench says so and exits 1.
 """
 
 from __future__ import annotations
@@ -29,7 +28,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "data" / "kineto" / "nccl_data.json.gz"
+TRACE = ROOT / "tests" / "data" / "kineto" / "nccl_data.json.gz"
 
 _RSS = """
 def rss_mib():
@@ -89,7 +88,7 @@ def _run(code: str, folder: Path) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("trace", nargs="?", default=str(SHARED), help="a trace file or a folder of one trace per rank (default: the shared NCCL trace)")
+    parser.add_argument("trace", nargs="?", default=str(TRACE), help="a trace file or a folder of one trace per rank (default: tests/data/kineto/nccl_data.json.gz)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds, each running both (default 5)")
     args = parser.parse_args()
     try:

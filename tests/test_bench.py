@@ -90,3 +90,16 @@ def test_instructions_bench_says_what_is_missing_without_valgrind(tmp_path):
     assert "valgrind is not on the PATH" in proc.stderr and "Traceback" not in proc.stderr
     proc = subprocess.run([sys.executable, "bench/instructions.py", "--variants", "light"], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 1 and "bare first" in proc.stderr
+
+
+def test_overlap_bench_prints_htas_figure_beside_ours_and_both_ratios():
+    pytest.importorskip("hta")
+    trace = ROOT / "tests" / "data" / "kineto" / "nccl_data.json.gz"
+    proc = subprocess.run([sys.executable, "bench/overlap_vs_hta.py", str(trace), "--rounds", "1"], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    m = re.search(r"^rank 0: HTA (\d+\.\d\d)%   commdebug (\d+\.\d\d)% \(--round-us (\d+\.\d\d)%\)", proc.stdout, flags=re.M)
+    assert m, proc.stdout
+    assert m.group(1) == m.group(3) == "14.31" and abs(float(m.group(2)) - 14.31) < 1.0
+    for name in ("HTA/commdebug time", "HTA/commdebug CPU", "HTA/commdebug memory"):
+        assert re.search(rf"^{re.escape(name)} *= \d+\.\dx$", proc.stdout, flags=re.M), proc.stdout

@@ -267,6 +267,8 @@ def rank_overlap(view: RankView, by: str = "op", round_us: bool = False) -> Rank
         return RankShare(view.rank, None, [], [])
     # what joining said (the trace's own notes concern check and report, not the time)
     notes = [n for n in view.notes if n not in profile.notes]
+    if not profile.calls and not len(profile.comm):
+        notes.append("its trace has no collectives and no communication: nothing to measure")
     window_end = profile.window_end
     comm, compute = profile.comm, profile.compute
 

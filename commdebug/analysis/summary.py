@@ -471,7 +471,7 @@ def _header(trace: Trace) -> dict[str, Any]:
         "world_size": meta.get("world_size"),
         "hostname": meta.get("hostname"),
         "timing": meta.get("timing", "off" if not timed else "sync"),
-        "steps": trace.steps,
+        "steps": _steps(trace),
         "collectives": len(trace.events) + (older.events if older is not None else 0),
         "bytes": sum(e.size_bytes for e in trace.events) + (older.bytes if older is not None else 0),
         "timed_collectives": len(timed) + older_timed,
@@ -491,6 +491,15 @@ def _header(trace: Trace) -> dict[str, Any]:
         header.update(capture="light", detail_every=every if isinstance(every, int) else None,
                       detail_steps=sorted(s for s in steps if isinstance(s, int)) if isinstance(steps, list) else [])
     return header
+
+
+def _steps(trace: Trace) -> int:
+    """How many steps the trace covers: a torch.profiler trace's ``ProfilerStep`` numbers need
+    not start at 0 (steps 4-6 are 3 steps, not 7)."""
+    span = trace.metadata.get("profile_steps")
+    if trace.metadata.get("format") == "torch-profiler" and isinstance(span, list) and len(span) == 2:
+        return int(span[1]) - int(span[0]) + 1
+    return trace.steps
 
 
 def _job_header(headers: list[dict[str, Any]], ranks: list[int]) -> dict[str, Any]:

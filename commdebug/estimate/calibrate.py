@@ -110,7 +110,7 @@ def parse_nccl_tests(path: str | Path) -> NcclTestsRun:
 
 def is_nccl_tests_file(path: Path) -> bool:
     """Whether a calibration input is nccl-tests text (else a timed dump: a folder of ranks, a
-    JSON dump or stream, a Flight Recorder pickle or JSON)."""
+    JSON dump or stream, a Flight Recorder pickle or JSON, a torch.profiler trace)."""
     if path.is_dir():
         return False
     try:
@@ -120,7 +120,7 @@ def is_nccl_tests_file(path: Path) -> bool:
         raise CommDebugError(f"{path}: no such file") from None
     except OSError as e:
         raise CommDebugError(f"{path}: cannot read: {e.strerror or e}") from None
-    return not head.startswith((b"{", b"[", b"\x80"))
+    return not head.startswith((b"{", b"[", b"\x80", b"\x1f\x8b"))  # \x1f\x8b: a gzipped trace
 
 
 # One point from repeated calls at the same size. The median (default): a call slowed by another

@@ -166,6 +166,11 @@ def _split(raw: bytes, start: int, path: Path) -> KinetoEvents | None:
             i = raw.find(marker, b)  # the next event on
         return found
 
+    # a trace cut short (a killed writer, a partial copy) must not read as a shorter one: the last
+    # event and the end of the document are checked whatever the markers find
+    last = raw.rfind(separator, start)
+    if last == -1 or not raw.rstrip().endswith(b"}") or _event(raw[last + step:], False, True) is None:
+        return None  # the whole parse says what is wrong
     header = _header(raw, start, path)
     out = KinetoEvents(header)
     for a, b in sorted(where(b'"stream"').items()):

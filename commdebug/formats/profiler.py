@@ -198,7 +198,7 @@ class _Builder:
             if name == "record_param_comms":
                 if str((e.get("args") or {}).get("Collective name", "")) not in _NOT_CALLS:
                     out["rpc"].append(e)
-            elif name.startswith("nccl:") and e.get("cat") != "kernel":
+            elif name.startswith("nccl:") and e.get("cat") not in ("kernel", "gpu_user_annotation"):  # the CPU's
                 out["annotation"].append(e)
             elif name.startswith("gloo:"):
                 out["gloo"].append(e)
@@ -279,7 +279,7 @@ class _Builder:
             if ext is not None and kind == "rpc":  # the op NCCL's kernels are launched from
                 self.call_external.setdefault(ext, len(calls))
             calls.append(CollectiveEvent(
-                index=len(calls), op=op, key=f"profiler:{e.get('name')}", aten_op=str(e.get("name")), step=step, phase=phase,
+                index=len(calls), op=op, key=f"profiler:{op}", aten_op=str(e.get("name")), step=step, phase=phase,
                 module="?", group=group, seq=seq, dtype=dtype, input_shapes=shapes[0], output_shapes=shapes[1],
                 input_bytes=ib, output_bytes=ob, size_bytes=size, busbw_factor=spec.busbw_factor(n) if spec else 0.0,
                 peer=peer, p2p_seq=p2p_seq, start_s=start, send_splits=send, recv_splits=recv))
