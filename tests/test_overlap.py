@@ -270,3 +270,55 @@ def test_a_trace_without_collectives_says_so_and_exits_0(tmp_path):
     done = cli("overlap", str(path))
     assert done.returncode == 0, done.stderr
     assert "no collectives" in done.stdout
+
+
+# ---- synthetic NCCL jobs: many ranks, groups, "Seq", all_to_all splits -----------------------------
+
+def _synthetic_job(folder: Path, world: int, bad: tuple[int, int] | None = None) -> None:
+    """`world` ranks, named as torch names traces (no rank in the name: distributedInfo says it):
+    per step an all_reduce on each rank's tensor-parallel pair and an uneven all_to_all on the
+    world (rank r sends (r + j) % 3 + 1 rows to j), each kernel half under a compute kernel.
+    `bad` = (receiver, sender): the receiver expects one row more from the sender than it sends."""
+    from kineto_synth import Call, write_trace
+
+    groups = {"0": ("default_pg", list(range(world)))}
+    for k in range(world // 2):
+        groups[str(k + 1)] = ("mesh_tp", [2 * k, 2 * k + 1])
+    steps = [(1, 0.0, 1000.0), (2, 1000.0, 2000.0), (3, 2000.0, 2500.0)]
+    for rank in range(world):
+        calls, compute = [], []
+        pair = str(rank // 2 + 1)
+        for i, (number, start, _) in enumerate(steps):
+            recv = [(j + rank) % 3 + 1 for j in range(world)]
+            if bad is not None and rank == bad[0] and number == 2:
+                recv[bad[1]] += 1
+            send = [(rank + j) % 3 + 1 for j in range(world)]
+            calls.append(Call("allreduce", pair, cpu=(start + 100, 40), kernel=(start + 200, 100), nelems=4096, seq=i + 1))
+            calls.append(Call("all_to_all", "0", cpu=(start + 400, 40), kernel=(start + 500, 100), nelems=sum(send) * 8,
+                              out_nelems=sum(recv) * 8, in_splits=send, out_splits=recv, seq=i + 1))
+            compute += [(start + 250, 100), (start + 550, 100)]  # each kernel's second half under compute
+        write_trace(folder / f"host_{1000 + rank}.17000000{rank:05d}.pt.trace.json.gz", rank, world, groups, steps, calls, compute)
+
+
+@pytest.mark.parametrize("world", [16, 128])
+def test_synthetic_nccl_jobs_read_check_and_measure_every_rank(tmp_path, world):
+    _synthetic_job(tmp_path, world)
+    check = json.loads(cli("check", str(tmp_path), "--json").stdout)
+    assert check["consistent"], check["findings"][:2]
+    assert (check["ranks"], check["groups"], check["collectives_per_rank"]) == (world, world // 2 + 1, {"min": 6, "max": 6})
+    result = json.loads(cli("overlap", str(tmp_path), "--json", "--by", "group").stdout)
+    assert [r["rank"] for r in result["ranks"]] == list(range(world))
+    for rank in result["ranks"]:  # steps 1-2 (the last left out): 4 kernels of 100 us, each half under compute
+        assert rank["calls"] == 4 and abs(rank["comm_s"] - 400e-6) < 1e-9 and abs(rank["overlap_ratio"] - 0.5) < 1e-9
+    labels = {r["group"] for r in result["rows"] if r["rank"] == 3}
+    assert labels == {"default_pg[%d]" % world, "mesh_tp[2]"}
+    peers = json.loads(cli("summary", str(tmp_path), "--by", "peer", "--json").stdout)
+    pair = next(r for r in peers["rows"] if r["src"] == 2 and r["dst"] == 3)
+    assert pair["bytes"] == 3 * ((2 + 3) % 3 + 1) * 8 * 4  # 3 steps x rows x 8 elements x 4 bytes
+
+
+def test_a_split_bug_in_a_synthetic_nccl_job_is_named_pair_by_pair(tmp_path):
+    _synthetic_job(tmp_path, 16, bad=(5, 6))
+    done = cli("check", str(tmp_path))
+    assert done.returncode == 1, done.stdout
+    assert "rank 6 sends" in done.stdout and "but rank 5 receives" in done.stdout and "(step 2)" in done.stdout

@@ -56,9 +56,14 @@ _RUNTIME = (b'"cuda_runtime"', b'"cuda_driver"')
 _TS = re.compile(rb'"ts"\s*:\s*(-?[0-9][0-9.eE+-]*)')
 _TID = re.compile(rb'"tid"\s*:\s*(-?[0-9]+)')
 _CORRELATION = re.compile(rb'"correlation"\s*:\s*(-?[0-9]+)')
-# a CUDA runtime or driver call's thread, time and correlation id, in the order Kineto writes them
-_LAUNCHES = re.compile(rb'cuda_(?:runtime|driver)"\s*,\s*"name"\s*:\s*"[^"]*"\s*,\s*"pid"\s*:\s*[^,]*,\s*'
-                       rb'"tid"\s*:\s*(-?[0-9]+)\s*,\s*"ts"\s*:\s*(-?[0-9][0-9.eE+-]*)[^{}]*\{[^{}]*?"correlation"\s*:\s*(-?[0-9]+)')
+# a CUDA runtime or driver call's thread, time and correlation id: as Kineto lays the event out
+# (fast: no backtracking), and in any layout with the fields in Kineto's order
+_LAUNCH_PATTERNS = (
+    re.compile(rb'cuda_(?:runtime|driver)", "name": "[^"]*", "pid": -?[0-9]+, "tid": (-?[0-9]+),\n    "ts": (-?[0-9][0-9.]*), '
+               rb'"dur": [0-9.]+,\n    "args": \{\n      "External id": -?[0-9]+,\s*"cbid": [0-9]+, "correlation": (-?[0-9]+)'),
+    re.compile(rb'cuda_(?:runtime|driver)"\s*,\s*"name"\s*:\s*"[^"]*"\s*,\s*"pid"\s*:\s*[^,]*,\s*'
+                       rb'"tid"\s*:\s*(-?[0-9]+)\s*,\s*"ts"\s*:\s*(-?[0-9][0-9.eE+-]*)[^{}]*\{[^{}]*?"correlation"\s*:\s*(-?[0-9]+)'),
+)
 
 
 @dataclass
@@ -190,12 +195,15 @@ def _split(raw: bytes, start: int, path: Path) -> KinetoEvents | None:
         if e.get("ph") == "X" and not isinstance((e.get("args") or {}).get("stream"), (int, str)):
             out.cpu.append(e)
     launches = out.launches
-    # CUDA launches: thousands of them, read in one pass of a regular expression in Kineto's layout;
-    # when that does not find them all, event by event
-    found = {int(m.group(3)): (float(m.group(2)), int(m.group(1))) for m in _LAUNCHES.finditer(raw, start)}
-    if len(found) == sum(raw.count(marker, start) for marker in _RUNTIME):
-        launches.update(found)
-        return out
+    # CUDA launches: thousands of them, read in one pass of a regular expression, in Kineto's own
+    # layout first, then in any; when neither finds them all, event by event
+    expected = sum(raw.count(marker, start) for marker in _RUNTIME)
+    for pattern in _LAUNCH_PATTERNS:
+        found = pattern.findall(raw, start)
+        if len(found) == expected:
+            tids, stamps, correlations = zip(*found, strict=True) if found else ((), (), ())
+            launches.update(zip(map(int, correlations), zip(map(float, stamps), map(int, tids), strict=True), strict=True))
+            return out
     for marker in _RUNTIME:
         for a, b in where(marker).items():
             corr, ts, tid = _CORRELATION.search(raw, a, b), _TS.search(raw, a, b), _TID.search(raw, a, b)
