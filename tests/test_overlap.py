@@ -311,7 +311,7 @@ def test_synthetic_nccl_jobs_read_check_and_measure_every_rank(tmp_path, world):
     for rank in result["ranks"]:  # steps 1-2 (the last left out): 4 kernels of 100 us, each half under compute
         assert rank["calls"] == 4 and abs(rank["comm_s"] - 400e-6) < 1e-9 and abs(rank["overlap_ratio"] - 0.5) < 1e-9
     labels = {r["group"] for r in result["rows"] if r["rank"] == 3}
-    assert labels == {"default_pg[%d]" % world, "mesh_tp[2]"}
+    assert labels == {f"default_pg[{world}]", "mesh_tp[2]"}
     peers = json.loads(cli("summary", str(tmp_path), "--by", "peer", "--json").stdout)
     pair = next(r for r in peers["rows"] if r["src"] == 2 and r["dst"] == 3)
     assert pair["bytes"] == 3 * ((2 + 3) % 3 + 1) * 8 * 4  # 3 steps x rows x 8 elements x 4 bytes
