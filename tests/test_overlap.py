@@ -227,6 +227,31 @@ def test_profile_steps_of_a_fake_world_name_commdebugs_steps_and_say_what_they_c
     assert not (tmp_path / "b" / "rank0.profile.json.gz").exists()
     assert load_rank(tmp_path / "b" / "rank0.json").metadata["profile"].startswith("skipped: the program ended before step 5")
 
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]):  # the program's own profiler: only one can run
+        session = RecordingSession(tmp_path / "c", profile_steps="0-1", html=False)
+        session.start()
+        program(2)
+        session.finish()
+    assert load_rank(tmp_path / "c" / "rank0.json").metadata["profile"] == "skipped: the program runs its own profiler"
+
+    session = RecordingSession(tmp_path / "d", profile_steps="1", timing="sync", html=False)
+    session.start()
+    program(3)
+    session.finish()
+    view = load_rank(tmp_path / "d" / "rank0.json")
+    assert [view.events[j].step for j in view.profile.joined] == [1]
+    assert any("under --timing sync" in n and "not the program's own" in n for n in view.notes)
+
+    session = RecordingSession(tmp_path / "e", profile_steps="1-2", end_step=2, html=False)
+    session.start()
+    program(4)
+    session.finish()
+    view = load_rank(tmp_path / "e" / "rank0.json")
+    assert view.profile.joined == [-1] * len(view.profile.calls)
+    assert any("not joined to the dump" in n and "--end-step 2" in n for n in view.notes)
+
 
 # ---- bad input -----------------------------------------------------------------------------------
 

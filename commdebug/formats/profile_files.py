@@ -20,9 +20,14 @@ import zlib
 from functools import lru_cache
 from pathlib import Path
 
+from commdebug.errors import DumpError
+from commdebug.formats.profile_join import PROFILE_SUFFIX, profile_path_for
 from commdebug.formats.profiler import rank_in_name
+from commdebug.model.stream import STREAM_SUFFIX
 
-__all__ = ["is_trace_name", "trace_rank", "peek_rank"]
+__all__ = ["is_trace_name", "trace_rank", "peek_rank", "profiles_with_their_dumps", "refuse_two_of_a_rank", "NO_RANK"]
+
+NO_RANK = 1 << 62  # the order of a trace whose rank neither its name nor its head says: last
 
 _HEAD = 1 << 20  # bytes of a trace's head searched for distributedInfo
 _INFO = re.compile(rb'"distributedInfo"\s*:\s*\{')
@@ -71,3 +76,31 @@ def peek_rank(path: Path) -> tuple[int | None, int | None]:
     except OSError:
         return None, None
     return _peek(path, mtime)
+
+
+def profiles_with_their_dumps(files: list[Path]) -> list[Path]:
+    """The files less the profiles (``rank<R>.profile.json.gz``) of ranks that have a dump or a
+    stream: those are read with it (the readers attach it), so the rank counts once."""
+    taken = {profile_path_for(f) for f in files if not f.name.endswith(PROFILE_SUFFIX) and f.suffix in (".json", STREAM_SUFFIX)}
+    return [f for f in files if f not in taken]
+
+
+def refuse_two_of_a_rank(folder: Path, files: list[Path], ranks: dict[Path, int]) -> None:
+    """Profiler traces are told apart by rank and world size only: two of one rank, or of
+    different world sizes, are two jobs' traces."""
+    traces = [f for f in files if is_trace_name(f.name)]
+    if not traces:
+        return
+    by_rank: dict[int, list[Path]] = {}
+    for f in files:
+        if ranks[f] < NO_RANK and (f in traces or f.suffix in (".json", STREAM_SUFFIX)):
+            by_rank.setdefault(ranks[f], []).append(f)
+    for rank, holders in sorted(by_rank.items()):
+        if len(holders) > 1 and any(h in traces for h in holders):
+            raise DumpError(f"{folder}: {' and '.join(h.name for h in holders[:3])} all claim rank {rank}: one folder holds "
+                            "one job's ranks, one file each (two jobs' traces?)")
+    sizes = {f: peek_rank(f)[1] for f in traces}
+    known = {s for s in sizes.values() if s is not None}
+    if len(known) > 1:
+        shown = "; ".join(f"{f.name}: {s}" for f, s in list(sizes.items())[:4] if s is not None)
+        raise DumpError(f"{folder}: the traces come from jobs of different world sizes ({shown}): two jobs' traces in one folder?")

@@ -7,8 +7,8 @@ each call from the richest record it has:
 
 - ``record_param_comms`` (torch 2.x on NCCL): op (``"Collective name"``), dtype, element counts,
   all_to_all split sizes, group (name, description, ranks, size), ``"Seq"`` (torch counts from
-  1; shifted to ours, from 0), p2p peer; its GPU kernel (found through the CUDA launch inside the
-  call, by ``correlation``) gives the latency, NCCL's own time;
+  1; shifted to ours, from 0), p2p peer; its GPU kernel (the one sharing its ``External id``, else
+  the one whose CUDA launch lies inside the call) gives the latency, NCCL's own time;
 - ``nccl:<op>`` annotations (older NCCL traces, no args): op only, sizes from the enclosing
   ``c10d::*`` op's ``Input Dims`` where shapes were recorded;
 - ``c10d::*`` (and functional collective) ops (gloo, which writes no ``record_param_comms``):
@@ -113,11 +113,11 @@ def profile_view(profile: Profile) -> RankView:
     """A profile's collectives as a :class:`RankView`, the profile attached."""
     groups = {e.group.name: e.group for e in profile.calls if e.group.name != "?"}
     steps = [s.number for s in profile.steps]
-    span = (profile.steps[-1].end - profile.steps[0].start) / 1e6 if profile.steps else None
+    seconds = (profile.steps[-1].end - profile.steps[0].start) / 1e6 if profile.steps else None
     meta: dict[str, Any] = {
         "rank": profile.rank, "world_size": profile.world_size, "backend": profile.backend, "hostname": profile.hostname,
         "format": FORMAT, "timing": "profiler", "steps": (max(steps) + 1) if steps else 0,
-        "elapsed_s": span, "recorded_s": span, "profile_steps": [min(steps), max(steps)] if steps else None,
+        "elapsed_s": seconds, "recorded_s": seconds, "profile_steps": [min(steps), max(steps)] if steps else None,
     }
     view = RankView(int(profile.rank or 0), profile.path, meta, groups, list(profile.calls), source_format=FORMAT,
                     notes=list(profile.notes), profile=profile)

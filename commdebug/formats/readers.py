@@ -48,8 +48,8 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 from commdebug.errors import DumpError
 from commdebug.formats.flight_recorder import from_flight_recorder, is_flight_recorder
 from commdebug.formats.kineto import is_profiler_trace
-from commdebug.formats.profile_files import is_trace_name, peek_rank, trace_rank
-from commdebug.formats.profile_join import PROFILE_SUFFIX, attach_profile, profile_path_for
+from commdebug.formats.profile_files import NO_RANK, is_trace_name, profiles_with_their_dumps, refuse_two_of_a_rank, trace_rank
+from commdebug.formats.profile_join import attach_profile, profile_path_for
 from commdebug.formats.profiler import profile_view, read_profile
 from commdebug.model.aggregates import older_of, set_older
 from commdebug.model.dump import from_dump_dict, rank_view_from_dump_dict
@@ -258,9 +258,9 @@ def rank_files(folder: str | os.PathLike, *, live: bool = False) -> list[Path]:
     if not files:
         raise DumpError(f"{d}: no rank dumps in this folder (expected rank<N>.json, Flight Recorder files or "
                         "torch.profiler traces)")
-    files = _profiles_with_their_dumps(files)
+    files = profiles_with_their_dumps(files)
     ranks = {f: _rank_or_last(f) for f in files}
-    _refuse_two_of_a_rank(d, files, ranks)
+    refuse_two_of_a_rank(d, files, ranks)
     return sorted(_one_of_each_rank(files, live), key=lambda f: (ranks[f], f.name))
 
 
@@ -269,36 +269,8 @@ def _rank_or_last(f: Path) -> int:
     its head goes last (reading it says why)."""
     if is_trace_name(f.name):
         rank = trace_rank(f)
-        return 1 << 62 if rank is None else rank
+        return NO_RANK if rank is None else rank
     return rank_from_name(f)
-
-
-def _profiles_with_their_dumps(files: list[Path]) -> list[Path]:
-    """The files less the profiles (``rank<R>.profile.json.gz``) of ranks that have a dump or a
-    stream: those are read with it (:func:`_with_profile`), so the rank counts once."""
-    taken = {profile_path_for(f) for f in files if not f.name.endswith(PROFILE_SUFFIX) and f.suffix in (".json", STREAM_SUFFIX)}
-    return [f for f in files if f not in taken]
-
-
-def _refuse_two_of_a_rank(folder: Path, files: list[Path], ranks: dict[Path, int]) -> None:
-    """Profiler traces are told apart by rank and world size only: two of one rank, or of
-    different world sizes, are two jobs' traces."""
-    traces = [f for f in files if is_trace_name(f.name)]
-    if not traces:
-        return
-    by_rank: dict[int, list[Path]] = {}
-    for f in files:
-        if ranks[f] < 1 << 62 and (f in traces or f.suffix in (".json", STREAM_SUFFIX)):
-            by_rank.setdefault(ranks[f], []).append(f)
-    for rank, holders in sorted(by_rank.items()):
-        if len(holders) > 1 and any(h in traces for h in holders):
-            raise DumpError(f"{folder}: {' and '.join(h.name for h in holders[:3])} all claim rank {rank}: one folder holds "
-                            "one job's ranks, one file each (two jobs' traces?)")
-    sizes = {f: peek_rank(f)[1] for f in traces}
-    known = {s for s in sizes.values() if s is not None}
-    if len(known) > 1:
-        shown = "; ".join(f"{f.name}: {s}" for f, s in list(sizes.items())[:4] if s is not None)
-        raise DumpError(f"{folder}: the traces come from jobs of different world sizes ({shown}): two jobs' traces in one folder?")
 
 
 def _one_of_each_rank(files: list[Path], live: bool) -> list[Path]:

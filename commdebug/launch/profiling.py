@@ -52,7 +52,10 @@ class StepProfiler:
     def start(self) -> StepProfiler:
         """Listen for step boundaries (and start now when step ``first`` is the current one)."""
         options = self.mode.options
-        self.mode.trace.metadata["profile_steps"] = [self.first, self.last]
+        meta = self.mode.trace.metadata
+        meta["profile_steps"] = [self.first, self.last]
+        if options.windowed:  # what the dump holds, for the reader that joins the profile to it
+            meta["start_step"], meta["end_step"] = options.start_step, options.end_step
         end = options.end_step
         if self.first < options.start_step or (end is not None and self.last >= end):
             self._say(f"--profile-steps {self.first}-{self.last} reaches outside the recorded steps (--start-step "
