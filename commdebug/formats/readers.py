@@ -48,7 +48,13 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 from commdebug.errors import DumpError
 from commdebug.formats.flight_recorder import from_flight_recorder, is_flight_recorder
 from commdebug.formats.kineto import is_profiler_trace
-from commdebug.formats.profile_files import NO_RANK, is_trace_name, profiles_with_their_dumps, refuse_two_of_a_rank, trace_rank
+from commdebug.formats.profile_files import (
+    NO_RANK,
+    is_trace_name,
+    profiles_with_their_dumps,
+    refuse_two_of_a_rank,
+    trace_rank,
+)
 from commdebug.formats.profile_join import attach_profile, profile_path_for
 from commdebug.formats.profiler import profile_view, read_profile
 from commdebug.model.aggregates import older_of, set_older
