@@ -36,7 +36,7 @@ class OverlapChart {
     try { if (el) blocks = arr(JSON.parse(el.textContent)); } catch (e) { console.warn("exposed communication not shown:", e); }
     this.ranks = [];      // {rank, steps: [{step, calls, comm, overlapped, exposed, compute, inWindow}], exposed}; microseconds
     this.without = [];    // ranks with no profile
-    this.stepless = [];   // ranks whose profile has no ProfilerStep
+    this.stepless = [];   // ranks whose profile has no ProfilerStep (or none in --steps)
     this.leftOut = o ? arr(o.left_out) : [];  // profiled, but past the page's limit
     this.limit = o && isObj(o.limits) ? optNum(o.limits.rows) : null;
     const chosen = isObj(index.heat) && isObj(index.heat.chosen) ? index.heat.chosen : {};
