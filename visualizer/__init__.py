@@ -29,8 +29,8 @@ import markupsafe
 import commdebug
 from visualizer import assets
 
-__all__ = ["render_html", "write_html", "predictions_data", "ranks_data", "heat_data", "traffic_data", "render_ranks_html",
-           "write_ranks_html"]
+__all__ = ["render_html", "write_html", "predictions_data", "ranks_data", "heat_data", "traffic_data", "overlap_data",
+           "render_ranks_html", "write_ranks_html"]
 
 # Inside <script> the HTML parser only looks for "</script" (and "<!--"), but escaping every
 # <, > and & makes the embedded JSON inert wherever it lands. U+2028/U+2029 are legal in JSON
@@ -172,7 +172,9 @@ def ranks_data(folder: Any) -> tuple[dict[str, Any], list[str]]:
     rank's calls per phase (four per module, descendants included, null where the rank lacks
     the module), its bytes, and its timed seconds (when timed); per rank, its (step, op) keys
     (as step, op index pairs) and their calls, bytes and microseconds (``cells``); and the heat
-    block.
+    block. When some rank has all_to_all or send/recv calls, ``traffic`` (:func:`traffic_data`)
+    and its block; when some rank has a profile, ``overlap`` (:func:`overlap_data`) and its
+    block of each rank's per-step compute, overlapped and exposed time.
     """
     found = folder if hasattr(folder, "tree") else commdebug.rank_modules(folder)
     blocks = _Blocks()
@@ -223,6 +225,12 @@ def ranks_data(folder: Any) -> tuple[dict[str, Any], list[str]]:
         traffic["block"] = len(blocks.texts)
         blocks.texts.append(json.dumps(cells, separators=(",", ":")))
         index["traffic"] = traffic
+    overlap = overlap_data(found)
+    if overlap is not None:
+        rows = overlap.pop("rows")
+        overlap["block"] = len(blocks.texts)
+        blocks.texts.append(json.dumps(_finite(rows), separators=(",", ":"), allow_nan=False))
+        index["overlap"] = overlap
     return _finite(index), blocks.texts
 
 
@@ -334,6 +342,47 @@ def traffic_data(t: Any) -> dict[str, Any] | None:
         cells.append([[v for r in kept[s] for v in (r.src, r.dst, r.calls, r.bytes)] for s in shown])
     return {"groups": groups, "imbalance": imbalance, "imbalance_total": len(t.imbalance), "cells": cells,
             "limits": {"members": MATRIX_MEMBERS, "top_pairs": TOP_PAIRS, "cells": CELL_BUDGET, "imbalance": IMBALANCE_ROWS}}
+
+
+OVERLAP_COLUMNS = ("step", "calls", "overlapped_us", "exposed_us", "compute_us", "in_window")
+OVERLAP_ROWS = 8_192  # (rank, step) rows embedded at most (1,024 ranks x 8 steps); past it, the least exposed ranks are left out
+
+
+def overlap_data(found: Any) -> dict[str, Any] | None:
+    """The folder page's exposed communication, from ``rank_modules(folder)``'s ranks'
+    ``overlap`` (``commdebug overlap --by step``'s rows of each profiled rank); None when no rank
+    has a profile. ``columns`` (:data:`OVERLAP_COLUMNS`) name the values of each row; ``rows``:
+    per rank, in the index's order, None (no profile, or left out) or its steps' rows flattened,
+    one value per column: the step, its calls, its overlapped, exposed and compute time in
+    microseconds (the row's seconds x 1e6, not rounded: the page's data-* carry them exact), and
+    1 or 0 for in HTA's window or not. Past :data:`OVERLAP_ROWS` rows, the ranks with the least
+    exposed time (over their steps in HTA's window) are left out and listed in ``left_out``.
+
+    >>> overlap_data(commdebug.rank_modules("traces/"))["rows"][0][:6]   # doctest: +SKIP
+    [1, 3, 8887.2158203125, 1434.66015625, 106295.791015625, 1]
+    """
+    profiled = [r for r in found.ranks if r.overlap is not None]
+    if not profiled:
+        return None
+    kept, room = set(), OVERLAP_ROWS
+    for r in sorted(profiled, key=lambda r: (-sum(o.exposed_s for o in r.overlap if o.in_window), r.rank)):
+        if len(r.overlap) > room:
+            break
+        kept.add(r.rank)
+        room -= len(r.overlap)
+    rows = [[v for o in r.overlap for v in (o.key, o.calls, _exact_us(o.overlap_s), _exact_us(o.exposed_s),
+                                            _exact_us(o.compute_s), 1 if o.in_window else 0)]
+            if r.overlap is not None and r.rank in kept else None for r in found.ranks]
+    return {"columns": list(OVERLAP_COLUMNS), "rows": rows, "left_out": sorted(r.rank for r in profiled if r.rank not in kept),
+            "limits": {"rows": OVERLAP_ROWS}}
+
+
+def _exact_us(seconds: float | None) -> int | float | None:
+    """Seconds as microseconds, every digit kept; whole numbers without ".0"."""
+    if seconds is None:
+        return None
+    us = seconds * 1e6
+    return int(us) if math.isfinite(us) and us.is_integer() else us
 
 
 def render_ranks_html(folder: Any, *, title: str | None = None) -> str:

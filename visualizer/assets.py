@@ -28,6 +28,7 @@ SCRIPTS = (
     "dump_viewer.js",   # Viewer: one dump
     "heatmap.js",       # Heatmap: the folder page's rank x step heatmap and per-op spread
     "traffic.js",       # TrafficPanel: the folder page's rank x rank matrix and all_to_all imbalance
+    "overlap.js",       # OverlapChart: the folder page's compute, overlapped and exposed time per rank and step
     "ranks_viewer.js",  # RanksViewer: a folder of ranks
     "main.js",          # start-up: picks the viewer for what the page embeds
 )

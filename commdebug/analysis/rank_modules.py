@@ -163,8 +163,9 @@ def rank_modules(folder: str | os.PathLike, *, ranks: Selection = ALL, steps: Se
     A file that cannot be read is left out and named in ``errors``; Flight Recorder files count
     for the check but have no module tree. Raises :class:`DumpError` when no readable rank has
     a tree. `ranks` keeps the numbers of those ranks only (the check still reads every rank: a
-    subset would look like missing ranks); `steps` cuts the per-(step, op) numbers to those
-    steps (the module numbers are the dumps' own, over every step). ``traffic``: the peer and
+    subset would look like missing ranks); `steps` cuts the per-(step, op) numbers and the
+    per-step ``overlap`` rows to those steps (the module numbers are the dumps' own, over every
+    step). ``traffic``: the peer and
     all_to_all imbalance rows of the ranks and steps chosen (as ``traffic_path(folder,
     by_step=True)``), tallied from the events already read. ``progress(done, total)``
     is called before the first file and after each one. ``jobs``: processes reading the files
@@ -215,6 +216,8 @@ def rank_modules(folder: str | os.PathLike, *, ranks: Selection = ALL, steps: Se
                 else:
                     numbers = _numbers(data, path, tree, one)
                     numbers.step_ops = ops
+                    if numbers.overlap is not None and not steps.everything:  # the page's per-step sections agree
+                        numbers.overlap = [o for o in numbers.overlap if o.key in steps]
                     found.append(numbers)
                 tally(rank, data.events, ops)
             if isinstance(data, RankView):

@@ -7,7 +7,9 @@
 function showMode(ranks) {
   $("rank-picker").hidden = !ranks;
   $("findings").hidden = !ranks;
-  if (!ranks) $("heatmap-section").hidden = true;
+  if (!ranks) {  // a dump opened on the folder page: the folder's sections go
+    for (const id of ["heatmap-section", "overlap-section", "traffic-section"]) $(id).hidden = true;
+  }
   $("op-filter").hidden = ranks;
   $("ops-section").hidden = ranks;
   if (ranks) $("events").hidden = true;

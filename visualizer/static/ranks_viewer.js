@@ -97,6 +97,8 @@ class RanksViewer extends BaseViewer {
     this.renderFindings();
     this.heatmap = new Heatmap(this, index);
     this.heatmap.render();
+    this.overlap = new OverlapChart(this, index);
+    this.overlap.render();
     this.traffic = new TrafficPanel(index);
     this.traffic.render();
     this.showTree("share of this rank's bytes (Global = 100%)");
