@@ -6,6 +6,7 @@ module), and bad inputs."""
 from __future__ import annotations
 
 import gzip
+import math
 import json
 import os
 import shutil
@@ -347,3 +348,17 @@ def test_a_split_bug_in_a_synthetic_nccl_job_is_named_pair_by_pair(tmp_path):
     done = cli("check", str(tmp_path))
     assert done.returncode == 1, done.stdout
     assert "rank 6 sends" in done.stdout and "but rank 5 receives" in done.stdout and "(step 2)" in done.stdout
+
+
+def test_launches_written_in_another_layout_are_found_all_the_same(tmp_path):
+    from commdebug.formats.readers import load_rank
+
+    _synthetic_job(tmp_path, 2)
+    kineto = sorted(tmp_path.glob("*.gz"))[0]
+    text = gzip.decompress(kineto.read_bytes()).decode()
+    other = tmp_path / "other" / "rank0.json"
+    other.parent.mkdir()
+    other.write_text(text.replace('"cbid": 211, "correlation"', '"cbid":211,"correlation"'))  # no longer Kineto's spacing
+    a, b = load_rank(kineto).profile, load_rank(other).profile
+    assert list(a.comm.launch) == list(b.comm.launch) and list(a.compute.launch) == list(b.compute.launch)
+    assert not any(math.isnan(t) for t in b.compute.launch)

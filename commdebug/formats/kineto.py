@@ -16,8 +16,9 @@ between events, and parses only those that can matter (found by a few byte searc
 Splitting is safe because a JSON string never holds a raw newline: the separator ``},\\n{``
 (with the writer's indentation) cannot occur inside a name. It is checked where it matters: every
 piece read must parse as one event, else (a trace written on one line, another writer's layout)
-the whole document is parsed with orjson (or :mod:`json`); and the CUDA launches found must number
-as many as the launch events. A CPU-only trace is parsed whole: its CPU ops are the compute.
+the whole document is parsed with orjson (or :mod:`json`); and a GPU activity whose launch the one
+pass over the CUDA calls did not find has them read again in any layout. A CPU-only trace is
+parsed whole: its CPU ops are the compute.
 
     >>> events = read_events(raw, Path("rank0.pt.trace.json"))   # doctest: +SKIP
     >>> len(events.gpu), len(events.cpu), events.header["distributedInfo"]["rank"]
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,6 +80,17 @@ class KinetoEvents:
     cpu: list[dict[str, Any]] = field(default_factory=list)
     launches: dict[int, tuple[float, Any]] = field(default_factory=dict)
     thread_names: dict[Any, str] = field(default_factory=dict)
+    # reads the launches the first pass may have missed (another layout); None: all were read
+    complete_launches: Callable[[], None] | None = None
+
+    def launch(self, correlation: int) -> tuple[float, Any] | None:
+        """(time, thread) of the CUDA call that launched a GPU activity, or None."""
+        found = self.launches.get(correlation)
+        if found is None and self.complete_launches is not None:
+            complete, self.complete_launches = self.complete_launches, None
+            complete()
+            found = self.launches.get(correlation)
+        return found
 
 
 def is_profiler_trace(raw: bytes) -> bool:
@@ -195,21 +208,28 @@ def _split(raw: bytes, start: int, path: Path) -> KinetoEvents | None:
         if e.get("ph") == "X" and not isinstance((e.get("args") or {}).get("stream"), (int, str)):
             out.cpu.append(e)
     launches = out.launches
-    # CUDA launches: thousands of them, read in one pass of a regular expression, in Kineto's own
-    # layout first, then in any; when neither finds them all, event by event
-    expected = sum(raw.count(marker, start) for marker in _RUNTIME)
-    for pattern in _LAUNCH_PATTERNS:
-        found = pattern.findall(raw, start)
-        if len(found) == expected:
-            tids, stamps, correlations = zip(*found, strict=True) if found else ((), (), ())
-            launches.update(zip(map(int, correlations), zip(map(float, stamps), map(int, tids), strict=True), strict=True))
-            return out
-    for marker in _RUNTIME:
-        for a, b in where(marker).items():
-            corr, ts, tid = _CORRELATION.search(raw, a, b), _TS.search(raw, a, b), _TID.search(raw, a, b)
-            if corr is not None and ts is not None:
-                launches[int(corr.group(1))] = (float(ts.group(1)), int(tid.group(1)) if tid is not None else None)
+    # CUDA launches: thousands of them, read in one pass of a regular expression in Kineto's own
+    # layout; a GPU activity whose launch that did not find asks for the rest (complete_launches):
+    # read in any layout, then event by event
+    _add_launches(launches, _LAUNCH_PATTERNS[0].findall(raw, start))
+
+    def complete() -> None:
+        _add_launches(launches, _LAUNCH_PATTERNS[1].findall(raw, start))
+        for marker in _RUNTIME:
+            for a, b in where(marker).items():
+                corr, ts, tid = _CORRELATION.search(raw, a, b), _TS.search(raw, a, b), _TID.search(raw, a, b)
+                if corr is not None and ts is not None:
+                    launches.setdefault(int(corr.group(1)), (float(ts.group(1)), int(tid.group(1)) if tid is not None else None))
+
+    out.complete_launches = complete
     return out
+
+
+def _add_launches(launches: dict[int, tuple[float, Any]], found: list[tuple[bytes, bytes, bytes]]) -> None:
+    """(tid, ts, correlation) matches into ``launches``."""
+    if found:
+        tids, stamps, correlations = zip(*found, strict=True)
+        launches.update(zip(map(int, correlations), zip(map(float, stamps), map(int, tids), strict=True), strict=True))
 
 
 def _event(piece: bytes, first: bool, last: bool) -> dict[str, Any] | None:

@@ -379,7 +379,7 @@ class _Builder:
         name_ids: dict[str, int] = {}
         calls_at = CallsAt(spans)
         external = self.call_external
-        launches = self.ev.launches
+        launch_of = self.ev.launch
         nan = math.nan
         fractional = False
         for e in self.ev.gpu:  # tens of thousands: kept lean
@@ -394,7 +394,7 @@ class _Builder:
             end = start + dur
             fractional = fractional or start != int(start)
             corr = args.get("correlation")
-            launch = launches.get(corr) if type(corr) is int and corr >= 0 else None
+            launch = launch_of(corr) if type(corr) is int and corr >= 0 else None
             at = launch[0] if launch is not None else nan
             name = e.get("name") or ""
             kind = KINDS.get(name) or kernel_kind(name)
