@@ -6,8 +6,8 @@ module), and bad inputs."""
 from __future__ import annotations
 
 import gzip
-import math
 import json
+import math
 import os
 import shutil
 import subprocess
