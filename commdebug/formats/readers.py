@@ -14,6 +14,10 @@ Flight Recorder's, each told by its content.
   ``metadata.run_id`` (a rank copied in from another launch would otherwise be compared as if it
   were this one's; a dump without a run id, such as Flight Recorder's, is never a conflict).
 
+A rank's fault record (``rank<R>.fault``, written when a fatal signal ended its process:
+:mod:`commdebug.model.fault`) is read with its dump or stream, into ``metadata.fault``, where
+its pid and run id are the rank's.
+
 A rank's stream (``rank<R>.jsonl``, written while the program runs: docs/streaming.md) is read
 by all of them, up to a torn last chunk (said in a note); in a folder, a rank with both a dump
 and a stream counts once: by its final dump, or by its hang dump until the stream shows progress
@@ -42,11 +46,12 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from commdebug.errors import DumpError
 from commdebug.formats.flight_recorder import from_flight_recorder, is_flight_recorder
 from commdebug.model.dump import from_dump_dict, rank_view_from_dump_dict
+from commdebug.model.fault import FAULT_SUFFIX, fault_words, parse_fault
 from commdebug.model.rank_view import RankView
 from commdebug.model.stream import STREAM_SUFFIX, is_stream, parse_stream, stream_rank_view, stream_trace
 from commdebug.model.trace import CollectiveEvent, Trace
@@ -123,8 +128,8 @@ def load(path: str | os.PathLike) -> Trace:
     """
     raw = read_bytes(path)
     if is_stream(raw):
-        return stream_trace(parse_stream(raw, str(path)))
-    return from_dump_dict(parse_json(raw, path), str(path))
+        return _with_fault(stream_trace(parse_stream(raw, str(path))), Path(path))
+    return _with_fault(from_dump_dict(parse_json(raw, path), str(path)), Path(path))
 
 
 def read(path: str | os.PathLike) -> Trace | RankView:
@@ -138,8 +143,8 @@ def read(path: str | os.PathLike) -> Trace | RankView:
     if kind == "flight-recorder":
         return from_flight_recorder(data, p, rank_from_name(p))
     if kind == "stream":
-        return stream_trace(data)
-    return from_dump_dict(data, str(p))
+        return _with_fault(stream_trace(data), p)
+    return _with_fault(from_dump_dict(data, str(p)), p)
 
 
 def load_rank(path: str | os.PathLike) -> RankView:
@@ -149,8 +154,41 @@ def load_rank(path: str | os.PathLike) -> RankView:
     if kind == "flight-recorder":
         return from_flight_recorder(data, p, rank_from_name(p))
     if kind == "stream":
-        return stream_rank_view(data, p, lambda: rank_from_name(p))
-    return rank_view_from_dump_dict(data, p, lambda: rank_from_name(p))
+        return _with_fault(stream_rank_view(data, p, lambda: rank_from_name(p)), p)
+    return _with_fault(rank_view_from_dump_dict(data, p, lambda: rank_from_name(p)), p)
+
+
+_Read = TypeVar("_Read", Trace, RankView)
+
+
+def _with_fault(data: _Read, path: Path) -> _Read:
+    """``data`` with its rank's fault record in ``metadata.fault``, when there is one of this
+    process (see :mod:`commdebug.model.fault`): ``rank<R>.fault`` beside the file, or
+    ``pid<P>.fault`` for a process that died before its rank was known. The record says
+    whether it came after the final dump (``after_final_dump``: the dump is complete) and,
+    in ``words``, what it means."""
+    meta = data.metadata
+    pid = meta.get("pid")
+    if not isinstance(pid, int):
+        return data  # a dump of no known process: no record can be shown to be its own
+    for candidate in (path.with_suffix(FAULT_SUFFIX), path.with_name(f"pid{pid}{FAULT_SUFFIX}")):
+        try:
+            raw = candidate.read_bytes()
+        except OSError:
+            continue
+        record = parse_fault(raw)
+        if record is None or record.pid != pid:
+            continue  # empty, or another process's (an earlier run's in a reused folder)
+        run = meta.get("run_id")
+        if record.run_id is not None and isinstance(run, str) and record.run_id != run:
+            continue
+        fault = record.to_dict()
+        fault["file"] = str(candidate)
+        fault["after_final_dump"] = meta.get("ended_by") not in (None, "hang")
+        fault["words"] = fault_words(fault)
+        meta["fault"] = fault
+        break
+    return data
 
 
 class _PlainUnpickler(pickle.Unpickler):
@@ -189,7 +227,7 @@ def rank_files(folder: str | os.PathLike, *, live: bool = False) -> list[Path]:
         raise DumpError(f"{d}: no such folder")
     if not d.is_dir():
         raise DumpError(f"{d}: not a folder")
-    files = [f for f in d.iterdir() if f.is_file() and not f.name.startswith(".") and f.suffix not in (".html", ".txt", ".log") and _TRAILING_NUMBER.search(f.name)]
+    files = [f for f in d.iterdir() if f.is_file() and not f.name.startswith(".") and f.suffix not in (".html", ".txt", ".log", FAULT_SUFFIX) and _TRAILING_NUMBER.search(f.name)]
     if not files:
         raise DumpError(f"{d}: no rank dumps in this folder (expected rank<N>.json or Flight Recorder files)")
     return sorted(_one_of_each_rank(files, live), key=lambda f: (rank_from_name(f), f.name))
