@@ -43,6 +43,7 @@ __all__ = [
     "aliases",
     "accepted_names",
     "shape_rule",
+    "needs_all",
     "BUSBW_FACTORS",
     "MESSAGE_SIZE",
     "tensor_bytes",
@@ -448,7 +449,10 @@ class OpInfo:
     ``ops=[...]`` option takes them); ``flight_recorder``: Flight Recorder's profiling names, the
     part after ``backend:`` (all of them, ``op`` included where it writes that); ``nccl_tests``:
     nccl-tests' test names, the ``<name>_perf`` binaries. ``shape``: ``None`` where the sizes
-    need not agree in any way ``commdebug check`` can see.
+    need not agree in any way ``commdebug check`` can see. ``needs_all``: no member's call can
+    finish before every member of the group issued it (every member's data goes into every
+    member's result): one member's finished call proves the others issued it. Not so for a
+    rooted op (a broadcast root may finish before the others arrive) or point-to-point.
     """
 
     op: str
@@ -456,6 +460,7 @@ class OpInfo:
     flight_recorder: tuple[str, ...] = ()
     nccl_tests: tuple[str, ...] = ()
     shape: ShapeRule | None = None
+    needs_all: bool = False
 
 
 AliasSource = Literal["torch", "flight_recorder", "nccl_tests"]
@@ -465,15 +470,15 @@ ALIAS_SOURCES: tuple[AliasSource, ...] = get_args(AliasSource)
 # names), so keep the ops of the older table first.
 _OPS: dict[str, OpInfo] = {info.op: info for info in (
     OpInfo("all_reduce", torch=("all_reduce_coalesced", "inference_all_reduce"),
-           flight_recorder=("allreduce", "all_reduce", "allreduce_coalesced"), nccl_tests=("all_reduce",)),
+           flight_recorder=("allreduce", "all_reduce", "allreduce_coalesced"), nccl_tests=("all_reduce",), needs_all=True),
     OpInfo("all_gather", torch=("all_gather_into_tensor", "all_gather_base", "allgather_fn", "all_gather_coalesced"),
            flight_recorder=("allgather", "all_gather", "_allgather_base", "allgather_into_tensor_coalesced"),
-           nccl_tests=("all_gather",), shape=ShapeRule(whole="output", whole_may_be_list=True)),
+           nccl_tests=("all_gather",), shape=ShapeRule(whole="output", whole_may_be_list=True), needs_all=True),
     OpInfo("reduce_scatter", torch=("reduce_scatter_tensor", "reduce_scatter_base", "reduce_scatter_fn"),
            flight_recorder=("reduce_scatter", "_reduce_scatter_base", "reduce_scatter_tensor_coalesced"),
-           nccl_tests=("reduce_scatter",), shape=ShapeRule(whole="input")),
+           nccl_tests=("reduce_scatter",), shape=ShapeRule(whole="input"), needs_all=True),
     OpInfo("all_to_all", torch=("all_to_all_single",), flight_recorder=("all_to_all", "alltoall", "alltoall_base"),
-           nccl_tests=("alltoall",), shape=ShapeRule(balanced=True)),
+           nccl_tests=("alltoall",), shape=ShapeRule(balanced=True), needs_all=True),
     OpInfo("broadcast", flight_recorder=("broadcast",), nccl_tests=("broadcast",)),
     OpInfo("reduce", flight_recorder=("reduce",), nccl_tests=("reduce",)),
     OpInfo("gather", flight_recorder=("gather",)),
@@ -482,7 +487,7 @@ _OPS: dict[str, OpInfo] = {info.op: info for info in (
     OpInfo("send", torch=("isend",), flight_recorder=("send",), nccl_tests=("sendrecv",)),
     OpInfo("recv", torch=("irecv",), flight_recorder=("recv",)),
     OpInfo("batch_p2p"),
-    OpInfo("barrier", torch=("monitored_barrier",), flight_recorder=("barrier",)),
+    OpInfo("barrier", torch=("monitored_barrier",), flight_recorder=("barrier",), needs_all=True),
 )}
 
 
@@ -532,6 +537,17 @@ def canonical_op(name: str, source: AliasSource | None = None) -> str | None:
 def accepted_names(source: AliasSource) -> frozenset[str]:
     """Every name :func:`canonical_op` resolves for ``source``: the canonical ones and its aliases."""
     return frozenset(_OPS) | frozenset(aliases(source))
+
+
+def needs_all(op: str) -> bool:
+    """Whether a finished call of ``op`` proves every member of its group issued it (see
+    :class:`OpInfo`).
+
+    >>> needs_all("all_reduce"), needs_all("broadcast")
+    (True, False)
+    """
+    info = _OPS.get(op)
+    return info is not None and info.needs_all
 
 
 def shape_rule(op: str) -> ShapeRule | None:
