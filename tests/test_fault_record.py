@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from commdebug.analysis.check import check_path
+from commdebug.launch.faults import AVAILABLE
 from commdebug.model.fault import header_text
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,6 +26,7 @@ ABORT_LINE = next(i for i, line in enumerate(LIVE.read_text().splitlines(), 1) i
 FAULTY_LINE = next(i for i, line in enumerate(FAULTY.read_text().splitlines(), 1) if "ABORT_LINE" in line)
 GRAD_LINE = next(i for i, line in enumerate(LIVE.read_text().splitlines(), 1) if "GRAD_ALL_REDUCE" in line)
 DEADLINE_S = 120
+BUILD = "commdebug.launch._faults was not built: pip install -e . (or python setup.py build_ext --inplace) with a C compiler"
 USUAL_CAUSES = ("its process ended without a final dump and the cause was not recorded (SIGKILL, the OOM killer, "
                 "a lost node or a native crash are the usual ones)")
 
@@ -42,6 +44,7 @@ def _env() -> dict[str, str]:
 @pytest.fixture(scope="module")
 def aborted(tmp_path_factory) -> Path:
     """Two gloo ranks under `torchrun -m commdebug run`; rank 1 calls os.abort() as step 2 starts."""
+    assert AVAILABLE, BUILD
     cwd = tmp_path_factory.mktemp("aborted")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
            "-m", "commdebug", "run", "--out", "traces", "--", str(LIVE)]
@@ -117,6 +120,7 @@ def test_a_stream_that_lost_its_tail_is_known_from_the_peer_not_missing(aborted,
 
 @pytest.mark.timeout(DEADLINE_S)
 def test_the_record_survives_a_faulthandler_enabled_later_which_still_writes_to_stderr(tmp_path):
+    assert AVAILABLE, BUILD
     bare = subprocess.run([sys.executable, str(FAULTY), "after"], capture_output=True, text=True, cwd=tmp_path,
                           env=_env(), timeout=DEADLINE_S)
     run = subprocess.run([sys.executable, "-m", "commdebug", "run", "--out", "out", "--", str(FAULTY), "out/rank0.jsonl", "after"],
@@ -239,3 +243,37 @@ def test_only_a_dump_not_a_stream_proves_a_call_completed(tmp_path, world):
     result = check_path(folder)
     assert [f.kind for f in result.findings] == ["missing"] and result.findings[0].seq == 4, result.findings
     assert not any("issued them" in n for n in result.notes), result.notes
+
+
+@pytest.mark.parametrize("op", ["all_reduce", "broadcast"])
+def test_a_finished_call_proves_the_others_issued_it_only_for_ops_that_need_every_member(tmp_path, world, op):
+    """Rank 0's final dump shows 4 calls finished; rank 1's stream stops after 2. An all_reduce
+    finishes on no member before every member issued it; a broadcast's root may finish alone."""
+    import torch
+
+    import commdebug
+    from commdebug.model.dump import dump_text
+    from commdebug.model.stream import chunk_line, header_line
+
+    mode = commdebug.CommDebugMode()
+    with mode:
+        for _ in range(4):
+            getattr(torch.distributed, op)(torch.ones(16), **({"src": 0} if op == "broadcast" else {}))
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    trace = mode.trace
+    trace.metadata.update(rank=0, world_size=2, backend="gloo", pid=1, hostname="another-node", ended_by="exit",
+                          unfinished_marked=True)
+    (folder / "rank0.json").write_text(dump_text(trace))
+    meta = {"rank": 1, "world_size": 2, "backend": "gloo", "pid": 2, "hostname": "another-node"}
+    events = list(trace.events)[:2]
+    (folder / "rank1.jsonl").write_text(header_line(meta, 2, 1.0) + chunk_line(events, time=2.0, step=0, events_total=2))
+    result = check_path(folder)
+    if op == "all_reduce":
+        assert result.consistent, result.findings
+        assert any("rank 1's record stops at seq 1 (its last flushed chunk), but rank 0's record shows seq 2-3 completed" in n
+                   for n in result.notes), result.notes
+    else:
+        assert [(f.kind, f.seq) for f in result.findings] == [("missing", 2)]
+        assert "rank 1's record ends before it" in result.findings[0].message
+        assert not any("completed, so" in n for n in result.notes), result.notes
