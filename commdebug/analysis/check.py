@@ -20,7 +20,10 @@ sequence number and reports the first place they part:
   sizes (an MoE layer's are uneven by design);
 - ``unmatched``: a send with no matching receive, or a receive with no send, by (group, sender,
   receiver, point-to-point sequence), or the two sides' sizes differ;
-- ``no_dump``: a rank of the job left no dump.
+- ``no_dump``: a rank of the job left no dump;
+- ``ended``: a rank's process ended without a final dump: a fatal signal its fault record
+  names, or a stream whose process this host knows is gone (the run failed, whatever its
+  collectives say; a fatal signal after a final dump is a note).
 
 The majority decides which side is odd; where there is none (two ranks, or two halves) the
 finding says the ranks disagree and names no side odd, and each rank's own earlier steps name the
@@ -31,6 +34,9 @@ Dumps are taken a moment apart: a rank may show a collective unfinished that ano
 already completed (gloo marks completion on a worker thread, after the caller went on). When any
 member of a group completed (group, seq), every member issued it, so it is no hang: it becomes a
 note, not an ``in_flight`` finding. A collective some rank never issued is still ``missing``.
+For the same reason a record that stops before a call another member completed (a stream that
+lost its last second to a crash) is short, not missing those calls: a note says so. A stream
+without a final dump never says its rank "never issued" a call: its record ends before it.
 
 Besides findings, the result holds per rank a small summary: how its recording ended
 (``metadata.ended_by``), how many collectives it issued, and its last call (group, seq, op,
