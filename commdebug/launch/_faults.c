@@ -15,13 +15,14 @@
  * "signal: N" and "thread: 0x..." (the thread the signal was delivered to), a blank line, and
  * every thread's Python stack as the interpreter's own dumper writes it (faulthandler's format).
  *
- * The dumper is internal API (internal/pycore_traceback.h) of CPython 3.11-3.13; other
- * versions get a module without arm(), and the Python side records nothing.
+ * The dumper is internal API (internal/pycore_traceback.h), which CPython 3.11 and 3.12 export
+ * (3.13 no longer does; 3.10's was not found at load time when tried); other versions get a
+ * module without arm(), and the Python side records nothing.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030E0000
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030D0000
 #define Py_BUILD_CORE
 #include "internal/pycore_traceback.h"
 #undef Py_BUILD_CORE

@@ -15,7 +15,7 @@ until the session learns the rank, at the first step boundary or dump after the 
 group exists. Re-arming changes a path and a header: it costs a comparison when nothing
 changed, and runs at step boundaries only, never per collective.
 
-Without the compiled helper (no C compiler at install, another Python than CPython 3.11-3.13)
+Without the compiled helper (no C compiler at install, another Python than CPython 3.11-3.12)
 nothing is recorded, and the readers say the cause is unknown.
 """
 
@@ -33,7 +33,7 @@ __all__ = ["FaultRecorder", "AVAILABLE"]
 _arm: Any
 try:
     from commdebug.launch._faults import arm as _arm
-except ImportError:  # not built, or a Python whose internals it does not read
+except ImportError:  # not built, or a Python whose internals it cannot call
     _arm = None
 
 AVAILABLE = _arm is not None
