@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -27,6 +28,10 @@ FAULTY_LINE = next(i for i, line in enumerate(FAULTY.read_text().splitlines(), 1
 GRAD_LINE = next(i for i, line in enumerate(LIVE.read_text().splitlines(), 1) if "GRAD_ALL_REDUCE" in line)
 DEADLINE_S = 120
 BUILD = "commdebug.launch._faults was not built: pip install -e . (or python setup.py build_ext --inplace) with a C compiler"
+# rank 0 is in the all_reduce of step 2 when rank 1 dies: gloo fails it (the connection is reset
+# or closed), or torchrun's SIGTERM comes first and its dump shows it unfinished
+MISSING = (r"\[missing\] group default_pg\[2\] seq 4: (rank 0 waits in it \(unfinished\); )?rank 1's record ends before "
+           r"it \(whether it issued it is not known\)")
 USUAL_CAUSES = ("its process ended without a final dump and the cause was not recorded (SIGKILL, the OOM killer, "
                 "a lost node or a native crash are the usual ones)")
 
@@ -67,7 +72,7 @@ def test_an_aborted_rank_is_named_by_its_signal_and_line_in_check_report_watch_a
     assert f"1. [ended] rank 1 ended by {cause}, without a final dump\n" in text, text
     # rank 1 never reached the all_reduce of step 2, but its stream may have lost its last
     # second: the data cannot say it never issued it
-    assert "never issued" not in text and "[missing] group default_pg[2] seq 4: rank 1's record ends before it" in text
+    assert "never issued" not in text and re.search(MISSING, text), text
     data = json.loads(cli("check", str(aborted), "--json").stdout)
     fault = data["rank_summaries"][1]["fault"]
     assert (fault["signal"], fault["signum"], fault["in_main_thread"]) == ("SIGABRT", 6, True)
@@ -81,8 +86,10 @@ def test_an_aborted_rank_is_named_by_its_signal_and_line_in_check_report_watch_a
     watch = cli("watch", str(aborted), "--once")
     assert watch.returncode == 1, watch.stdout + watch.stderr
     assert f"FAILED: rank 1 ended by {cause}, without a final dump" in watch.stdout, watch.stdout
-    # rank 0 failed on the lost connection: its message as check shows it, without gloo's C++ location
-    assert "FAILED: rank 0 ended by RuntimeError: Read error" in watch.stdout and "pair.cc" not in watch.stdout
+    # rank 0 failed on the lost connection (its message as check shows it, without gloo's C++
+    # location), or torchrun's SIGTERM ended it first
+    assert re.search(r"FAILED: rank 0 ended by (RuntimeError: (Read error|Connection closed)|SIGTERM)", watch.stdout), watch.stdout
+    assert "pair.cc" not in watch.stdout and "[/__w" not in watch.stdout
 
     from visualizer import ranks_data
 
@@ -113,9 +120,10 @@ def test_a_stream_that_lost_its_tail_is_known_from_the_peer_not_missing(aborted,
     assert ("note: group default_pg[2]: rank 1's record stops at seq 1 (its last flushed chunk), but rank 0's record shows "
             "seq 2-3 completed, so rank 1 issued them: the calls after that are known from the other members' records") in text, text
     assert "seq 2:" not in text and "seq 3:" not in text  # no finding for the calls rank 0 completed
-    # the call nobody completed (rank 0's failed on the lost connection) is still a finding
-    assert "2. [missing] group default_pg[2] seq 4: rank 1's record ends before it (whether it issued it is not known); the other 1 issued it" in text
-    assert f"rank 0: all_reduce 256 B float32 in Global at {LIVE}:{GRAD_LINE}" in text
+    # the call nobody completed (rank 0's failed on the lost connection, or was cut by SIGTERM) is
+    # still a finding
+    assert re.search("2. " + MISSING, text), text
+    assert re.search(rf"rank 0: all_reduce 256 B float32 (\(unfinished\) )?in Global at {re.escape(str(LIVE))}:{GRAD_LINE}", text), text
 
 
 @pytest.mark.timeout(DEADLINE_S)
