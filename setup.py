@@ -1,10 +1,15 @@
-"""The one compiled piece, and it is optional; the metadata lives in pyproject.toml.
+"""The compiled pieces, both optional; the metadata lives in pyproject.toml.
 
 ``commdebug.capture._frames`` finds a collective's source line without making a frame object of
 each frame it skips (see commdebug/capture/source.py). Without a C compiler the install goes on
 without it, and the capture walks frame objects instead.
+
+``commdebug.launch._faults`` writes a rank's fault record when its process dies of a fatal
+signal (see commdebug/launch/faults.py). Without it a native crash is not recorded: the readers
+then say the cause is unknown.
 """
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("commdebug.capture._frames", ["commdebug/capture/_frames.c"], optional=True)])
+setup(ext_modules=[Extension("commdebug.capture._frames", ["commdebug/capture/_frames.c"], optional=True),
+                   Extension("commdebug.launch._faults", ["commdebug/launch/_faults.c"], optional=True)])

@@ -43,6 +43,7 @@ __all__ = [
     "aliases",
     "accepted_names",
     "shape_rule",
+    "needs_all",
     "BUSBW_FACTORS",
     "MESSAGE_SIZE",
     "tensor_bytes",
@@ -451,6 +452,10 @@ class OpInfo:
     ``"Collective name"`` torch.profiler writes on ``record_param_comms`` where it differs from
     Flight Recorder's; ``nccl_tests``: nccl-tests' test names, the ``<name>_perf`` binaries.
     ``shape``: ``None`` where the sizes need not agree in any way ``commdebug check`` can see.
+    ``needs_all``: no member's call can finish before every member of the group issued it (every
+    member's data goes into every member's result): one member's finished call proves the others
+    issued it. Not so for a rooted op (a broadcast root may finish before the others arrive) or
+    point-to-point.
     """
 
     op: str
@@ -459,6 +464,7 @@ class OpInfo:
     nccl_tests: tuple[str, ...] = ()
     shape: ShapeRule | None = None
     profiler: tuple[str, ...] = ()
+    needs_all: bool = False
 
 
 AliasSource = Literal["torch", "flight_recorder", "nccl_tests", "profiler"]
@@ -469,17 +475,17 @@ ALIAS_SOURCES: tuple[AliasSource, ...] = get_args(AliasSource)
 _OPS: dict[str, OpInfo] = {info.op: info for info in (
     OpInfo("all_reduce", torch=("all_reduce_coalesced", "inference_all_reduce"),
            flight_recorder=("allreduce", "all_reduce", "allreduce_coalesced"), nccl_tests=("all_reduce",),
-           profiler=("allreduce", "allreduce_coalesced")),
+           profiler=("allreduce", "allreduce_coalesced"), needs_all=True),
     OpInfo("all_gather", torch=("all_gather_into_tensor", "all_gather_base", "allgather_fn", "all_gather_coalesced"),
            flight_recorder=("allgather", "all_gather", "_allgather_base", "allgather_into_tensor_coalesced"),
            nccl_tests=("all_gather",), shape=ShapeRule(whole="output", whole_may_be_list=True),
-           profiler=("allgather", "_allgather_base", "allgather_coalesced", "allgather_into_tensor_coalesced")),
+           profiler=("allgather", "_allgather_base", "allgather_coalesced", "allgather_into_tensor_coalesced"), needs_all=True),
     OpInfo("reduce_scatter", torch=("reduce_scatter_tensor", "reduce_scatter_base", "reduce_scatter_fn"),
            flight_recorder=("reduce_scatter", "_reduce_scatter_base", "reduce_scatter_tensor_coalesced"),
            nccl_tests=("reduce_scatter",), shape=ShapeRule(whole="input"),
-           profiler=("_reduce_scatter_base", "reduce_scatter_tensor_coalesced")),
+           profiler=("_reduce_scatter_base", "reduce_scatter_tensor_coalesced"), needs_all=True),
     OpInfo("all_to_all", torch=("all_to_all_single",), flight_recorder=("all_to_all", "alltoall", "alltoall_base"),
-           nccl_tests=("alltoall",), shape=ShapeRule(balanced=True), profiler=("alltoall", "alltoall_base")),
+           nccl_tests=("alltoall",), shape=ShapeRule(balanced=True), profiler=("alltoall", "alltoall_base"), needs_all=True),
     OpInfo("broadcast", flight_recorder=("broadcast",), nccl_tests=("broadcast",), profiler=("_broadcast_oop",)),
     OpInfo("reduce", flight_recorder=("reduce",), nccl_tests=("reduce",), profiler=("_reduce_oop",)),
     OpInfo("gather", flight_recorder=("gather",)),
@@ -488,7 +494,7 @@ _OPS: dict[str, OpInfo] = {info.op: info for info in (
     OpInfo("send", torch=("isend",), flight_recorder=("send",), nccl_tests=("sendrecv",)),
     OpInfo("recv", torch=("irecv",), flight_recorder=("recv",)),
     OpInfo("batch_p2p"),
-    OpInfo("barrier", torch=("monitored_barrier",), flight_recorder=("barrier",)),
+    OpInfo("barrier", torch=("monitored_barrier",), flight_recorder=("barrier",), needs_all=True),
 )}
 
 
@@ -538,6 +544,17 @@ def canonical_op(name: str, source: AliasSource | None = None) -> str | None:
 def accepted_names(source: AliasSource) -> frozenset[str]:
     """Every name :func:`canonical_op` resolves for ``source``: the canonical ones and its aliases."""
     return frozenset(_OPS) | frozenset(aliases(source))
+
+
+def needs_all(op: str) -> bool:
+    """Whether a finished call of ``op`` proves every member of its group issued it (see
+    :class:`OpInfo`).
+
+    >>> needs_all("all_reduce"), needs_all("broadcast")
+    (True, False)
+    """
+    info = _OPS.get(op)
+    return info is not None and info.needs_all
 
 
 def shape_rule(op: str) -> ShapeRule | None:

@@ -6,7 +6,8 @@ a live job must be true: real two-rank gloo jobs under torchrun (tests/programs/
 - ``watch`` started before the job waits for it, then shows both ranks;
 - ``check`` during a live hang says hung, from the watchdog's dumps, while the streams are still
   being touched;
-- SIGTERM that arrives while Python code runs leaves dumps with their end time and durations.
+- SIGTERM that arrives while Python code runs leaves dumps with their end time and durations,
+  and each rank says so on stderr, before and after writing its dump.
 """
 
 from __future__ import annotations
@@ -137,11 +138,17 @@ def test_sigterm_while_python_code_runs_leaves_end_times(tmp_path):
         assert ready, "the ranks never reached their loop"
         time.sleep(0.5)
         job.send_signal(signal.SIGTERM)  # torchrun passes it on to both ranks, each busy in Python
-        job.communicate(timeout=60)
+        out, _ = job.communicate(timeout=60)
+        lines = [line for line in out.splitlines() if line.startswith("commdebug:")]
         for rank in (0, 1):
             meta = json.loads((tmp_path / "traces" / f"rank{rank}.json").read_text())["commdebug"]["metadata"]
             assert meta["ended_by"] == "SIGTERM", meta
             assert meta["end_time"] and meta["elapsed_s"] > 0 and meta["recorded_s"] > 0, meta
+            # each rank says how its program ended before it writes its dump (a launcher may kill
+            # it a moment later), then that the dump is complete
+            said = f"commdebug: rank {rank} (pid {meta['pid']}): program ended by SIGTERM; writing its dump to traces/rank{rank}.json"
+            done = f"commdebug: program ended by SIGTERM; dump complete: traces/rank{rank}.json"
+            assert said in lines and done in lines and lines.index(said) < lines.index(done), out[-3000:]
     finally:
         if job.poll() is None:
             _stop(job, tmp_path)

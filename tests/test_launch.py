@@ -194,6 +194,7 @@ def test_run_tags_pipelining_imported_after_the_recording_started(tmp_path):
 # ---- one `commdebug run`, the ranks started by the program itself -----------------------------
 
 SPAWNED = ROOT / "tests" / "programs" / "spawned.py"
+ABORT_DEL_LINE = next(i for i, line in enumerate(SPAWNED.read_text().splitlines(), 1) if line.strip() == "abort()")
 
 
 def commdebug_run(*args: str, cwd: Path, pythonpath: tuple[Path, ...] = ()) -> subprocess.CompletedProcess:
@@ -261,6 +262,12 @@ def test_an_abort_in_teardown_after_the_program_finished_leaves_a_complete_dump_
     assert solo.returncode == -6, solo.stderr[-3000:]  # SIGABRT, after run_program returned
     assert commdebug_lines(solo.stderr)[-1] == "commdebug: program finished (exit 0); dump complete: solo/rank0.json"
     assert commdebug.load(tmp_path / "solo" / "rank0.json").metadata["ended_by"] == "exit"
+    # its fault record says where the abort came; after a complete dump it is a note, not a failure
+    assert (tmp_path / "solo" / "rank0.fault").is_file()
+    check = cli("check", str(tmp_path / "solo"))
+    assert check.returncode == 0 and check.stdout.startswith("consistent: "), check.stdout
+    assert (f"note: rank 0: died of SIGABRT (a native abort), main thread at {SPAWNED}:{ABORT_DEL_LINE} in __del__ after its "
+            "final dump was written, after the program's code ended: its dump is complete") in check.stdout, check.stdout
 
     spawned = commdebug_run("--out", "out", "--", str(SPAWNED), "spawn-abort", cwd=tmp_path)
     assert spawned.returncode == 1  # mp.spawn raises ProcessExitedException in the parent
@@ -272,3 +279,42 @@ def test_an_abort_in_teardown_after_the_program_finished_leaves_a_complete_dump_
         assert done and done[0].endswith(f"finished; dump complete: {tmp_path / 'out'}/rank{rank}.json"), lines
     died = [line for line in lines if "died of SIGABRT after" in line]
     assert len(died) == 1 and "its dump out/rank" in died[0] and "is complete;" in died[0], lines
+
+
+RAISING = '''\
+def load(path):
+    try:
+        return {}[path]
+    except KeyError as e:
+        raise ValueError(f"cannot load {path}") from e
+
+
+def train():
+    try:
+        load("ckpt")
+    finally:
+        print("cleanup")
+
+
+train()
+'''
+
+
+@pytest.mark.timeout(DEADLINE_S + 30)
+def test_a_raising_program_prints_the_traceback_python_prints_with_the_same_status(tmp_path):
+    """No frame of commdebug or of the runpy calls that start the program: `python prog.py`'s
+    traceback, chained exceptions included; for `-m`, `python -m`'s (with its two runpy frames)."""
+    (tmp_path / "prog.py").write_text(RAISING)
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "mod.py").write_text(RAISING)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for plain, ours in ((["prog.py"], ["--", "prog.py"]), (["-m", "pkg.mod"], ["-m", "--", "pkg.mod"])):
+        python = subprocess.run([sys.executable, *plain], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=DEADLINE_S)
+        run = subprocess.run([sys.executable, "-m", "commdebug", "run", "--out", "out", *ours], capture_output=True, text=True,
+                             cwd=tmp_path, env=env, timeout=DEADLINE_S)
+        assert python.returncode == run.returncode == 1
+        assert python.stdout == run.stdout == "cleanup\n"
+        theirs = [line for line in run.stderr.splitlines() if not line.startswith("commdebug:")]
+        assert theirs == python.stderr.splitlines(), run.stderr
+        assert "The above exception was the direct cause" in python.stderr and "commdebug" not in "\n".join(theirs)

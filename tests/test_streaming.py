@@ -53,11 +53,17 @@ def test_a_rank_killed_with_sigkill_leaves_its_stream_and_check_names_it(tmp_pat
     check = cli("check", str(traces))
     assert check.returncode == 1, check.stdout + check.stderr
     text = check.stdout
-    assert "  rank 1: no final dump, only its stream: it stops in step 3, its last collective in step 2" in text
+    # SIGKILL leaves no record: no cause is named as fact, the usual ones are listed
+    usual = "the cause was not recorded (SIGKILL, the OOM killer, a lost node or a native crash are the usual ones)"
+    assert (f"  rank 1: its process ended without a final dump and {usual}; only its stream is left: it stops in step 3, "
+            "its last collective in step 2") in text, text
+    assert f"1. [ended] rank 1: its process ended without a final dump and {usual}\n" in text
     assert f"last all_reduce #5 on default_pg[2] at {LIVE}:{GRAD_LINE}" in text
-    # what rank 0 was in when rank 1 vanished: the first all_reduce of step 3
-    assert "[missing] group default_pg[2] seq 6: rank 1 never issued it" in text
+    # what rank 0 was in when rank 1 vanished: the first all_reduce of step 3, which a stream
+    # without a final dump cannot say rank 1 never issued
+    assert "[missing] group default_pg[2] seq 6: rank 1's record ends before it (whether it issued it is not known)" in text
     assert f"rank 0: all_reduce 256 B float32 in Global at {LIVE}:{GRAD_LINE}" in text
+    assert "rank1.fault" not in {p.name for p in traces.iterdir()}  # no fatal signal, no record
 
     for verb in ("report", "trace", "view"):  # every folder verb reads what rank 1 wrote so far
         out = cli(verb, str(traces), *(["-o", str(tmp_path / f"{verb}.out")] if verb != "report" else []))
@@ -86,7 +92,7 @@ def test_a_torn_last_chunk_reads_up_to_it_with_one_note(tmp_path, world):
 
     trace = commdebug.load(stream)
     assert [e.index for e in trace.events] == [0, 1, 2, 3]
-    assert trace.metadata["read_notes"] == ["its stream's last chunk was cut short (the process was killed while writing it): read up to it"]
+    assert trace.metadata["read_notes"] == ["its stream's last chunk was cut short (its process ended while writing it): read up to it"]
     summary = cli("summary", str(stream), "--by", "op")
     assert summary.returncode == 0, summary.stderr
     assert summary.stdout.count("cut short") == 1 and "all_reduce" in summary.stdout
@@ -166,9 +172,9 @@ def test_keep_steps_bounds_a_3000_step_run_and_summary_counts_every_collective(t
 
 
 def test_check_says_whether_a_stream_only_rank_still_runs_where_it_can_know(tmp_path, world):
-    """A rank with only a stream is either still running or was killed; on the host that wrote
-    the stream, its pid says which (a file's times cannot: a rank killed a second ago looks
-    alive)."""
+    """A rank with only a stream is either still running or its process ended; on the host that
+    wrote the stream, its pid says which (a file's times cannot: a rank killed a second ago looks
+    alive), never why it ended."""
     import socket
 
     from commdebug.analysis.check import check_path
@@ -185,5 +191,9 @@ def test_check_says_whether_a_stream_only_rank_still_runs_where_it_can_know(tmp_
         stream.write_text(header_line(meta, 2, 1.0) + chunk_line(events, time=2.0, step=1, events_total=2))
         lines[name] = next(line for line in render_check(check_path(stream.parent)).splitlines() if line.startswith("  rank 0:"))
     assert lines["alive"].startswith("  rank 0: still running: no final dump yet; its stream says step 1"), lines
-    assert "its process is gone (killed: SIGKILL, the OOM killer)" in lines["dead"], lines
-    assert "killed: SIGKILL, the OOM killer, a lost node; or still running" in lines["elsewhere"], lines
+    # no cause named as fact: without a fault record it was not recorded
+    usual = "the cause was not recorded (SIGKILL, the OOM killer, a lost node or a native crash are the usual ones)"
+    assert lines["dead"].startswith(f"  rank 0: its process ended without a final dump and {usual}; only its stream is left: "
+                                    "it stops in step 1"), lines
+    assert lines["elsewhere"].startswith("  rank 0: no final dump; only its stream is left: it stops in step 1, its last "
+                                         f"collective in step 0 (it still runs, or its process ended and {usual})"), lines

@@ -30,8 +30,10 @@ with tempfile.TemporaryDirectory() as tmp:
                           "-m", "commdebug", "run", "--out", "traces", "--hang-timeout", "2", "--", str(PROGRAM)],
                          capture_output=True, text=True, cwd=tmp, env=ENV, timeout=120)
     print(f"exit status {job.returncode}")
-    print("--- commdebug's lines on stderr (sorted; the seconds vary) ---")
+    print("--- commdebug's lines on stderr (sorted; the seconds, the pids and how each rank ended vary) ---")
     ours = [re.sub(r"stuck for \d+ s", "stuck for … s", clean(line, tmp)) for line in job.stderr.splitlines() if line.startswith("commdebug: rank")]
+    # each rank ends by gloo's timeout error (exit 1) or by torchrun's SIGTERM once the other failed
+    ours = [re.sub(r"\(pid \d+\): program ended (\(exit \d+\)|by SIGTERM)", "(pid …): program ended …", line) for line in ours]
     print("\n".join(sorted(ours)))
 
     print("===== the last events of each rank =====")

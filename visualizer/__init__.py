@@ -140,7 +140,7 @@ def predictions_data(dump: object, cluster: Any = None) -> dict[str, Any] | None
 RANKS_FORMAT = "commdebug-ranks"
 # what the page shows of each rank's metadata
 _META = ("rank", "world_size", "hostname", "backend", "torch_version", "steps", "pid", "ended_by", "run_id",
-         "capture", "detail_every", "detail_steps")
+         "capture", "detail_every", "detail_steps", "fault")
 
 
 class _Blocks:

@@ -20,7 +20,10 @@ sequence number and reports the first place they part:
   sizes (an MoE layer's are uneven by design);
 - ``unmatched``: a send with no matching receive, or a receive with no send, by (group, sender,
   receiver, point-to-point sequence), or the two sides' sizes differ;
-- ``no_dump``: a rank of the job left no dump.
+- ``no_dump``: a rank of the job left no dump;
+- ``ended``: a rank's process ended without a final dump: a fatal signal its fault record
+  names, or a stream whose process this host knows is gone (the run failed, whatever its
+  collectives say; a fatal signal after a final dump is a note).
 
 The majority decides which side is odd; where there is none (two ranks, or two halves) the
 finding says the ranks disagree and names no side odd, and each rank's own earlier steps name the
@@ -31,6 +34,9 @@ Dumps are taken a moment apart: a rank may show a collective unfinished that ano
 already completed (gloo marks completion on a worker thread, after the caller went on). When any
 member of a group completed (group, seq), every member issued it, so it is no hang: it becomes a
 note, not an ``in_flight`` finding. A collective some rank never issued is still ``missing``.
+For the same reason a record that stops before a call another member completed (a stream that
+lost its last second to a crash) is short, not missing those calls: a note says so. A stream
+without a final dump never says its rank "never issued" a call: its record ends before it.
 
 Besides findings, the result holds per rank a small summary: how its recording ended
 (``metadata.ended_by``), how many collectives it issued, and its last call (group, seq, op,
@@ -65,6 +71,7 @@ from commdebug.analysis.divergence import (
 )
 from commdebug.analysis.findings import Change, Finding, Side, ranks_text, who
 from commdebug.formats.readers import iter_ranks
+from commdebug.model.fault import CAUSE_NOT_RECORDED, fault_words
 from commdebug.model.rank_view import RankView
 from commdebug.model.trace import CollectiveEvent
 from commdebug.ops import shape_rule
@@ -151,6 +158,7 @@ class _Checker:
         self.rank_notes: dict[str, list[int]] = {}  # a rank's note -> the ranks that have it
         self.notes: list[str] = []  # the check's own
         self.summaries: list[RankSummary] = []
+        self.partial: set[int] = set()  # ranks whose record may lack their last calls: a stream, no final dump
         # (group, src, dst, p2p seq) -> (bytes, call site, step or None)
         self.sends: dict[tuple[str, int, int, int], tuple[int, int, int | None]] = {}
         self.recvs: dict[tuple[str, int, int, int], tuple[int, int, int | None]] = {}
@@ -172,6 +180,8 @@ class _Checker:
                 self._all_to_all(rank, special[0], special[1], special[2])
         self.collectives += d.summary.collectives
         self.summaries.append(d.summary)
+        if d.summary.stream_step is not None and not d.summary.final:
+            self.partial.add(rank)
         calls = self.calls.many(d.calls)
         for value in self.calls.values[len(self.call_sig):]:  # calls seen for the first time
             rule = shape_rule(value[0])  # balanced (all_to_all): sizes differ by rank, by design
@@ -267,6 +277,7 @@ class _Checker:
             self._settle(g)
             self._group_findings(g)
         self._p2p_findings()
+        self.findings[0:0] = _ended(self.summaries)
         if self.world_size:
             absent = sorted(set(range(self.world_size)) - set(self.ranks))
             if absent:
@@ -309,8 +320,15 @@ class _Checker:
                     g.members.setdefault(r, -1)
             members = set(g.members)
         last = max(g.members.values(), default=-1)
-        short = sorted(r for r, seq in g.members.items() if seq < last)
-        stop = min(g.members[r] for r in short) + 1 if short else None  # the first seq some rank never issued
+        # A member's record can end before calls it issued (a stream that lost its last second
+        # to a crash): where another member's record shows a later call completed, every member
+        # issued every call up to it. Those calls are known from the others, never "missing".
+        proven = min(g.completed, last)
+        cut = {r: seq for r, seq in g.members.items() if seq < proven}
+        self._cut_notes(g, cut, proven)
+        reach = {r: max(seq, proven) for r, seq in g.members.items()}
+        short = sorted(r for r, seq in reach.items() if seq < last)
+        stop = min(reach[r] for r in short) + 1 if short else None  # the first seq some rank is not known to have issued
         mismatch = min(g.divergent) if g.divergent else None
         # 0. where call sites parted, before (or at) the first op or size difference
         parting = g.sites.parting(g.sig, g.ctx, g.steps, g.first, lambda seq: self._having(g, seq))
@@ -339,16 +357,25 @@ class _Checker:
         if stop is not None:
             pos = stop - g.first
             ahead = sorted(r for r in members if g.members[r] >= stop)
-            missing = sorted(r for r in short if g.members[r] < stop)
+            missing = sorted(r for r in short if reach[r] < stop)
             sig = g.sig[pos] if 0 <= pos < len(g.sig) else -1
             ctx = g.ctx[pos] if 0 <= pos < len(g.ctx) else -1
             waiting = sorted(set(g.in_flight.get(stop, [])))
             side = self._side(ahead, sig, ctx, in_flight=bool(waiting))
+            # a record that may lack the rank's last calls (a stream without a final dump, or one
+            # shown short above) cannot say the rank never issued it
+            unknown = [r for r in missing if r in self.partial or r in cut]
+            never = [r for r in missing if r not in unknown]
+            parts = [f"{who(never)} never issued it"] if never else []
+            if unknown:
+                parts.append(f"{_records(unknown)} {'ends' if len(unknown) == 1 else 'end'} before it "
+                             f"(whether {'it' if len(unknown) == 1 else 'they'} issued it is not known)")
             if waiting:
                 msg = (f"group {g.label} seq {stop}: {who(waiting)} {'waits' if len(waiting) == 1 else 'wait'} in it (unfinished); "
-                       f"{who(missing)} never issued it")
+                       + "; ".join(parts))
             else:
-                msg = f"group {g.label} seq {stop}: {who(missing)} never issued it; the other {len(ahead)} did"
+                msg = f"group {g.label} seq {stop}: " + "; ".join(parts) + (f"; the other {len(ahead)} did" if not unknown
+                                                                           else f"; the other {len(ahead)} issued it")
             sides = [side]
             for r in missing:  # what each short rank did last on this group: its own record of it
                 last_call = g.last_of.get(r)
@@ -373,6 +400,24 @@ class _Checker:
                 self.findings.append(Finding("all_to_all", g.label, seq,
                     f"group {g.label} seq {seq}: all_to_all members send {format_bytes(sent)} in total but receive {format_bytes(received)}",
                     step=None if step == UNKNOWN_STEP else step))
+
+    def _cut_notes(self, g: _Group, cut: dict[int, int], proven: int) -> None:
+        """A note per set of members whose record stops at the same seq before `proven`."""
+        by_end: dict[int, list[int]] = {}
+        for r, seq in cut.items():
+            by_end.setdefault(seq, []).append(r)
+        for seq, ranks in sorted(by_end.items()):
+            ranks.sort()
+            one = len(ranks) == 1
+            at = f"at seq {seq}" if seq >= 0 else "before its first call on it" if one else "before their first call on it"
+            flushed = ""
+            if all(r in self.partial for r in ranks):
+                flushed = " (its last flushed chunk)" if one else " (their last flushed chunks)"
+            them = "it" if proven == seq + 1 else "them"
+            self.notes.append(
+                f"group {g.label}: {_records(ranks)} {'stops' if one else 'stop'} {at}{flushed}, but rank {g.completed_by}'s record "
+                f"shows seq {ranks_text(range(seq + 1, proven + 1))} completed, so {who(ranks)} issued {them}: the calls after "
+                f"{'that' if seq >= 0 else 'the start'} are known from the other members' records")
 
     def _pair_findings(self, g: _Group, found: list[PairMismatch], e: CollectiveEvent | None = None) -> None:
         """A finding per all_to_all pair that disagrees, the first few of each group."""
@@ -459,6 +504,28 @@ class _Checker:
                 sides.append(self._side([dst], self.sigs(("recv", recv[0], None)), recv[1]))
             step = send[2] if send else recv[2] if recv else None
             self.findings.append(Finding("unmatched", group, seq, msg, sides, step=step))
+
+
+def _records(ranks: list[int]) -> str:
+    """"rank 1's record", "the records of ranks 1-2"."""
+    return f"{who(ranks)}'s record" if len(ranks) == 1 else f"the records of {who(ranks)}"
+
+
+def _ended(summaries: list[RankSummary]) -> list[Finding]:
+    """The ranks whose process ended without a final dump, known from a fault record (a fatal
+    signal) or from a stream whose process is gone: the run failed, whatever its collectives
+    say. A fatal signal after the final dump (the gloo teardown abort) is a note, not here."""
+    found = []
+    for s in summaries:
+        if s.fault is not None and not s.fault.get("after_final_dump"):
+            found.append(Finding("ended", "", None, f"rank {s.rank} ended by {fault_words(s.fault)}, without a final dump",
+                                 odd_ranks=[s.rank]))
+    gone = [s.rank for s in summaries if s.fault is None and not s.final and s.stream_step is not None and s.stream_alive is False]
+    if gone:
+        whose = "its process" if len(gone) == 1 else "their processes"
+        found.append(Finding("ended", "", None, f"{who(gone)}: {whose} ended without a final dump and {CAUSE_NOT_RECORDED}",
+                             odd_ranks=gone))
+    return found
 
 
 def _append(g: _Group, pos: int, sig: int, ctx: int, step: int, in_flight: bool) -> None:

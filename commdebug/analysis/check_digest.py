@@ -28,9 +28,10 @@ from commdebug.model.columns import (
     SEQ,
     STEP,
 )
+from commdebug.model.fault import ending_note
 from commdebug.model.rank_view import RankView
 from commdebug.model.trace import CollectiveEvent, GroupInfo
-from commdebug.ops import shape_rule
+from commdebug.ops import needs_all, shape_rule
 from commdebug.units import format_bytes
 
 __all__ = ["LastCall", "RankSummary", "RankDigest", "rank_digest", "shape_finding"]
@@ -62,12 +63,20 @@ class RankSummary:
     source_format: str
     collectives: int
     last: LastCall | None
-    # a rank that left only its stream (killed, or still running): the step it was in at its
+    # a rank that left only its stream (its process ended without a final dump, or still runs): the step it was in at its
     # last chunk, and whether its last chunk was torn
     stream_step: int | None = None
     stream_torn: bool = False
     # whether its process still runs, where that can be known (this host): None elsewhere
     stream_alive: bool | None = None
+    # its fault record (metadata.fault: a fatal signal ended its process), None without one
+    fault: dict[str, Any] | None = None
+
+    @property
+    def final(self) -> bool:
+        """Whether its record is a final dump (written once its program ended: complete), not a
+        stream or a hang dump, which may lack what the rank did last."""
+        return self.ended_by not in (None, "hang")
 
     def to_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -115,7 +124,10 @@ class RankDigest:
     # unfinished calls, whether its last call is unfinished); seqs sorted
     groups: list[tuple[GroupInfo, array, array, array, frozenset[int], bool]]
     idle: list[tuple[str, GroupInfo]]  # groups it is a member of and issued nothing on
-    completed: dict[str, tuple[int, GroupInfo]]  # group -> (last completed seq, info)
+    # group -> (the last seq this rank's record shows completed, info): Flight Recorder's
+    # pg_status, or the last call of an op that needs every member (ops.needs_all) that a dump
+    # marking its unfinished calls shows finished; every member issued it and all before it
+    completed: dict[str, tuple[int, GroupInfo]]
     summary: RankSummary
 
 
@@ -174,8 +186,39 @@ def rank_digest(view: RankView) -> RankDigest:
     by_group = set(compress(names, with_seq))
     idle = [(name, info) for name, info in view.groups.items() if name not in by_group and info.ranks and rank in info.ranks]
     completed = {name: (seq, view.groups.get(name) or _unknown(name)) for name, seq in view.completed.items()}
-    return RankDigest(rank, int(view.metadata.get("world_size") or 0), list(view.notes), specials, list(calls), groups,
+    # a dump that flagged its unfinished calls when written; not a stream (which may carry the flag
+    # in its metadata after a hang dump, but flags a call only once it has been unfinished 2 s)
+    if view.metadata.get("unfinished_marked") and not isinstance(view.metadata.get("stream"), dict):
+        for name, seq in _finished(events, seqs_all, ops, names).items():
+            if seq > completed.get(name, (-1, None))[0]:
+                completed[name] = (seq, view.groups.get(name) or _unknown(name))
+    notes = list(view.notes)
+    fault = view.metadata.get("fault")
+    if isinstance(fault, dict) and fault.get("after_final_dump"):  # the gloo teardown abort: a note on a complete dump
+        notes.append(ending_note(view.metadata) or "")
+    return RankDigest(rank, int(view.metadata.get("world_size") or 0), notes, specials, list(calls), groups,
                       idle, completed, _summary(view, issued))
+
+
+def _finished(events: list[CollectiveEvent], seqs: list[int | None], ops: list[str], names: list[str]) -> dict[str, int]:
+    """Per group, the seq of the last call of an op that needs every member (ops.needs_all)
+    that finished (not flagged in_flight, no error), in a dump that flags its unfinished calls.
+    Events are in call order: read from the end, a group's first hit is its last."""
+    proving = {op for op in set(ops) if needs_all(op)}
+    found: dict[str, int] = {}
+    if not proving:
+        return found
+    groups = len(set(names))
+    for i in range(len(events) - 1, -1, -1):
+        seq, name = seqs[i], names[i]
+        if seq is None or name in found or ops[i] not in proving:
+            continue
+        e = events[i]
+        if not e.in_flight and e.error is None:
+            found[name] = seq
+            if len(found) == groups:
+                break
+    return found
 
 
 def _summary(view: RankView, collectives: int) -> RankSummary:
@@ -188,6 +231,8 @@ def _summary(view: RankView, collectives: int) -> RankSummary:
     ended = view.metadata.get("ended_by")
     stream = view.metadata.get("stream")
     summary = RankSummary(view.rank, str(view.path), None if ended is None else str(ended), view.source_format, collectives, last)
+    fault = view.metadata.get("fault")
+    summary.fault = fault if isinstance(fault, dict) else None
     if isinstance(stream, dict):
         summary.stream_step = int(stream.get("step") or 0)
         summary.stream_torn = bool(stream.get("torn"))

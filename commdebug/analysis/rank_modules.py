@@ -30,6 +30,7 @@ from commdebug.analysis.traffic import ImbalanceTally, PeerTally, Traffic
 from commdebug.errors import DumpError
 from commdebug.formats.readers import job_files, rank_from_name, read_all
 from commdebug.formats.selection import ALL, Selection
+from commdebug.model.fault import ending_note
 from commdebug.model.rank_view import RankView
 from commdebug.model.trace import GLOBAL, PHASES, Trace
 
@@ -219,6 +220,9 @@ def rank_modules(folder: str | os.PathLike, *, ranks: Selection = ALL, steps: Se
                     if numbers.overlap is not None and not steps.everything:  # the page's per-step sections agree
                         numbers.overlap = [o for o in numbers.overlap if o.key in steps]
                     found.append(numbers)
+                ending = ending_note(data.metadata)
+                if ending is not None:  # a fatal signal, or no final dump: said on the page with the rank
+                    found[-1].notes.append(ending)
                 tally(rank, data.events, ops)
             if isinstance(data, RankView):
                 yield data

@@ -38,6 +38,7 @@ from commdebug.analysis.check import who
 from commdebug.analysis.traffic import Imbalance, ImbalanceTally
 from commdebug.formats.readers import iter_ranks
 from commdebug.model.columns import BUSBW, GROUP_NAME, IS_NOT_NONE, LATENCY, OP, SEQ, SIZE, STEP
+from commdebug.model.fault import ending_note
 from commdebug.model.rank_view import RankView
 from commdebug.model.trace import CollectiveEvent
 
@@ -262,7 +263,11 @@ def rank_digest(view: RankView) -> RankDigest:
             paired.append((name, array("q", compress(seqs, mine)), array("d", compress(lats, mine)),
                            array("i", map(op_ids.__getitem__, compress(ops_col, mine)))))
     a2a = [e for e in events if e.op == "all_to_all" and e.seq is not None] if "all_to_all" in ops_col else []
-    return RankDigest(s, ops, array("q", step_list), array("d", step_sums), list(view.notes), paired, list(op_ids), paired_time, a2a)
+    notes = list(view.notes)
+    ending = ending_note(meta)  # a fatal signal, or no final dump: how the rank's process ended, as far as known
+    if ending is not None:
+        notes.append(ending)
+    return RankDigest(s, ops, array("q", step_list), array("d", step_sums), notes, paired, list(op_ids), paired_time, a2a)
 
 
 

@@ -11,7 +11,7 @@ last collective, and the collective it has been waiting in, if any. Then:
 - a rank is **stalled** when it made no progress (no new collective, no new step) for
   ``stall_after`` seconds, waits in nothing, and other ranks wait in a collective: they wait
   for it. A rank whose stream ended without a final dump and whose file is no longer touched
-  is stalled too (it is probably gone: killed, or its node lost);
+  is stalled too (its process is probably gone; the cause is not recorded);
 - every live rank waiting for ``stall_after`` seconds, none stalled, is a **hang**
   (``commdebug check`` on the folder says which calls differ);
 - members of one group waiting in different calls (another sequence number or op) are
@@ -20,9 +20,11 @@ last collective, and the collective it has been waiting in, if any. Then:
 - a rank is a **straggler** when it is behind the median step by at least one step and by
   more than ``behind_pct`` percent;
 - a rank **failed** when its final dump says it ended by an error or a signal (not a normal
-  exit);
+  exit), or its fault record says a fatal signal ended its process before a final dump (a
+  fatal signal after the final dump, gloo's teardown abort, is a note on a finished rank);
 - once some rank has finished, a rank with only a stream that has shown no sign of life for
-  ``GONE_AFTER_S`` is **gone** (killed, or its node lost): the job ended around it.
+  ``GONE_AFTER_S`` is **gone** (its process ended or lost its node; the cause is not
+  recorded): the job ended around it.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from commdebug.model.aggregates import older_of
+from commdebug.model.fault import ending_note
 from commdebug.model.rank_view import RankView
 from commdebug.model.stream import STREAM_SUFFIX
 from commdebug.model.trace import CollectiveEvent
@@ -83,6 +86,12 @@ class RankLive:
     waiting: Call | None
     recent: list[tuple[int, int, float | None]] = field(default_factory=list)  # (step, calls, seconds or None)
     hostname: str | None = None
+    fault: dict[str, Any] | None = None  # its fault record (metadata.fault): a fatal signal ended its process
+
+    @property
+    def crashed(self) -> bool:
+        """A fatal signal ended its process before it wrote a final dump."""
+        return self.fault is not None and not self.fault.get("after_final_dump") and self.ended_by is None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -134,9 +143,12 @@ def _from_view(view: RankView) -> RankLive:
     older = older_of(view)
     step = stream.get("step", meta.get("steps") or 0)
     ended = meta.get("ended_by")
-    return live_state(view.events, rank=view.rank, step=int(step or 0), progress=stream.get("progress"), heartbeat=heartbeat,
-                      in_flight=in_flight, ended_by=None if ended in (None, "hang") else str(ended), file=str(view.path),
-                      hostname=meta.get("hostname"), older_steps=older.steps if older is not None else None)
+    state = live_state(view.events, rank=view.rank, step=int(step or 0), progress=stream.get("progress"), heartbeat=heartbeat,
+                       in_flight=in_flight, ended_by=None if ended in (None, "hang") else str(ended), file=str(view.path),
+                       hostname=meta.get("hostname"), older_steps=older.steps if older is not None else None)
+    fault = meta.get("fault")
+    state.fault = fault if isinstance(fault, dict) else None
+    return state
 
 
 @dataclass
@@ -181,11 +193,11 @@ def watch(ranks: Iterable[RankLive], *, now: float | None = None, stall_after: f
     """The verdict on the ranks' states (see the module docstring)."""
     states = sorted(ranks, key=lambda r: r.rank)
     now = time.time() if now is None else now
-    live = [r for r in states if r.ended_by is None]
+    live = [r for r in states if r.ended_by is None and not r.crashed]
     median = statistics.median(r.step for r in live) if live else None
     result = WatchResult(now, stall_after, behind_pct, states, median)
     result.finished = [r.rank for r in states if r.ended_by is not None]
-    result.failed = [r.rank for r in states if r.ended_by is not None and r.ended_by not in NORMAL_ENDINGS]
+    result.failed = [r.rank for r in states if (r.ended_by is not None and r.ended_by not in NORMAL_ENDINGS) or r.crashed]
     result.waiting = [r.rank for r in live if r.waiting is not None]
     idle = {r.rank: now - r.progress for r in live if r.waiting is None and r.progress is not None}
     if result.waiting:
@@ -196,7 +208,7 @@ def watch(ranks: Iterable[RankLive], *, now: float | None = None, stall_after: f
             if r.rank not in result.stalled:
                 result.stalled.append(r.rank)
     result.stalled.sort()
-    if result.finished:  # the job ended around the ranks still without a final dump
+    if result.finished or len(live) < len(states):  # the job ended around the ranks still without a final dump
         for r in live:
             seen = max((t for t in (r.heartbeat, r.progress) if t is not None), default=None)
             if r.rank not in result.gone and seen is not None and now - seen >= GONE_AFTER_S:
@@ -253,6 +265,9 @@ def watch_path(path: str | os.PathLike, *, now: float | None = None, stall_after
         view = load_rank(f)
         states.append(_from_view(view))
         notes += [f"rank {view.rank}: {n}" for n in view.notes if "cut short" in n]
+        fault = view.metadata.get("fault")
+        if isinstance(fault, dict) and fault.get("after_final_dump"):  # gloo's teardown abort: the rank finished
+            notes.append(f"rank {view.rank}: {ending_note(view.metadata)}")
         world = max(world, int(view.metadata.get("world_size") or 0))
     if not states:
         from commdebug.errors import DumpError

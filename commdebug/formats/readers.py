@@ -14,6 +14,10 @@ Flight Recorder's, each told by its content.
   ``metadata.run_id`` (a rank copied in from another launch would otherwise be compared as if it
   were this one's; a dump without a run id, such as Flight Recorder's, is never a conflict).
 
+A rank's fault record (``rank<R>.fault``, written when a fatal signal ended its process:
+:mod:`commdebug.model.fault`) is read with its dump or stream, into ``metadata.fault``, where
+its pid and run id are the rank's.
+
 A rank's stream (``rank<R>.jsonl``, written while the program runs: docs/streaming.md) is read
 by all of them, up to a torn last chunk (said in a note); in a folder, a rank with both a dump
 and a stream counts once: by its final dump, or by its hang dump until the stream shows progress
@@ -46,6 +50,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from commdebug.errors import DumpError
+from commdebug.formats.faults import with_fault
 from commdebug.formats.flight_recorder import from_flight_recorder, is_flight_recorder
 from commdebug.formats.kineto import is_profiler_trace
 from commdebug.formats.profile_files import (
@@ -59,6 +64,7 @@ from commdebug.formats.profile_join import attach_profile, profile_path_for
 from commdebug.formats.profiler import profile_view, read_profile
 from commdebug.model.aggregates import older_of, set_older
 from commdebug.model.dump import from_dump_dict, rank_view_from_dump_dict
+from commdebug.model.fault import FAULT_SUFFIX
 from commdebug.model.profile import Profile
 from commdebug.model.rank_view import RankView, trace_of_view
 from commdebug.model.stream import STREAM_SUFFIX, is_stream, parse_stream, stream_rank_view, stream_trace
@@ -179,10 +185,10 @@ def load(path: str | os.PathLike) -> Trace:
     """
     raw = read_bytes(path)
     if is_stream(raw):
-        return stream_trace(parse_stream(raw, str(path)))
+        return with_fault(stream_trace(parse_stream(raw, str(path))), Path(path))
     if is_profiler_trace(raw):
         return trace_of_view(profile_view(read_profile(raw, Path(path), lambda: trace_rank(Path(path)))))
-    return from_dump_dict(parse_json(raw, path), str(path))
+    return with_fault(from_dump_dict(parse_json(raw, path), str(path)), Path(path))
 
 
 def read(path: str | os.PathLike) -> Trace | RankView:
@@ -197,10 +203,10 @@ def read(path: str | os.PathLike) -> Trace | RankView:
     if kind == "flight-recorder":
         return from_flight_recorder(data, p, rank_from_name(p))
     if kind == "stream":
-        return _trace_with_profile(stream_trace(data), p)
+        return _trace_with_profile(with_fault(stream_trace(data), p), p)
     if kind == "profile":
         return trace_of_view(profile_view(data))
-    return _trace_with_profile(from_dump_dict(data, str(p)), p)
+    return _trace_with_profile(with_fault(from_dump_dict(data, str(p)), p), p)
 
 
 def load_rank(path: str | os.PathLike) -> RankView:
@@ -212,8 +218,8 @@ def load_rank(path: str | os.PathLike) -> RankView:
     if kind == "profile":
         return profile_view(data)
     if kind == "stream":
-        return _with_profile(stream_rank_view(data, p, lambda: rank_from_name(p)))
-    return _with_profile(rank_view_from_dump_dict(data, p, lambda: rank_from_name(p)))
+        return _with_profile(with_fault(stream_rank_view(data, p, lambda: rank_from_name(p)), p))
+    return _with_profile(with_fault(rank_view_from_dump_dict(data, p, lambda: rank_from_name(p)), p))
 
 
 class _PlainUnpickler(pickle.Unpickler):
@@ -259,7 +265,7 @@ def rank_files(folder: str | os.PathLike, *, live: bool = False) -> list[Path]:
         raise DumpError(f"{d}: no such folder")
     if not d.is_dir():
         raise DumpError(f"{d}: not a folder")
-    found = [f for f in d.iterdir() if f.is_file() and not f.name.startswith(".") and f.suffix not in (".html", ".txt", ".log")]
+    found = [f for f in d.iterdir() if f.is_file() and not f.name.startswith(".") and f.suffix not in (".html", ".txt", ".log", FAULT_SUFFIX)]
     files = [f for f in found if is_trace_name(f.name) or _TRAILING_NUMBER.search(f.name)]
     if not files:
         raise DumpError(f"{d}: no rank dumps in this folder (expected rank<N>.json, Flight Recorder files or "

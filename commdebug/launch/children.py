@@ -140,14 +140,14 @@ def start_child(settings_file: str) -> None:
 def _finished(folder: Path, session: Any, path: Path | None) -> None:
     """At a child's exit, its final dump on disk: say so, as the last line before a crash in
     interpreter teardown could make the user think otherwise, and tell the parent."""
-    from commdebug.launch.session import rank_of
+    from commdebug.launch.session import rank_of, say
 
     if path is None:  # never joined a process group: nothing to tell
         return
 
     rank = rank_of(session.mode.trace.metadata)
     how = "finished" if session.reason == "exit" else f"ended by {session.reason}"
-    print(f"commdebug: rank {rank} (pid {os.getpid()}) {how}; dump complete: {path}", file=sys.stderr, flush=True)
+    say(f"commdebug: rank {rank} (pid {os.getpid()}) {how}; dump complete: {path}")
     try:
         (folder / f"{_DONE}{os.getpid()}").write_text(str(path), encoding="utf-8")
     except OSError:  # the parent is gone already: nobody to tell

@@ -4,11 +4,16 @@
     python -m commdebug run --out traces/ -- train.py      # train.py starts its ranks with mp.spawn
 
 The program sees its own argv and runs as ``__main__``; its exit status is kept (``sys.exit``
-codes, 1 for an uncaught exception with its traceback, death by SIGTERM). The Python processes it
-starts record themselves with the same options (:mod:`commdebug.launch.children`). The last line
-on stderr says how the program ended and which dumps are complete, or why nothing was recorded:
-it comes before interpreter teardown, so a crash there (torch 2.13's gloo sometimes aborts)
-follows a line saying the recording is safe.
+codes, 1 for an uncaught exception, death by SIGTERM), and an uncaught exception is printed as
+``python prog.py`` (or ``python -m module``) prints it: through ``sys.excepthook``, without the
+frames of commdebug and of the runpy calls that started the program. The Python processes it
+starts record themselves with the same options (:mod:`commdebug.launch.children`).
+
+A program that fails (or gets SIGTERM) says so on stderr before its dump is written, so a rank
+that a launcher kills a moment later has said how it ended. The last line on stderr says how
+the program ended and which dumps are complete, or why nothing was recorded: it comes before
+interpreter teardown, so a crash there (torch 2.13's gloo sometimes aborts) follows a line
+saying the recording is safe.
 """
 
 from __future__ import annotations
@@ -17,12 +22,12 @@ import json
 import os
 import runpy
 import sys
-import traceback
+import types
 from pathlib import Path
 from typing import Any
 
 from commdebug.launch.children import ChildRecording
-from commdebug.launch.session import RecordingSession
+from commdebug.launch.session import RecordingSession, say
 
 __all__ = ["run_program"]
 
@@ -44,36 +49,85 @@ def run_program(target: list[str], module: bool, out_dir: str, *, hang_timeout: 
     if not module:
         sys.path.insert(0, os.path.dirname(os.path.abspath(name)))  # as `python script.py` does
     children = ChildRecording(session.out, {"hang_timeout": hang_timeout, "noise_level": noise_level, "html": session.html, "options": options})
-    session.on_finish = lambda *_: children.close()  # SIGTERM ends this process past the finally below
-    status, reason, error = 0, "exit", None
+    ended = _Ended()
+
+    def done(session: RecordingSession, own: Path | None) -> None:
+        # called once the dump is on disk, however the program ended: SIGTERM ends this
+        # process right after, past the finally below
+        children.close()
+        theirs = {pid: _as_given(path, session.out) for pid, path in children.dumps.items()}
+        _explain_death(ended.error, theirs)
+        how = "by SIGTERM" if session.reason == "SIGTERM" else None
+        say(_ending(ended.status, own, list(theirs.values()), session.out, how))
+
+    session.on_finish = done
     session.start()
     try:
         with children:
-            status, reason, error = _run(name, module)
+            ended.status, ended.reason, ended.error = _run(name, module)
     finally:
-        own = session.finish(reason=reason)
-        theirs = {pid: _as_given(path, session.out) for pid, path in children.dumps.items()}
-        _explain_death(error, theirs)
-        print(_ending(status, own, list(theirs.values()), session.out), file=sys.stderr, flush=True)
-    return status
+        if ended.status != 0:
+            session.announce(f"ended (exit {ended.status})")
+        session.finish(reason=ended.reason)
+    return ended.status
+
+
+class _Ended:
+    """How the program ended, once known: its exit status, the reason the dump records, its error."""
+
+    status = 0
+    reason = "exit"
+    error: BaseException | None = None
 
 
 def _run(name: str, module: bool) -> tuple[int, str, BaseException | None]:
     """Run the program as ``python [-m] name`` would; its (status, how it ended, its error)."""
     try:
         if module:
-            runpy.run_module(name, run_name="__main__", alter_sys=True)
+            _run_module(name)
         else:
-            runpy.run_path(name, run_name="__main__")
+            # an absolute path, as `python script.py` gives its __main__ (__file__, tracebacks)
+            runpy.run_path(os.path.abspath(name), run_name="__main__")
     except SystemExit as e:
         return _exit_status(e.code), f"sys.exit({e.code!r})", None
     except KeyboardInterrupt as e:
-        traceback.print_exc()
+        _print_uncaught(e, name, module)
         return 130, "KeyboardInterrupt", e
     except BaseException as e:  # the program's own error: print it as python would
-        traceback.print_exc()
+        _print_uncaught(e, name, module)
         return 1, f"{type(e).__name__}: {e}", e
     return 0, "exit", None
+
+
+def _run_module(name: str) -> None:
+    """``python -m name``: what the interpreter itself calls for ``-m`` (runpy's
+    ``_run_module_as_main``: argv[0] becomes the module's file, a module that cannot be found
+    exits with python's message), run in a ``__main__`` module of its own, so commdebug's own
+    ``__main__`` is left as it was."""
+    ours = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        runpy._run_module_as_main(name, alter_argv=True)  # type: ignore[attr-defined]
+    finally:
+        sys.modules["__main__"] = ours
+
+
+def _print_uncaught(error: BaseException, name: str, module: bool) -> None:
+    """Print an uncaught exception as the interpreter does for ``python [-m] name``: through
+    ``sys.excepthook`` (the program may have set its own), its traceback starting at the
+    program's first frame (the script's module code; for ``-m``, runpy's
+    ``_run_module_as_main``, which python shows too), chained exceptions as they are."""
+    tb = error.__traceback__
+    if module:
+        start = runpy._run_module_as_main.__code__  # type: ignore[attr-defined]
+        while tb is not None and tb.tb_frame.f_code is not start:
+            tb = tb.tb_next
+    else:
+        script = os.path.abspath(name)
+        while tb is not None and tb.tb_frame.f_code.co_filename != script:
+            tb = tb.tb_next
+    # no frame of the program (a syntax error, found before it ran): the error alone, as python
+    sys.excepthook(type(error), error.with_traceback(tb), tb)
 
 
 def _exit_status(code: Any) -> int:
@@ -85,17 +139,18 @@ def _exit_status(code: Any) -> int:
     return 1
 
 
-def _ending(status: int, own: Path | None, theirs: list[Path], out: Path) -> str:
-    """The last line: how the program ended and which dumps are complete, or why none is."""
-    program = "program finished" if status == 0 else "program ended"
+def _ending(status: int, own: Path | None, theirs: list[Path], out: Path, how: str | None = None) -> str:
+    """The last line: how the program ended and which dumps are complete, or why none is.
+    ``how``: "by SIGTERM" when the signal ended it, else the exit status says."""
+    program = f"program ended {how}" if how else "program finished (exit 0)" if status == 0 else f"program ended (exit {status})"
     if own is None and not theirs:
-        return (f"commdebug: recorded nothing: the program (exit {status}) never initialised torch.distributed in this "
-                f"process, and no Python process it started wrote a dump to {out}")
+        return (f"commdebug: recorded nothing: the program ({f'ended {how}' if how else f'exit {status}'}) never initialised torch.distributed "
+                f"in this process, and no Python process it started wrote a dump to {out}")
     if not theirs:
-        return f"commdebug: {program} (exit {status}); dump complete: {own}"
+        return f"commdebug: {program}; dump complete: {own}"
     started = "written by the processes it started: " + ", ".join(map(str, theirs))
     mine = f"{own}; " if own is not None else ""
-    return f"commdebug: {program} (exit {status}); dumps complete, {mine}{started}"
+    return f"commdebug: {program}; dumps complete, {mine}{started}"
 
 
 def _explain_death(error: BaseException | None, dumps: dict[int, Path]) -> None:
@@ -106,8 +161,8 @@ def _explain_death(error: BaseException | None, dumps: dict[int, Path]) -> None:
     if pid not in dumps or not signal_name:
         return
     rank = _metadata(dumps[pid]).get("rank", "?")
-    print(f"commdebug: process {pid} (rank {rank}) died of {signal_name} after it finished: its dump {dumps[pid]} is "
-          "complete; the crash came in its interpreter's teardown, after the program's code", file=sys.stderr)
+    say(f"commdebug: process {pid} (rank {rank}) died of {signal_name} after it finished: its dump {dumps[pid]} is "
+        "complete; the crash came in its interpreter's teardown, after the program's code")
 
 
 def _metadata(path: Path) -> dict[str, Any]:

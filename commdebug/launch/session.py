@@ -9,6 +9,11 @@ leaves its stream. It also serves the live state when asked (Prometheus metrics,
 debug server: :mod:`commdebug.launch.services`). With a hang timeout, a watchdog thread writes the dump as soon as a
 collective has been in flight that long, with that collective marked (``in_flight``), and logs
 which one; it never kills the program: the launcher's or the backend's timeout does that.
+A process that dies of a fatal signal (SIGSEGV, SIGABRT, ...) runs none of this: it leaves a
+fault record, ``<out>/rank<R>.fault`` (:mod:`commdebug.launch.faults`).
+
+On SIGTERM the rank says so on stderr at once, before it writes its dump (a launcher may kill
+it a moment later), and again when the dump is on disk (through ``on_finish``, or its own line).
 
 A process that never initialised torch.distributed and recorded nothing (the launcher itself,
 a DataLoader worker) writes nothing.
@@ -21,6 +26,7 @@ import os
 import select
 import signal
 import socket
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import replace
@@ -31,12 +37,13 @@ from commdebug.capture.config import SESSION_OPTIONS, check_option as _check_opt
 from commdebug.debug_mode import CommDebugMode
 from commdebug.errors import CommDebugError
 from commdebug.fileio import output_folder, write_output
+from commdebug.launch.faults import FaultRecorder
 from commdebug.launch.profiling import StepProfiler
 from commdebug.launch.services import Services
 from commdebug.launch.stream import Streamer
 from commdebug.model.dump import dump_text
 
-__all__ = ["RecordingSession", "rank_of"]
+__all__ = ["RecordingSession", "rank_of", "say"]
 
 log = logging.getLogger("commdebug")
 THREAD_POLL_S = 0.5  # how often the session's threads look whether the recording has finished
@@ -56,6 +63,25 @@ def rank_of(meta: dict[str, Any]) -> int:
     return int(meta.get("rank") or 0)
 
 
+def say(line: str) -> None:
+    """One ``commdebug:`` line on stderr, written whole by one system call: safe in a signal
+    handler's Python code (the program may have been writing to ``sys.stderr`` when the signal
+    came) and as the last thing a process does before a launcher kills it."""
+    try:
+        sys.stderr.flush()  # what the program printed comes first
+    except Exception:
+        pass
+    try:
+        os.write(2, (line + "\n").encode("utf-8", "replace"))
+    except OSError:
+        pass
+
+
+def _launcher_rank() -> int | None:
+    rank = os.environ.get("RANK", "")
+    return int(rank) if rank.isdigit() else None
+
+
 class RecordingSession:
     """Record a whole program and write its dump however it ends.
 
@@ -63,7 +89,8 @@ class RecordingSession:
     >>> session.start(); run_the_program(); session.finish()                      # doctest: +SKIP
 
     ``on_finish(session, path)`` is called once, when the final dump is on disk, whether the
-    program returned, raised or got SIGTERM (``path`` is None when the process wrote nothing).
+    program returned, raised or got SIGTERM (``path`` is None when the process wrote nothing);
+    without one, a rank ended by SIGTERM says itself that its dump is complete.
     """
 
     def __init__(self, out_dir: str | os.PathLike, *, hang_timeout: float | None = None, noise_level: int = 3, html: bool = True,
@@ -78,6 +105,7 @@ class RecordingSession:
         self.options = replace(self.mode.options, **{k: _check_option(k, v) for k, v in given.items()}) if given else self.mode.options
         self.streamer: Streamer | None = None
         self.profiler: StepProfiler | None = None
+        self.faults = FaultRecorder(self.out)
         self.services = Services(self)
         self.hang_timeout = hang_timeout
         self.noise_level = noise_level
@@ -93,6 +121,7 @@ class RecordingSession:
         self._owner: int | None = None
         self._finishing: int | None = None
         self._pending_signal = False
+        self._announced = False
         self._threads: list[threading.Thread] = []  # ours, joined when the recording finishes
 
     # ---- life cycle ---------------------------------------------------------------------------
@@ -102,6 +131,8 @@ class RecordingSession:
         SIGTERM handler and, with a hang timeout, the watchdog."""
         self.mode.__enter__()
         self._owner = threading.get_ident()
+        self.faults.arm(_launcher_rank(), None)
+        self.mode.add_step_listener(self._at_step)
         if threading.current_thread() is threading.main_thread():
             self._previous_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
             self._watch_signals()
@@ -123,6 +154,7 @@ class RecordingSession:
             self._finishing = threading.get_ident()
             self._stop.set()
             self.reason = reason
+            self.mode.remove_step_listener(self._at_step)
             if self.profiler is not None:  # its file first: the dump says whether it was written
                 self.profiler.finish()
             if threading.get_ident() == self._owner:  # dispatch modes are per thread
@@ -138,11 +170,42 @@ class RecordingSession:
                 self._join_threads()
                 if self.on_finish is not None:
                     self.on_finish(self, path)
+                elif path is not None and reason == "SIGTERM":
+                    say(f"commdebug: rank {rank_of(self.mode.trace.metadata)} (pid {os.getpid()}) ended by SIGTERM; "
+                        f"dump complete: {path}")
                 return path
             finally:
                 self._finishing = None
                 if self._pending_signal:
                     self._on_sigterm(signal.SIGTERM, None)
+
+    @property
+    def recorded(self) -> bool:
+        """Whether this process took part in the job (joined a process group or recorded a
+        collective): only then does it write a dump."""
+        return bool(self.mode.trace.metadata.get("backend")) or self.mode.get_total_counts() > 0
+
+    def announce(self, how: str) -> None:
+        """Say how the program ended, once, before the dump is written: a rank killed while it
+        writes (a launcher's grace period is short) has still said it. Nothing for a process
+        that recorded nothing, or when the dump is already written or being written."""
+        if self._announced or self._finished or not self.recorded:
+            return
+        self._announced = True
+        meta = self.mode.trace.metadata
+        rank = rank_of(meta)
+        say(f"commdebug: rank {rank} (pid {os.getpid()}): program {how}; writing its dump to {self.out / f'rank{rank}.json'}")
+
+    def _at_step(self, step: int) -> None:
+        self._arm_faults()
+
+    def _arm_faults(self) -> None:
+        """Name the fault record after the rank (and run) as soon as they are known; cheap when
+        nothing changed (it runs at every step boundary)."""
+        meta = self.mode.trace.metadata
+        rank = meta.get("rank") if meta.get("backend") else _launcher_rank()
+        run = meta.get("run_id")
+        self.faults.arm(rank if isinstance(rank, int) else None, run if isinstance(run, str) else None)
 
     def _start_thread(self, target: Callable[[], None], name: str) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)
@@ -163,6 +226,7 @@ class RecordingSession:
             self._pending_signal = True
             return
         self._pending_signal = False
+        self.announce("ended by SIGTERM")
         self.finish(reason="SIGTERM")
         previous = self._previous_sigterm
         signal.signal(signal.SIGTERM, previous if previous not in (None, self._on_sigterm) else signal.SIG_DFL)
@@ -204,8 +268,8 @@ class RecordingSession:
                     return
                 # only while SIGTERM is ours: a program with its own handler may survive it
                 if signal.SIGTERM in data and signal.getsignal(signal.SIGTERM) == self._on_sigterm:
+                    self.announce("ended by SIGTERM")
                     self.finish(reason="SIGTERM")
-                    log.warning("commdebug: SIGTERM: dump written to %s", self.written)
 
         self._start_thread(wait, "commdebug-signal-watch")
 
@@ -214,14 +278,17 @@ class RecordingSession:
     def _write(self, final: bool) -> Path | None:
         trace = self.mode.trace
         meta = trace.metadata
-        initialized = bool(meta.get("backend")) or self.mode.get_total_counts() > 0
-        if not initialized:
+        if not self.recorded:
             return None  # this process took no part in the job (launcher, data worker)
         self.mode.refresh_metadata()
+        self._arm_faults()
         # a hang that then ended in the backend's timeout error: its Work reads "completed", but
         # the dump should still say where the program was stuck
         hung = self._hang_reported if final and self.reason not in ("exit", "sys.exit(0)", "sys.exit(None)") else ()
         stuck = self.mode.mark_in_flight(also=hung)
+        # every collective of this dump not flagged in_flight had finished: `check` takes a
+        # finished call as proof that every member of its group issued it
+        meta["unfinished_marked"] = True
         meta["ended_by"] = self.reason if final else "hang"
         if final and self.mode.recording:  # left entered: finished from another thread (SIGTERM's watcher)
             self.mode.stamp_end()

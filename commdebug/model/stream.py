@@ -150,7 +150,8 @@ def parse_stream(raw: bytes, source: str) -> StreamContent:
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise DumpError(f"{source}: line {number} of the stream is malformed ({type(e).__name__}: {e})") from None
     if content is None:
-        raise DumpError(f"{source}: an empty stream (the process was killed before it recorded anything)")
+        raise DumpError(f"{source}: an empty stream (its process wrote nothing into it: it ended, or had not started "
+                        "recording, when the file was read)")
     events = decode_events(merged.block(), content.groups, source)
     indices = merged.columns["index"]
     if any(a >= b for a, b in pairwise(indices)):  # an event written again: its later line wins
@@ -159,7 +160,7 @@ def parse_stream(raw: bytes, source: str) -> StreamContent:
     content.events = events
     if torn:
         content.torn = True
-        content.notes.append("its stream's last chunk was cut short (the process was killed while writing it): "
+        content.notes.append("its stream's last chunk was cut short (its process ended while writing it): "
                              "read up to it")
     return content
 
@@ -230,12 +231,14 @@ def _module_path(fqn: str) -> list[str]:
 
 
 def stream_trace(content: StreamContent) -> Trace:
-    """A :class:`Trace` of a stream: its events, groups and metadata, and a module tree made
-    from the modules' names (a stream carries no tree), counting the older totals too."""
+    """A :class:`Trace` of a stream: its events, groups and metadata (with ``metadata.stream``,
+    as :func:`stream_rank_view` gives), and a module tree made from the modules' names (a stream
+    carries no tree), counting the older totals too."""
     trace = Trace(max_events=None)
     for g in content.groups.values():
         trace.add_group(g)
     trace.metadata = dict(content.metadata)
+    trace.metadata["stream"] = _stream_facts(content)
     trace.metadata.setdefault("steps", 0)
     if content.notes:
         trace.metadata["read_notes"] = list(content.notes)
@@ -262,12 +265,17 @@ def stream_trace(content: StreamContent) -> Trace:
     return trace
 
 
+def _stream_facts(content: StreamContent) -> dict[str, Any]:
+    """What both readings of a stream put in ``metadata.stream``: how far it got, how it ends."""
+    return {"chunks": content.chunks, "step": content.step, "time": content.time, "progress": content.progress,
+            "in_flight": {str(i): t for i, t in content.in_flight.items()}, "torn": content.torn}
+
+
 def stream_rank_view(content: StreamContent, path: Path, rank_from_name: Callable[[], int]) -> RankView:
     """One rank's :class:`RankView` of a stream; a rank whose stream has no ending says so in
     ``metadata.ended_by``'s absence and ``metadata.stream``."""
     meta = dict(content.metadata)
-    meta["stream"] = {"chunks": content.chunks, "step": content.step, "time": content.time, "progress": content.progress,
-                      "in_flight": {str(i): t for i, t in content.in_flight.items()}, "torn": content.torn}
+    meta["stream"] = _stream_facts(content)
     rank = meta.get("rank")
     view = RankView(int(rank) if isinstance(rank, int) else rank_from_name(), path, meta, dict(content.groups), content.events)
     view.notes.extend(content.notes)

@@ -7,9 +7,8 @@ step, where the dumps record steps) and its sides, then notes.
 
 from __future__ import annotations
 
-import re
-
-from commdebug.analysis.check import CheckResult, LastCall, RankSummary, Side, who
+from commdebug.analysis.check import CheckResult, LastCall, Side, who
+from commdebug.render.endings import rank_ending
 from commdebug.units import format_bytes
 
 __all__ = ["render_check", "describe_side", "describe_last"]
@@ -17,11 +16,6 @@ __all__ = ["render_check", "describe_side", "describe_last"]
 # Up to this many ranks every line is shown; beyond, the most common ending and the unusual ones
 # up to this many lines in all (--json lists every rank).
 ALL_RANKS_UP_TO = 16
-# an exception's message can be long or span lines; the text keeps its start (--json all of it)
-ENDING_CHARS = 80
-# "RuntimeError: [/build/gloo/.../unbound_buffer.cc:78] Timed out ...": the C++ location says
-# nothing to the user and would fill the line
-_CPP_LOCATION = re.compile(r"^(\w[\w.]*: )\[[^\]]*\]\s*")
 
 
 def render_check(result: CheckResult) -> str:
@@ -80,34 +74,12 @@ def describe_last(last: LastCall | None) -> str:
     return what + where + (" (unfinished)" if last.in_flight else "")
 
 
-def _ending(s: RankSummary) -> str:
-    if s.stream_step is not None and s.ended_by in (None, "hang"):
-        torn = ", its last chunk torn" if s.stream_torn else ""
-        called = f", its last collective in step {s.last.step}" if s.last is not None and s.last.step is not None else ""
-        if s.stream_alive:
-            return f"still running: no final dump yet; its stream says step {s.stream_step}{called}"
-        why = ("its process is gone (killed: SIGKILL, the OOM killer)" if s.stream_alive is False
-               else "killed: SIGKILL, the OOM killer, a lost node; or still running")
-        return f"no final dump, only its stream{torn}: it stops in step {s.stream_step}{called} ({why})"
-    if s.ended_by is None:
-        return "ending not recorded" + (" (Flight Recorder dump)" if s.source_format == "flight-recorder" else "")
-    if s.ended_by == "hang":
-        return "hung (dump written by the hang watchdog)"
-    if s.ended_by == "context exit":
-        return "the CommDebugMode context ended normally"
-    lines = s.ended_by.strip().splitlines() or [""]
-    text = _CPP_LOCATION.sub(r"\1", lines[0])
-    if len(text) > ENDING_CHARS or len(lines) > 1:
-        text = text[:ENDING_CHARS].rstrip() + "..."
-    return f"ended by {text}"
-
-
 def _endings(result: CheckResult) -> list[str]:
     """One line per set of ranks that ended the same way at the same last call; ranks with no
     dump from the no_dump finding. Many ranks: the most common line, then the unusual ones."""
     lines: dict[str, list[int]] = {}
     for s in result.rank_summaries:
-        lines.setdefault(f"{_ending(s)}; last {describe_last(s.last)}", []).append(s.rank)
+        lines.setdefault(f"{rank_ending(s)}; last {describe_last(s.last)}", []).append(s.rank)
     absent = [r for f in result.findings if f.kind == "no_dump" for side in f.sides for r in side.ranks]
     if absent:
         lines["left no dump"] = absent

@@ -13,7 +13,9 @@ import time as _time
 
 from commdebug.analysis.check import who
 from commdebug.analysis.watch import Call, RankLive, WatchResult
+from commdebug.model.fault import CAUSE_NOT_RECORDED, fault_words
 from commdebug.render.columns import align
+from commdebug.render.endings import error_line
 from commdebug.units import format_duration
 
 __all__ = ["render_watch", "describe_call", "ending"]
@@ -40,16 +42,20 @@ def _age(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds >= 1 else f"{seconds:.1f} s"
 
 
-def ending(text: str, most: int = 100) -> str:
-    """How a rank ended, on one short line (an error's first line)."""
-    line = text.strip().splitlines()[0] if text.strip() else text
-    return line if len(line) <= most else line[: most - 1] + "…"
+def ending(r: RankLive) -> str:
+    """How a rank ended, on one short line: its final dump's ending (an error as ``check``
+    shows it), or the fatal signal its fault record names."""
+    if r.crashed and r.fault is not None:
+        return f"{fault_words(r.fault)}, without a final dump"
+    return error_line(r.ended_by or "")
 
 
 def _state(r: RankLive, result: WatchResult) -> str:
     now = result.now
+    if r.crashed or (r.ended_by is not None and r.rank in result.failed):
+        return f"FAILED: ended by {ending(r)}"
     if r.ended_by is not None:
-        return f"FAILED ({ending(r.ended_by)})" if r.rank in result.failed else f"finished ({r.ended_by})"
+        return f"finished ({r.ended_by})"
     if r.rank in result.gone and r.rank not in result.stalled:
         return "GONE: no final dump and no sign of life since the others finished"
     if r.rank in result.stalled:
@@ -100,13 +106,13 @@ def _verdict(result: WatchResult) -> list[str]:
     for rank in result.failed:
         r = result.rank(rank)
         last = f"; its last collective: {describe_call(r.last)}" if r.last else ""
-        out.append(f"FAILED: rank {rank} ended by {ending(r.ended_by or '')}{last}")
+        out.append(f"FAILED: rank {rank} ended by {ending(r)}{last}")
     for rank in result.gone:
         if rank in result.stalled:
             continue  # said above
         r = result.rank(rank)
         last = f"; its last collective: {describe_call(r.last)} (step {r.last.step})" if r.last else ""
-        out.append(f"GONE: rank {rank} stopped in step {r.step} without a final dump (killed, or its node lost){last}")
+        out.append(f"GONE: rank {rank} stopped in step {r.step} without a final dump and shows no sign of life; {CAUSE_NOT_RECORDED}{last}")
     if result.apart and not result.hung:
         calls = "; ".join(f"rank {w} waits{_since(result, c)} in {describe_call(c)}" for w, c in waiting if w in result.apart)
         out.append(f"WAITING APART: {calls}: calls that differ on one group never match; a hang unless it clears "

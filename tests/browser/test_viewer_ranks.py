@@ -188,6 +188,30 @@ def test_summary_counts_collectives_per_rank_and_says_how_the_rank_ended(viewer,
     expect(page.locator("#meta-ended")).to_have_text("SIGTERM")
 
 
+def test_a_rank_a_fatal_signal_ended_says_the_signal_and_the_programs_line(viewer, tmp_path):
+    from commdebug.model.fault import header_text
+
+    write_rank_dumps(tmp_path / "job", ranks=2, layers=1, steps=1, dim=64, ffn=256, vocab=256, tokens=32)
+    rank1 = tmp_path / "job" / "rank1.json"
+    dump = json.loads(rank1.read_text())
+    dump["commdebug"]["metadata"]["ended_by"] = "hang"  # its last dump; then gloo aborted it
+    rank1.write_text(json.dumps(dump))
+    pid = dump["commdebug"]["metadata"]["pid"]
+    (tmp_path / "job" / "rank1.fault").write_text(
+        header_text(1, pid, None, 0x7F00) + "signal: 6\nthread: 0x0000000000007f00\n\n"
+        "Current thread 0x0000000000007f00 (most recent call first):\n"
+        '  File "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 3252 in all_reduce\n'
+        '  File "/job/train.py", line 40 in train_step\n')
+    words = "SIGABRT (a native abort), main thread at /job/train.py:40 in train_step, without a final dump"
+    page = viewer.open_ranks(tmp_path / "job")
+    expect(page.locator("#meta-ended")).to_have_text("not recorded")  # rank 0: a synthetic dump, no ending
+    page.select_option("#rank-select", label="1")
+    expect(page.locator("#meta-ended")).to_have_text(words)
+    expect(page.locator("#summary p.note", has_text=f"ended by {words}")).to_have_count(1)
+    expect(page.locator("#check-status")).to_have_text("1 finding")
+    assert "SIGKILL" not in page.locator("#summary").inner_text()
+
+
 def test_an_extreme_most_ranks_share_is_counted_not_listed(viewer, tmp_path):
     """8 ranks, rank 5 issuing one call twice as large: the bytes line names rank 5 as the max and
     counts the 7 ranks at the min instead of listing their numbers."""

@@ -4,6 +4,7 @@ Each step: a forward and backward, one all_reduce per gradient, ``optimizer.step
 marks the step). Behaviour from the environment:
   LIVE_STEPS      steps (default 6)
   LIVE_BAD        unset (healthy), kill (rank 1 SIGKILLs itself as step LIVE_AT starts),
+                  abort (rank 1 calls os.abort() as step LIVE_AT starts: SIGABRT, as a native crash),
                   sleep (rank 1 sleeps LIVE_SLEEP seconds as step LIVE_AT starts; the others wait),
                   apart (at step LIVE_AT rank 1 all_reduces on a side group rank 0 never calls:
                   both wait in a collective for good),
@@ -32,6 +33,8 @@ opt = torch.optim.SGD(model.parameters(), lr=0.01)
 for step in range(int(os.environ.get("LIVE_STEPS", "6"))):
     if rank == 1 and step == at and bad == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
+    if rank == 1 and step == at and bad == "abort":
+        os.abort()  # ABORT_LINE
     if rank == 1 and step == at and bad == "sleep":
         time.sleep(float(os.environ.get("LIVE_SLEEP", "600")))
     if rank == 1 and step == at and bad == "apart":

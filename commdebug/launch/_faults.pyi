@@ -1,0 +1,3 @@
+# The optional C extension (_faults.c): its one function, typed for the checker.
+
+def arm(path: str, header: str, /) -> None: ...
