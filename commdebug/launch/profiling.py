@@ -69,15 +69,17 @@ class StepProfiler:
             self._begin()
         return self
 
-    def finish(self) -> Path | None:
-        """Stop (when still running, and called on the thread that started it) and write."""
+    def finish(self, quiet: bool = False) -> Path | None:
+        """Stop (when still running, and called on the thread that started it) and write;
+        ``quiet``: say nothing of a profile never started (a process that took no part)."""
         self.mode.remove_step_listener(self._at_boundary)
         if self._prof is not None and threading.get_ident() == self._owner:
             self._end()
         elif self.status == "waiting":
             self.status = "skipped: the program ended before step " + str(self.first)
-            self._say(f"--profile-steps {self.first}-{self.last}: the program ended at step {self.mode.trace.step}, "
-                      f"before step {self.first}: no profile written")
+            if not quiet:
+                self._say(f"--profile-steps {self.first}-{self.last}: the program ended at step {self.mode.trace.step}, "
+                          f"before step {self.first}: no profile written")
         self.mode.trace.metadata["profile"] = self.status
         return self.written
 

@@ -156,7 +156,7 @@ class RecordingSession:
             self.reason = reason
             self.mode.remove_step_listener(self._at_step)
             if self.profiler is not None:  # its file first: the dump says whether it was written
-                self.profiler.finish()
+                self.profiler.finish(quiet=not self.recorded)  # a process that took no part says nothing
             if threading.get_ident() == self._owner:  # dispatch modes are per thread
                 try:
                     self.mode.__exit__(None, None, None)
