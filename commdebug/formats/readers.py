@@ -44,7 +44,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from commdebug.errors import DumpError
+from commdebug.errors import DumpError, empty_file, missing_path, no_rank_dumps
 from commdebug.formats.flight_recorder import from_flight_recorder, is_flight_recorder
 from commdebug.model.dump import from_dump_dict, rank_view_from_dump_dict
 from commdebug.model.rank_view import RankView
@@ -70,13 +70,16 @@ def read_bytes(path: str | os.PathLike) -> bytes:
     """A dump file's bytes, or a :class:`DumpError` naming the file and the problem."""
     p = Path(path)
     try:
-        return p.read_bytes()
+        raw = p.read_bytes()
     except FileNotFoundError:
-        raise DumpError(f"{p}: no such file") from None
+        raise missing_path(p) from None
     except IsADirectoryError:
-        raise DumpError(f"{p}: is a directory, not a dump file") from None
+        raise DumpError(f"{p}: is a folder, not a dump file") from None
     except OSError as e:
         raise DumpError(f"{p}: cannot read: {e.strerror or e}") from None
+    if not raw:
+        raise empty_file(p)
+    return raw
 
 
 def parse_json(raw: bytes, path: str | os.PathLike) -> Any:
@@ -186,12 +189,12 @@ def rank_files(folder: str | os.PathLike, *, live: bool = False) -> list[Path]:
     with both a dump and a stream, the one :func:`_dump_or_stream` picks."""
     d = Path(folder)
     if not d.exists():
-        raise DumpError(f"{d}: no such folder")
+        raise missing_path(d)
     if not d.is_dir():
         raise DumpError(f"{d}: not a folder")
     files = [f for f in d.iterdir() if f.is_file() and not f.name.startswith(".") and f.suffix not in (".html", ".txt", ".log") and _TRAILING_NUMBER.search(f.name)]
     if not files:
-        raise DumpError(f"{d}: no rank dumps in this folder (expected rank<N>.json or Flight Recorder files)")
+        raise no_rank_dumps(d)
     return sorted(_one_of_each_rank(files, live), key=lambda f: (rank_from_name(f), f.name))
 
 
@@ -279,7 +282,7 @@ def iter_ranks(path: str | os.PathLike, *, live: bool = False, jobs: int | None 
     (see :func:`_dump_or_stream`); ``jobs``: processes reading (None: :func:`default_jobs`)."""
     p = Path(path)
     if not p.exists():
-        raise DumpError(f"{p}: no such file or folder")
+        raise missing_path(p)
     files = job_files(p, live=live) if p.is_dir() else [p]
     for _, view in read_all(files, "rank", jobs=jobs, digest=digest):
         if isinstance(view, DumpError):
