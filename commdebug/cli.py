@@ -343,9 +343,15 @@ def _watch(args: argparse.Namespace) -> int:
         if args.once or args.json:
             _show(result, lambda r: render_watch(r, args.dumps), args.json)
             return OK if result.healthy else FOUND
+        stop = result.over and not args.follow
+        if stop:  # read once more: a rank seen gone an instant before its final dump landed
+            result = watch_path(args.dumps, stall_after=args.stall_after, behind_pct=args.behind_pct)
+            stop = result.over
         sys.stdout.write("\x1b[H\x1b[2J" if sys.stdout.isatty() else "\n")  # a new frame in place
         sys.stdout.write(render_watch(result, args.dumps))
         sys.stdout.flush()
+        if stop:
+            return OK if result.healthy else FOUND
         time.sleep(args.interval)
 
 

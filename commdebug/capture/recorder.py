@@ -551,7 +551,7 @@ class Recorder(Stepping, TorchDispatchMode):
 
     def stamp_end(self, recorded_s: float | None = None) -> None:
         """Write the recording's end into the metadata: end time, elapsed and recorded seconds,
-        steps. At the context's exit; also by a session that writes its final dump from another
+        steps, and the step it ended in. At the context's exit; also by a session that writes its final dump from another
         thread while the mode is still entered (a SIGTERM handled off the main thread), so that
         every final dump has them."""
         meta = self.trace.metadata
@@ -559,6 +559,7 @@ class Recorder(Stepping, TorchDispatchMode):
         meta["elapsed_s"] = time.perf_counter() - self._t0
         meta["recorded_s"] = self.recorded_so_far() if recorded_s is None else recorded_s
         meta["steps"] = self.trace.steps
+        meta["step"] = self.trace.step  # the step it ended in ("steps" is a count: one more when that step had calls)
 
     @property
     def recording(self) -> bool:
@@ -576,6 +577,7 @@ class Recorder(Stepping, TorchDispatchMode):
         self.refresh_metadata()
         self._join_timing()
         self.trace.metadata["steps"] = self.trace.steps
+        self.trace.metadata["step"] = self.trace.step
         return self.trace
 
     def refresh_metadata(self) -> None:

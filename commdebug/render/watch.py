@@ -72,7 +72,8 @@ def render_watch(result: WatchResult, title: str = "") -> str:
     n = len(result.ranks)
     median = "-" if result.median_step is None else f"{result.median_step:g}"
     clock = _time.strftime("%H:%M:%S", _time.localtime(result.now))
-    lines = [f"commdebug watch{' ' + title if title else ''}: {n} rank{'s' if n != 1 else ''}, median step {median}, {clock}"]
+    over = "; the run is over: every rank has ended" if result.over else ""
+    lines = [f"commdebug watch{' ' + title if title else ''}: {n} rank{'s' if n != 1 else ''}, median step {median}, {clock}{over}"]
     rows = [["rank", "step", "comm (last steps)", "last collective", "state"]]
     for r in result.ranks:
         rows.append([str(r.rank), str(r.step), _comm(r), describe_call(r.last), _state(r, result)])
