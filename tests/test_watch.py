@@ -287,3 +287,25 @@ def test_watch_ends_on_a_rank_whose_process_is_gone_and_counts_only_the_newest_r
     assert out.startswith(f"\ncommdebug watch {folder}: 2 ranks, median step 1.5, ") and "the run is over" in out, out
     assert "GONE: rank 1 stopped in step 1 without a final dump" in out, out
     assert "note: left out 2 files of an earlier run: rank2.json, rank3.json" in out, out
+
+
+def test_a_recording_that_ends_in_step_2_says_so_and_watch_reads_it(tmp_path, world):
+    """A real recording (fake backend) whose calls reach step 2 and that ends there: its dump's
+    ``steps`` is 3 (a count) and ``step`` 2, and watch shows 2."""
+    import torch
+
+    import commdebug
+    from commdebug.analysis.watch import watch_path
+
+    mode = commdebug.CommDebugMode()
+    with mode:
+        for step in range(3):
+            torch.distributed.all_reduce(torch.ones(16))
+            if step < 2:
+                mode.step()
+    mode.trace.metadata["ended_by"] = "RuntimeError: stuck in step 2"
+    path = tmp_path / "rank0.json"
+    mode.generate_json_dump(str(path))
+    meta = json.loads(path.read_text())["commdebug"]["metadata"]
+    assert (meta["steps"], meta["step"]) == (3, 2)
+    assert [r.step for r in watch_path(tmp_path).ranks] == [2]
