@@ -214,7 +214,7 @@ def _parser() -> argparse.ArgumentParser:
     watch = verb("watch", "live view of a running job from its folder: each rank's step, communication, last collective; stalled, straggling, failed and gone ranks; exits when every rank has ended: 0 healthy, 1 not, 2 bad input")
     watch.add_argument("dumps", metavar="DUMPS", help="the folder of rank dumps a running job streams into (commdebug run --out); a shared file system is enough")
     watch.add_argument("--once", action="store_true", help="print one frame and exit with the verdict (default: refresh until every rank of the run has ended, by a final dump or a process gone, then exit with the verdict)")
-    watch.add_argument("--follow", action="store_true", help="keep refreshing after every rank has ended, until Ctrl-C (a relaunch into the same folder shows up)")
+    watch.add_argument("--follow", action="store_true", help="keep refreshing after every rank has ended, until Ctrl-C, for a job relaunched into the same folder (default: exit once every rank has ended)")
     watch.add_argument("--interval", type=seconds, default=2.0, metavar="S", help="seconds between frames (default 2)")
     watch.add_argument("--stall-after", type=seconds, default=60.0, metavar="S", help="a rank with no progress this long while others wait in a collective is stalled (default 60)")
     watch.add_argument("--behind-pct", type=percent, default=10.0, metavar="X", help="a rank more than X%% behind the median step (and at least a step) is a straggler (default 10)")
