@@ -84,7 +84,7 @@ def render_html(dump: commdebug.Trace | Mapping[str, Any] | None, *, title: str 
         title=title, csp=csp, css=markupsafe.Markup(css), js=markupsafe.Markup(js),
         dump_json=None if data is None else markupsafe.Markup(_embed(data)),
         predicted_json=None if predicted is None else markupsafe.Markup(_embed(predicted)),
-        ranks_json=None, blocks=[],
+        ranks_json=None, blocks=[], late_blocks=[],
     )
 
 
@@ -393,10 +393,16 @@ def render_ranks_html(folder: Any, *, title: str | None = None) -> str:
     index, blocks = ranks_data(folder)
     template, css, js, csp = assets.page_assets()
     title = title or f"commdebug: {index['folder']} ({len(index['ranks'])} ranks)"
+    # the clicked cells' numbers (most of a wide job's page) come after the script: the first view
+    # never reads them, so it is drawn while the browser is still reading them in
+    early = {i for r in index["ranks"] for i in (r.get("blocks") or {}).values() if i is not None}
+    late = {i for r in index["ranks"] for i in (r.get("cells") or {}).values() if i is not None} - early
+    late -= {index["heat"]["block"], (index.get("traffic") or {}).get("block")}
+    text = [(i, markupsafe.Markup(b.translate(_SCRIPT_SAFE))) for i, b in enumerate(blocks)]
     return template.render(
         title=title, csp=csp, css=markupsafe.Markup(css), js=markupsafe.Markup(js), dump_json=None,
         predicted_json=None, ranks_json=markupsafe.Markup(_embed(index)),
-        blocks=[markupsafe.Markup(b.translate(_SCRIPT_SAFE)) for b in blocks],
+        blocks=[(i, b) for i, b in text if i not in late], late_blocks=[(i, b) for i, b in text if i in late],
     )
 
 

@@ -15,12 +15,22 @@ const HEAT_MAX_ROWS = 128;  // more ranks than this: several per row
 const HEAT_MAX_COLS = 128;  // more steps than this: several per column
 const HEAT_HEIGHT = 480;    // px the grid aims to fill at most
 
-/** A matrix of visualizer.heat_data (distinct rows and a row per rank) as one row per rank;
- * a row of times comes as exact doubles (decodeFloats), in seconds. */
+/** A matrix of visualizer.heat_data (distinct rows and a row per rank) as one row per rank
+ * (times in seconds; see decodedMatrices). */
 function heatRows(m) {
   if (!isObj(m)) return [];
-  const rows = arr(m.rows).map((r) => (typeof r === "string" ? decodeFloats(r) || [] : arr(r)));
+  const rows = arr(m.rows).map(arr);
   return arr(m.of).map((i) => rows[i] || []);
+}
+
+/** The heat block's matrices with their rows of times (exact doubles: decodeFloats) decoded,
+ * once, so every view of the grid reads numbers. */
+function decodedMatrices(m) {
+  if (!isObj(m)) return {};
+  for (const matrix of Object.values(m)) {
+    if (isObj(matrix)) matrix.rows = arr(matrix.rows).map((r) => (typeof r === "string" ? decodeFloats(r) || [] : r));
+  }
+  return m;
 }
 /** A rank x step or rank x op matrix of one metric (times in seconds, exact: whatever the page
  * adds up from them is rounded once, when shown). */
@@ -117,7 +127,7 @@ class Heatmap {
     this.m = {};
     const el = Number.isInteger(heat.block) ? $(`block-${heat.block}`) : null;
     try { if (el) this.m = JSON.parse(el.textContent); } catch (e) { console.warn("heatmap not shown:", e); }
-    if (!isObj(this.m)) this.m = {};
+    this.m = decodedMatrices(this.m);
     const any = (name) => heatRows(this.m[name]).some((row) => row.some((v) => v != null && v > 0));
     this.timed = !!heat.timed && any("step_time");
     this.flagged = findingRanks(index.check);

@@ -105,17 +105,23 @@ class RanksViewer extends BaseViewer {
   /** A heatmap cell (or a rank named by the per-op spread, `step` null) clicked: show that
    * rank in the tree and the rank panel, and the cell's calls by op. */
   selectCell(rank, step) {
+    if (document.readyState === "loading") {  // its numbers are still being read in: once they are
+      document.addEventListener("DOMContentLoaded", () => this.selectCell(rank, step), {once: true});
+      return;
+    }
     const entry = this.withTree.find((r) => r.rank === rank);
     if (entry && entry !== this.rank) this.setRank(entry);
     this.heatmap.mark(rank, step);
     this.heatmap.showSelection(rank, step);
   }
 
-  /** A block of numbers (one rank's counts, bytes or exact times), parsed once. */
+  /** A block of numbers (one rank's counts, bytes or exact times), parsed once; null while the
+   * page is still reading it (a clicked cell's numbers come after the script). */
   block(id) {
     if (id == null) return null;
     if (!this.cache.has(id)) {
       const el = $(`block-${Number(id)}`);
+      if (!el && document.readyState === "loading") return null;
       let values = null;
       try { values = el ? JSON.parse(el.textContent) : null; } catch (e) { values = null; }
       if (typeof values === "string") values = decodeFloats(values);  // times: exact doubles
