@@ -309,3 +309,18 @@ def test_a_recording_that_ends_in_step_2_says_so_and_watch_reads_it(tmp_path, wo
     meta = json.loads(path.read_text())["commdebug"]["metadata"]
     assert (meta["steps"], meta["step"]) == (3, 2)
     assert [r.step for r in watch_path(tmp_path).ranks] == [2]
+
+
+def test_the_header_median_counts_finished_ranks_and_a_rank_finishing_last_is_no_straggler():
+    now = 1000.0
+    done = []
+    for r in range(3):
+        d = _rank(r, 5, now - 1)
+        d.ended_by = "exit"
+        done.append(d)
+    result = watch([*done, _rank(3, 4, now - 1)], now=now)  # its last step, the others finished
+    assert (result.median_step, result.running_median_step, result.stragglers, result.healthy) == (5, 4, [], True)
+    assert render_watch(result).startswith("commdebug watch: 4 ranks, median step 5, ")
+    behind = watch([*done, _rank(3, 1, now - 1), _rank(4, 4, now - 1), _rank(5, 4, now - 1)], now=now)
+    assert behind.stragglers == [3]
+    assert "STRAGGLING: rank 3 more than 10% behind the median step 4 of the ranks still running" in render_watch(behind)

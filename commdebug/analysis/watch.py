@@ -17,8 +17,9 @@ last collective, and the collective it has been waiting in, if any. Then:
 - members of one group waiting in different calls (another sequence number or op) are
   **apart**: such calls never match, so it is a hang in the making, said before ``stall_after``
   has passed (a wait in the same call is only **waiting**, never called healthy);
-- a rank is a **straggler** when it is behind the median step by at least one step and by
-  more than ``behind_pct`` percent;
+- a rank is a **straggler** when it is behind the median step of the ranks still running by at
+  least one step and by more than ``behind_pct`` percent (ranks that finished are ahead by
+  nature while the others finish);
 - a rank **failed** when its final dump says it ended by an error or a signal (not a normal
   exit);
 - once some rank has finished, a rank with only a stream that has shown no sign of life for
@@ -181,6 +182,7 @@ class WatchResult:
     apart: list[int] = field(default_factory=list)  # ranks of a group whose members wait in different calls
     notes: list[str] = field(default_factory=list)
     missing: list[int] = field(default_factory=list)  # ranks of the world with no file yet
+    running_median_step: float | None = None  # of the ranks still running: what a straggler is behind
 
     @property
     def over(self) -> bool:
@@ -205,7 +207,8 @@ class WatchResult:
         return {"healthy": self.healthy, "now": self.now, "stall_after": self.stall_after, "behind_pct": self.behind_pct,
                 "median_step": self.median_step, "stalled": self.stalled, "stragglers": self.stragglers,
                 "waiting": self.waiting, "apart": self.apart, "finished": self.finished, "gone": self.gone, "failed": self.failed, "hung": self.hung,
-                "over": self.over, "missing": self.missing, "notes": self.notes, "ranks": [r.to_dict() for r in self.ranks]}
+                "running_median_step": self.running_median_step, "over": self.over, "missing": self.missing,
+                "notes": self.notes, "ranks": [r.to_dict() for r in self.ranks]}
 
 
 def watch(ranks: Iterable[RankLive], *, now: float | None = None, stall_after: float = 60.0, behind_pct: float = 10.0) -> WatchResult:
@@ -215,6 +218,7 @@ def watch(ranks: Iterable[RankLive], *, now: float | None = None, stall_after: f
     live = [r for r in states if r.ended_by is None]
     median = statistics.median(r.step for r in states) if states else None
     result = WatchResult(now, stall_after, behind_pct, states, median)
+    result.running_median_step = running = statistics.median(r.step for r in live) if live else None
     result.finished = [r.rank for r in states if r.ended_by is not None]
     result.failed = [r.rank for r in states if r.ended_by is not None and r.ended_by not in NORMAL_ENDINGS]
     result.waiting = [r.rank for r in live if r.waiting is not None]
@@ -239,9 +243,9 @@ def watch(ranks: Iterable[RankLive], *, now: float | None = None, stall_after: f
     if live and not result.stalled and len(waits) == len(live):
         result.hung = all(now - w.since >= stall_after for w in waits if w.since is not None)
     result.apart = _apart(live)
-    if median is not None:
+    if running is not None:
         result.stragglers = [r.rank for r in live if r.rank not in result.stalled
-                             and median - r.step >= 1 and median - r.step > median * behind_pct / 100]
+                             and running - r.step >= 1 and running - r.step > running * behind_pct / 100]
     return result
 
 
