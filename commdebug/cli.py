@@ -117,7 +117,7 @@ def _table(args: argparse.Namespace) -> int:
     from commdebug.render.table import render_table
 
     cluster = _cluster(args.cluster)
-    trace = load(args.dump)
+    trace = load(_single_dump(args.dump, "table"))
     predicted = None
     if args.noise_level >= 1:
         predicted = trace_predictions(trace, cluster)
@@ -128,8 +128,11 @@ def _table(args: argparse.Namespace) -> int:
 
 
 def _single_dump(path: str, verb: str) -> Path:
+    from commdebug.formats.readers import rank_files
+
     p = Path(path)
     if p.is_dir():
+        rank_files(p)  # a folder with no dumps says so, as every verb does
         raise CommDebugError(f"{p}: is a folder; `commdebug {verb}` reads one dump (give one rank's, e.g. {p / 'rank0.json'})")
     return p
 
@@ -269,7 +272,8 @@ def _report(args: argparse.Namespace) -> int:
 
     ranks, steps = _selection(args)
     with _meter(args) as meter:
-        result = report(iter_selected(args.dumps, ranks, steps, progress=meter, jobs=args.jobs, digest=rank_digest))
+        result = report(iter_selected(args.dumps, ranks, steps, progress=meter, jobs=args.jobs, digest=rank_digest),
+                        chosen=ranks.describe())
     if args.json:
         _print_json(result.to_dict(top=args.top))
     else:
@@ -344,17 +348,34 @@ def _watch(args: argparse.Namespace) -> int:
         print(f"commdebug watch: waiting for {args.dumps} and the first rank's stream (Ctrl-C to stop)", flush=True)
         while not job_started(args.dumps):
             time.sleep(args.interval)
-    if not Path(args.dumps).is_dir():
-        raise CommDebugError(f"{args.dumps}: not a folder; `commdebug watch` reads the folder a job streams into")
+    _watched_folder(Path(args.dumps))
     while True:
         result = watch_path(args.dumps, stall_after=args.stall_after, behind_pct=args.behind_pct)
         if args.once or args.json:
             _show(result, lambda r: render_watch(r, args.dumps), args.json)
             return OK if result.healthy else FOUND
+        stop = result.over and not args.follow
+        if stop:  # read once more: a rank seen gone an instant before its final dump landed
+            result = watch_path(args.dumps, stall_after=args.stall_after, behind_pct=args.behind_pct)
+            stop = result.over
         sys.stdout.write("\x1b[H\x1b[2J" if sys.stdout.isatty() else "\n")  # a new frame in place
         sys.stdout.write(render_watch(result, args.dumps))
         sys.stdout.flush()
+        if stop:
+            return OK if result.healthy else FOUND
         time.sleep(args.interval)
+
+
+def _watched_folder(p: Path) -> None:
+    """Refuse what `watch` cannot watch, in the words every verb uses for the same input."""
+    from commdebug.errors import empty_file, missing_path
+
+    if not p.exists():
+        raise missing_path(p)
+    if not p.is_dir():
+        if p.is_file() and p.stat().st_size == 0:
+            raise empty_file(p)
+        raise CommDebugError(f"{p}: not a folder; `commdebug watch` reads the folder a job streams into")
 
 
 VERBS: dict[str, Callable[[argparse.Namespace], int]] = {

@@ -19,8 +19,8 @@ EXIT_STATUS_DOC = """
 | status | meaning |
 |---|---|
 | 0 | done; `check`: consistent; `diff`: no difference |
-| 1 | `check`: inconsistent; `diff`: differences; `watch --once`: a rank stalled, straggling, failed or gone, or every rank hung. No other verb exits 1 on its own, so CI can tell a regression from a broken job |
-| 2 | an error, in every verb: a usage error (unknown verb or option, a value out of range, a `--cluster` or `--base` naming no preset and no valid cluster file), input that cannot be read (a missing file or folder, a corrupt dump, an unknown schema, a folder mixing dumps of two runs), or an output that cannot be written |
+| 1 | `check`: inconsistent; `diff`: differences; `watch --once`, or `watch` once every rank has ended: a rank stalled, straggling, failed or gone, or every rank hung. No other verb exits 1 on its own, so CI can tell a regression from a broken job |
+| 2 | an error, in every verb: a usage error (unknown verb or option, a value out of range, a `--cluster` or `--base` naming no preset and no valid cluster file), input that cannot be read (a missing file or folder, an empty file, a folder with no rank dumps, a corrupt dump, an unknown schema, a folder mixing dumps of two runs), or an output that cannot be written |
 | 130 | interrupted (Ctrl-C) |
 | the program's | `run` exits with the status of the program it ran (1 for an uncaught exception) |
 
@@ -213,9 +213,10 @@ def _parser() -> argparse.ArgumentParser:
                       help="compare without process groups, for a dump written by torch's own CommDebugMode, which has none (default: compare groups too)")
     _quiet_option(diff)
 
-    watch = verb("watch", "live view of a running job from its folder: each rank's step, communication, last collective; stalled, straggling, failed and gone ranks; exit 0 healthy, 1 not, 2 bad input")
+    watch = verb("watch", "live view of a running job from its folder: each rank's step, communication, last collective; stalled, straggling, failed and gone ranks; exits when every rank has ended: 0 healthy, 1 not, 2 bad input")
     watch.add_argument("dumps", metavar="DUMPS", help="the folder of rank dumps a running job streams into (commdebug run --out); a shared file system is enough")
-    watch.add_argument("--once", action="store_true", help="print one frame and exit with the verdict (default: refresh until Ctrl-C)")
+    watch.add_argument("--once", action="store_true", help="print one frame and exit with the verdict (default: refresh until every rank of the run has ended, by a final dump or a process gone, then exit with the verdict)")
+    watch.add_argument("--follow", action="store_true", help="keep refreshing after every rank has ended, until Ctrl-C, for a job relaunched into the same folder (default: exit once every rank has ended)")
     watch.add_argument("--interval", type=seconds, default=2.0, metavar="S", help="seconds between frames (default 2)")
     watch.add_argument("--stall-after", type=seconds, default=60.0, metavar="S", help="a rank with no progress this long while others wait in a collective is stalled (default 60)")
     watch.add_argument("--behind-pct", type=percent, default=10.0, metavar="X", help="a rank more than X%% behind the median step (and at least a step) is a straggler (default 10)")

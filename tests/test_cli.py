@@ -308,6 +308,37 @@ def test_bad_input_exits_2_in_every_verb(bad_inputs, tmp_path, capsys, verb):
         assert err.startswith("commdebug: error: ") and err.count("\n") == 1, (verb, kind, err)
 
 
+def test_each_bad_input_reads_the_same_in_every_verb(tmp_path, capsys):
+    """A missing path, a zero-byte file, a folder with no dumps and a folder whose one rank file
+    is empty: one line on stderr, exit 2, and the same sentence whichever verb read it."""
+    from commdebug.cli import main  # in this process: no interpreter start-up per case
+
+    empty = tmp_path / "empty.json"
+    empty.write_bytes(b"")
+    no_dumps = tmp_path / "no_dumps"
+    no_dumps.mkdir()
+    (no_dumps / "notes.txt").write_text("not a dump")
+    empty_rank = tmp_path / "empty_rank"
+    empty_rank.mkdir()
+    (empty_rank / "rank0.json").write_bytes(b"")
+    said = {tmp_path / "nowhere": f"{tmp_path / 'nowhere'}: no such file or folder",
+            empty: f"{empty}: empty file (0 bytes)",
+            no_dumps: f"{no_dumps}: no rank dumps in this folder (expected rank<N>.json, Flight Recorder files or torch.profiler traces)",
+            empty_rank: f"{empty_rank / 'rank0.json'}: empty file (0 bytes)"}
+    verbs = [["view", "-o", str(tmp_path / "v.html")], ["table"], ["summary"], ["summary", "--by", "peer"], ["report"], ["check"],
+             ["trace", "-o", str(tmp_path / "t.json")], ["estimate", "--cluster", "h100-ib400"],
+             ["calibrate", "-o", str(tmp_path / "c.json")], ["watch", "--once"], ["watch", "--json"], ["diff"]]
+    for path, sentence in said.items():
+        for verb, *options in verbs:
+            if verb == "table" and path == empty_rank:
+                continue  # a folder with a rank in it: table says it reads one dump (test above)
+            args = [verb, str(path), *options] + ([str(path)] if verb == "diff" else [])
+            status = main(args)
+            err = capsys.readouterr().err
+            assert (status, err) == (2, f"commdebug: error: {sentence}\n"), args
+    assert not any((tmp_path / name).exists() for name in ("v.html", "t.json", "c.json"))
+
+
 def test_diff_of_a_missing_path_says_it_does_not_exist(demo_dir, tmp_path):
     for a, b in ((tmp_path / "nonexistent", demo_dir), (demo_dir, tmp_path / "nonexistent")):
         proc = cli("diff", str(a), str(b))

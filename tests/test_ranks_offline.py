@@ -108,6 +108,62 @@ def test_report_pairs_calls_across_ranks_for_stragglers(folders):
     assert "min" in text.splitlines()[7] and "(r2)" in text.splitlines()[7]
 
 
+@pytest.fixture(scope="module")
+def same6(tmp_path_factory) -> Path:
+    """6 ranks, 20 steps, every member of each call timed alike (latencies in tenths, which no
+    binary float holds: the sums that should cancel gave 5.7e-14 s before they were exact)."""
+    out = tmp_path_factory.mktemp("same")
+    proc = subprocess.run([sys.executable, str(PROGRAM), str(out), "same", "6"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return out / "same"
+
+
+def _op_rows(text: str) -> dict[str, list[str]]:
+    """The per-op table of `report`'s text: op -> its cells."""
+    lines = text.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.split()[:2] == ["op", "calls"])
+    rows = {}
+    for line in lines[head + 1:]:
+        if not line.strip():
+            break
+        rows[line.split()[0]] = line.split()
+    return rows
+
+
+def test_straggler_time_of_calls_every_member_timed_alike_is_exactly_0(same6):
+    data = json.loads(cli("report", str(same6), "--json").stdout)
+    assert [r["straggler_s"] for r in data["ranks"]] == [0.0] * 6
+    timed = {o["op"]: o["straggler_s"] for o in data["ops"] if o["timed_calls"]}
+    assert timed == {"all_reduce": 0.0, "all_gather": 0.0}
+    assert data["spread"]["straggler_s"]["max"] == 0.0
+    text = cli("report", str(same6)).stdout
+    rows = _op_rows(text)
+    assert rows["all_reduce"][-2:] == ["0", "s"] and rows["all_gather"][-2:] == ["0", "s"], text
+    assert "e-" not in text, text  # no 5.68e-05 ns anywhere
+
+
+def test_straggler_time_is_unknown_where_ranks_leaves_out_members_of_a_group(same6):
+    # ranks 0-1: both groups (all 6 ranks; the even ranks 0, 2, 4) lack members
+    data = json.loads(cli("report", str(same6), "--ranks", "0-1", "--json").stdout)
+    assert [r["straggler_s"] for r in data["ranks"]] == [None, None]
+    assert {o["op"]: o["straggler_s"] for o in data["ops"] if o["timed_calls"]} == {"all_reduce": None, "all_gather": None}
+    assert data["spread"]["straggler_s"] is None
+    [note] = [n for n in data["notes"] if n.startswith("straggler time unknown")]
+    assert note == ("straggler time unknown ('-') where --ranks 0-1 leaves out members of the call's group "
+                    "(2 groups: default_pg[6], group 1[3]): a call's least latency is over every member")
+    text = cli("report", str(same6), "--ranks", "0-1").stdout
+    rows = _op_rows(text)
+    assert rows["all_reduce"][-1] == "-" and rows["all_gather"][-1] == "-", text
+    assert f"note: {note}" in text
+    # the even ranks are all of their group: its all_gather is known; the all_reduce is not
+    data = json.loads(cli("report", str(same6), "--ranks", "0,2,4", "--json").stdout)
+    assert {o["op"]: o["straggler_s"] for o in data["ops"] if o["timed_calls"]} == {"all_reduce": None, "all_gather": 0.0}
+    assert [r["straggler_s"] for r in data["ranks"]] == [None] * 3  # each rank's all_reduce: unknown
+    # --steps keeps every rank: every call's least is known
+    data = json.loads(cli("report", str(same6), "--steps", "3-5", "--json").stdout)
+    assert [r["straggler_s"] for r in data["ranks"]] == [0.0] * 6
+
+
 def test_diff_of_two_plans_and_of_a_plan_with_itself(folders):
     same = cli("diff", str(folders / "ok"), str(folders / "ok"))
     assert same.returncode == 0

@@ -1,11 +1,15 @@
 """The folder page's numbers are each rank's own (issue 32): on a folder whose ranks all differ
 (every rank's sizes and latencies its own), every per-rank and per-(rank, step) figure the page
-embeds equals what that rank's dump says."""
+embeds equals what that rank's dump says, times exactly (issue 38: the exact sums of its
+latencies, never rounded for the page's size)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import math
+import re
+import struct
 from collections import defaultdict
 from pathlib import Path
 
@@ -19,8 +23,6 @@ from synthetic import transformer_dump
 
 RANKS = 6
 STEPS = 3
-# the page keeps times to 4 significant digits (rank_modules' precision)
-REL = 6e-4
 
 
 def write_distinct_ranks(folder: Path, ranks: int = RANKS, steps: int = STEPS) -> list[Path]:
@@ -44,12 +46,36 @@ def distinct(tmp_path_factory) -> Path:
     return folder
 
 
+def floats(text: str) -> list[float | None]:
+    """Exact times as the page embeds them ("<runs of f, z, n>:<base64 of little-endian
+    doubles>"), decoded independently of visualizer.exact_floats."""
+    kinds, packed = text.split(":")
+    raw = base64.b64decode(packed)
+    doubles = iter(struct.unpack(f"<{len(raw) // 8}d", raw))
+    out: list[float | None] = []
+    for count, kind in re.findall(r"(\d*)([fzn])", kinds):
+        out += [next(doubles) if kind == "f" else 0.0 if kind == "z" else None for _ in range(int(count or 1))]
+    assert next(doubles, None) is None
+    return out
+
+
+def _decoded(value):
+    """A block or matrix with every time row decoded, as util.js' decodeFloats does."""
+    if isinstance(value, str):
+        return floats(value)
+    if isinstance(value, dict):
+        return {k: _decoded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_decoded(v) for v in value]
+    return value
+
+
 class Page:
     """What the folder page embeds, decoded the way ranks_viewer.js and heatmap.js read it."""
 
     def __init__(self, folder: Path) -> None:
         self.index, texts = ranks_data(folder)
-        self.blocks = [json.loads(t) for t in texts]
+        self.blocks = [_decoded(json.loads(t)) for t in texts]
         heat = self.index["heat"]
         self.steps, self.ops = heat["steps"], heat["ops"]
         self.matrices = self.blocks[heat["block"]]
@@ -60,8 +86,8 @@ class Page:
     def cells(self, entry: dict) -> dict[tuple[int, str], tuple[int, int, float | None]]:
         c = entry["cells"]
         keys, calls, nbytes = self.block(c["keys"]), self.block(c["calls"]), self.block(c["bytes"])
-        micros = self.block(c["time_us"])
-        return {(keys[2 * i], self.ops[keys[2 * i + 1]]): (calls[i], nbytes[i], None if micros is None else micros[i])
+        seconds = self.block(c["time_s"])
+        return {(keys[2 * i], self.ops[keys[2 * i + 1]]): (calls[i], nbytes[i], None if seconds is None else seconds[i])
                 for i in range(len(calls))}
 
     def matrix_row(self, name: str, i: int) -> list:
@@ -70,23 +96,27 @@ class Page:
 
 
 def own_figures(path: Path) -> dict:
-    """A rank's figures straight from its dump."""
+    """A rank's figures straight from its dump: times are the exact sums (math.fsum) of its
+    latencies, per (step, op) (``cells``), per step and per op (``steps``, ``ops``: the exact
+    sums of the exact cells, as the heatmap's rows hold them)."""
     trace = commdebug.load(path)
-    cells: dict[tuple[int, str], list] = defaultdict(lambda: [0, 0, 0.0])
+    cells: dict[tuple[int, str], list] = defaultdict(lambda: [0, 0, []])
     for e in trace.events:
         c = cells[(e.step, e.op)]
         c[0] += 1
         c[1] += e.size_bytes
-        c[2] += e.latency_s
+        c[2].append(e.latency_s)
+    exact = {key: (c[0], c[1], math.fsum(c[2])) for key, c in cells.items()}
     modules = {fqn: ([trace.phase_totals(fqn, p)[0] for p in PHASES], sum(trace.phase_totals(fqn, p)[1] for p in PHASES))
                for fqn, _ in trace.walk()}
     totals = trace.totals()
+    by = {"steps": {}, "ops": {}}
+    for (step, op), (_, _, t) in exact.items():
+        by["steps"].setdefault(step, []).append(t)
+        by["ops"].setdefault(op, []).append(t)
     return {"collectives": totals["collectives"], "bytes": totals["bytes"],
-            "seconds": sum(e.latency_s for e in trace.events), "cells": dict(cells), "modules": modules}
-
-
-def close(page_value: float | None, seconds: float) -> bool:
-    return page_value is not None and math.isclose(page_value, seconds, rel_tol=REL)
+            "seconds": math.fsum(e.latency_s for e in trace.events), "cells": exact, "modules": modules,
+            "steps": {k: math.fsum(v) for k, v in by["steps"].items()}, "ops": {k: math.fsum(v) for k, v in by["ops"].items()}}
 
 
 def test_folder_ranks_all_differ(distinct):
@@ -105,8 +135,8 @@ def test_every_figure_on_the_page_is_the_ranks_own(distinct):
         own = own_figures(distinct / entry["file"])
         r = entry["rank"]
         # totals
-        assert (entry["collectives"], entry["bytes"]) == (own["collectives"], own["bytes"]), r
-        assert close(entry["seconds"], own["seconds"]), (r, entry["seconds"], own["seconds"])
+        assert (entry["collectives"], entry["bytes"], entry["seconds"]) == (own["collectives"], own["bytes"], own["seconds"]), r
+        assert page.block(entry["blocks"]["time"])[0] == own["seconds"], r  # Global's time: the rank's
         # per module: calls per phase and bytes, descendants included
         counts, nbytes = page.block(entry["blocks"]["counts"]), page.block(entry["blocks"]["bytes"])
         for m, fqn in enumerate(fqns):
@@ -114,20 +144,16 @@ def test_every_figure_on_the_page_is_the_ranks_own(distinct):
         # per (step, op): what a clicked heatmap cell lists
         cells = page.cells(entry)
         assert set(cells) == set(own["cells"]), r
-        for key, (calls, b, us) in cells.items():
-            want = own["cells"][key]
-            assert (calls, b) == (want[0], want[1]), (r, key)
-            assert close(us * 1e-6, want[2]), (r, key, us, want[2])
+        assert cells == own["cells"], r  # calls, bytes and the exact time of each (step, op)
         # per step: the heatmap's row of this rank
         for metric, k in (("calls", 0), ("bytes", 1)):
             row = page.matrix_row(f"step_{metric}", i)
             assert row == [sum(v[k] for (s, _), v in own["cells"].items() if s == step) for step in page.steps], (r, metric)
-        time_row = page.matrix_row("step_time", i)
-        for step, us in zip(page.steps, time_row, strict=True):
-            assert close(us * 1e-6, sum(v[2] for (s, _), v in own["cells"].items() if s == step)), (r, step)
+        assert page.matrix_row("step_time", i) == [own["steps"][step] for step in page.steps], r
         # per op, over every step: the spread's row
         op_row = page.matrix_row("op_bytes", i)
         assert op_row == [sum(v[1] for (_, o), v in own["cells"].items() if o == op) for op in page.ops], r
+        assert page.matrix_row("op_time", i) == [own["ops"][op] for op in page.ops], r
 
 
 def test_equal_ranks_still_share_their_blocks(tmp_path):
@@ -138,5 +164,5 @@ def test_equal_ranks_still_share_their_blocks(tmp_path):
     for r in range(4):
         (folder / f"rank{r}.json").write_text(dump.replace('"rank":0', f'"rank":{r}').replace('"rank": 0', f'"rank": {r}'))
     page = Page(folder)
-    assert len({e["cells"]["time_us"] for e in page.index["ranks"]}) == 1
+    assert len({e["cells"]["time_s"] for e in page.index["ranks"]}) == 1
     assert len({e["blocks"]["counts"] for e in page.index["ranks"]}) == 1

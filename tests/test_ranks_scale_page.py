@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from ranks_job import write_job
-from test_ranks_page import Page, close, own_figures
+from test_ranks_page import Page, own_figures
 
 from commdebug.analysis.report import report_path
 
@@ -44,16 +44,10 @@ def test_every_rank_on_the_page_has_its_own_figures(which, request):
     assert len(entries) == job.ranks
     for i, entry in enumerate(entries):
         own = own_figures(job.folder / entry["file"])
-        assert (entry["collectives"], entry["bytes"]) == (own["collectives"], own["bytes"]), entry["rank"]
-        assert close(entry["seconds"], own["seconds"]), entry["rank"]
-        cells = page.cells(entry)
-        assert set(cells) == set(own["cells"]), entry["rank"]
-        for key, (calls, nbytes, us) in cells.items():
-            want = own["cells"][key]
-            assert (calls, nbytes) == tuple(want[:2]) and close(us * 1e-6, want[2]), (entry["rank"], key)
-        time_row = page.matrix_row("step_time", i)
-        for step, us in zip(page.steps, time_row, strict=True):
-            assert close(us * 1e-6, sum(v[2] for (s, _), v in own["cells"].items() if s == step)), (entry["rank"], step)
+        assert (entry["collectives"], entry["bytes"], entry["seconds"]) == (own["collectives"], own["bytes"], own["seconds"]), entry["rank"]
+        assert page.cells(entry) == own["cells"], entry["rank"]  # exact: each (step, op)'s time the exact sum of its latencies
+        assert page.matrix_row("step_time", i) == [own["steps"][step] for step in page.steps], entry["rank"]
+        assert page.matrix_row("op_time", i) == [own["ops"][op] for op in page.ops], entry["rank"]
 
 
 def sig_digits(number: str) -> int:

@@ -191,3 +191,136 @@ def test_watch_waits_for_a_stream_with_no_whole_line_yet(tmp_path, world):
     assert job_started(traces)
     result = watch_path(traces)
     assert [r.rank for r in result.ranks] == [1] and "no stream yet from rank 0" in result.notes
+
+
+# ---------------------------------------------------------------- the step, and the end of the job
+
+def _final(folder: Path, rank: int, *, ended_by: str = "exit", run_id: str = "run-b", step: int | None = 2,
+           world: int = 2) -> Path:
+    """rank<rank>.json: a final dump whose calls go up to step 2 (``metadata.steps`` 3, a count),
+    ended by `ended_by`; `step` None: written before ``metadata.step`` existed."""
+    from synthetic import transformer_dump
+
+    dump = transformer_dump(1, 3, world_size=world, rank=rank)
+    meta = dump["commdebug"]["metadata"]
+    meta.update(ended_by=ended_by, run_id=run_id, steps=3)
+    if step is not None:
+        meta["step"] = step
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"rank{rank}.json"
+    path.write_text(json.dumps(dump))
+    return path
+
+
+def _watch(folder: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "commdebug", "watch", str(folder), "--interval", "0.2", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+
+
+def test_the_step_of_a_rank_with_a_final_dump_is_the_step_it_ended_in(tmp_path):
+    """Rank 0 hung in step 2 (its dump: ``steps`` 3, ``step`` 2), rank 1 a dump of before
+    ``step`` existed: both read step 2, and the median step is known."""
+    from commdebug.analysis.watch import watch_path
+
+    _final(tmp_path, 0, ended_by="RuntimeError: timed out", step=2)
+    _final(tmp_path, 1, step=None)
+    result = watch_path(tmp_path)
+    assert [r.step for r in result.ranks] == [2, 2] and result.median_step == 2
+    text = render_watch(result)
+    assert re.search(r"median step 2, ", text.splitlines()[0]), text
+    rows = {line.split()[0]: line.split() for line in text.splitlines()[2:4]}
+    assert rows["0"][1] == "2" and rows["1"][1] == "2", text
+
+
+def test_watch_exits_once_every_rank_has_ended(tmp_path):
+    """Every rank's final dump is there: watch prints the frame and exits, 0 when every rank
+    ended well, 1 when one failed; --follow keeps refreshing."""
+    ok = tmp_path / "ok"
+    for r in (0, 1):
+        _final(ok, r)
+    proc = _watch(ok)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "the run is over: every rank has ended" in out and out.rstrip().endswith("healthy, 2 finished"), out
+
+    failed = tmp_path / "failed"
+    _final(failed, 0)
+    _final(failed, 1, ended_by="RuntimeError: Connection reset by peer")
+    proc = _watch(failed)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, err
+    assert "FAILED: rank 1 ended by RuntimeError: Connection reset by peer" in out, out
+
+    follow = _watch(ok, "--follow")
+    try:
+        frames, deadline = 0, time.monotonic() + 60
+        while frames < 3 and time.monotonic() < deadline:  # frames keep coming after the run is over
+            line = follow.stdout.readline()
+            frames += line.startswith("commdebug watch ")
+        assert frames == 3 and follow.poll() is None
+    finally:
+        follow.kill()
+        follow.communicate(timeout=30)
+
+
+def test_watch_ends_on_a_rank_whose_process_is_gone_and_counts_only_the_newest_run(tmp_path, world):
+    """Rank 0 finished; rank 1 left a stream whose process (on this host) has ended, without a
+    final dump: the run is over, not healthy. Ranks 2-3's dumps are an earlier run's (another
+    run id, older files): left out, and said."""
+    import socket
+
+    from test_streaming import _events
+
+    from commdebug.model.stream import chunk_line, header_line
+
+    folder = tmp_path / "traces"
+    for r in (2, 3):  # the earlier launch, 4 ranks
+        old = _final(folder, r, run_id="run-a", world=4)
+        os.utime(old, (time.time() - 3600, time.time() - 3600))
+    _final(folder, 0)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    meta = {"rank": 1, "world_size": 2, "backend": "gloo", "hostname": socket.gethostname(), "pid": int(dead.stdout), "run_id": "run-b"}
+    (folder / "rank1.jsonl").write_text(header_line(meta, 2, time.time()) + chunk_line(_events(world, 4), time=time.time(), step=1, events_total=4))
+    proc = _watch(folder)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, err
+    assert out.startswith(f"\ncommdebug watch {folder}: 2 ranks, median step 1.5, ") and "the run is over" in out, out
+    assert "GONE: rank 1 stopped in step 1 without a final dump" in out, out
+    assert "note: left out 2 files of an earlier run: rank2.json, rank3.json" in out, out
+
+
+def test_a_recording_that_ends_in_step_2_says_so_and_watch_reads_it(tmp_path, world):
+    """A real recording (fake backend) whose calls reach step 2 and that ends there: its dump's
+    ``steps`` is 3 (a count) and ``step`` 2, and watch shows 2."""
+    import torch
+
+    import commdebug
+    from commdebug.analysis.watch import watch_path
+
+    mode = commdebug.CommDebugMode()
+    with mode:
+        for step in range(3):
+            torch.distributed.all_reduce(torch.ones(16))
+            if step < 2:
+                mode.step()
+    mode.trace.metadata["ended_by"] = "RuntimeError: stuck in step 2"
+    path = tmp_path / "rank0.json"
+    mode.generate_json_dump(str(path))
+    meta = json.loads(path.read_text())["commdebug"]["metadata"]
+    assert (meta["steps"], meta["step"]) == (3, 2)
+    assert [r.step for r in watch_path(tmp_path).ranks] == [2]
+
+
+def test_the_header_median_counts_finished_ranks_and_a_rank_finishing_last_is_no_straggler():
+    now = 1000.0
+    done = []
+    for r in range(3):
+        d = _rank(r, 5, now - 1)
+        d.ended_by = "exit"
+        done.append(d)
+    result = watch([*done, _rank(3, 4, now - 1)], now=now)  # its last step, the others finished
+    assert (result.median_step, result.running_median_step, result.stragglers, result.healthy) == (5, 4, [], True)
+    assert render_watch(result).startswith("commdebug watch: 4 ranks, median step 5, ")
+    behind = watch([*done, _rank(3, 1, now - 1), _rank(4, 4, now - 1), _rank(5, 4, now - 1)], now=now)
+    assert behind.stragglers == [3]
+    assert "STRAGGLING: rank 3 more than 10% behind the median step 4 of the ranks still running" in render_watch(behind)

@@ -17,10 +17,12 @@ hash. This package uses only commdebug's public API (``commdebug.__all__``).
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import os
 import pathlib
+import struct
 from collections.abc import Mapping
 from typing import Any
 
@@ -82,7 +84,7 @@ def render_html(dump: commdebug.Trace | Mapping[str, Any] | None, *, title: str 
         title=title, csp=csp, css=markupsafe.Markup(css), js=markupsafe.Markup(js),
         dump_json=None if data is None else markupsafe.Markup(_embed(data)),
         predicted_json=None if predicted is None else markupsafe.Markup(_embed(predicted)),
-        ranks_json=None, blocks=[],
+        ranks_json=None, blocks=[], late_blocks=[],
     )
 
 
@@ -143,21 +145,55 @@ _META = ("rank", "world_size", "hostname", "backend", "torch_version", "steps", 
          "capture", "detail_every", "detail_steps", "fault")
 
 
+def exact_floats(values: Any) -> str:
+    """Times as the page embeds them, exact: "<kinds>:<doubles>", where <kinds> says what each
+    value is in runs ("3f": three values from <doubles>, "z" a zero, "n" none; a run's count is
+    left out when 1) and <doubles> holds the other values' IEEE doubles, little-endian, in
+    base64 (util.js' ``decodeFloats`` reads it). A double takes 17 decimal digits to come back
+    exact, 10.7 characters here; a module that issued nothing costs a letter.
+
+    >>> exact_floats([0.5, 0.25, 0.0, 0.0, None])
+    '2f2zn:AAAAAAAA4D8AAAAAAADQPw=='
+    """
+    kinds: list[str] = []
+    doubles: list[float] = []
+    for v in values:
+        if v is None or v != v:
+            kinds.append("n")
+        elif v == 0.0 and math.copysign(1.0, v) > 0:
+            kinds.append("z")
+        else:
+            kinds.append("f")
+            doubles.append(v)
+    runs, i = [], 0
+    while i < len(kinds):
+        j = i
+        while j < len(kinds) and kinds[j] == kinds[i]:
+            j += 1
+        runs.append(f"{j - i if j - i > 1 else ''}{kinds[i]}")
+        i = j
+    packed = struct.pack(f"<{len(doubles)}d", *doubles)
+    return "".join(runs) + ":" + base64.b64encode(packed).decode("ascii")
+
+
 class _Blocks:
-    """Numeric arrays as JSON text, each distinct one stored once (ranks of a job often agree).
+    """Numeric arrays as JSON text, each distinct one stored once (ranks of a job often agree):
+    whole numbers as a JSON array, times as the JSON string of :func:`exact_floats`.
 
     Keyed by the values, never by object identity: a temporary tuple's id is reused once it is
     freed, which handed every rank the first rank's block."""
 
     def __init__(self) -> None:
         self.texts: list[str] = []
-        self._of: dict[tuple, int] = {}  # values -> block
+        self._of: dict[tuple, int] = {}  # (kind, values) -> block
 
-    def add(self, values: tuple) -> int:
-        i = self._of.get(values)
+    def add(self, values: tuple, *, floats: bool = False) -> int:
+        key = (floats, values)
+        i = self._of.get(key)
         if i is None:
-            i = self._of[values] = len(self.texts)
-            self.texts.append(json.dumps(values, separators=(",", ":"), allow_nan=False))
+            i = self._of[key] = len(self.texts)
+            data = exact_floats(values) if floats else values
+            self.texts.append(json.dumps(data, separators=(",", ":"), allow_nan=False))
         return i
 
 
@@ -171,10 +207,13 @@ def ranks_data(folder: Any) -> tuple[dict[str, Any], list[str]]:
     :func:`heat_data`). `blocks` are JSON arrays of numbers: per module in the index's order, a
     rank's calls per phase (four per module, descendants included, null where the rank lacks
     the module), its bytes, and its timed seconds (when timed); per rank, its (step, op) keys
-    (as step, op index pairs) and their calls, bytes and microseconds (``cells``); and the heat
-    block. When some rank has all_to_all or send/recv calls, ``traffic`` (:func:`traffic_data`)
-    and its block; when some rank has a profile, ``overlap`` (:func:`overlap_data`) and its
-    block of each rank's per-step compute, overlapped and exposed time.
+    (as step, op index pairs) and their calls, bytes and seconds (``cells``); and the heat
+    block. Times are exact (:func:`exact_floats`): the page adds them up and rounds once, to
+    display. Each finding and side of the check carries ``text``, worded as ``commdebug
+    check`` prints it. When some rank has all_to_all or send/recv calls, ``traffic``
+    (:func:`traffic_data`) and its block; when some rank has a profile, ``overlap``
+    (:func:`overlap_data`) and its block of each rank's per-step compute, overlapped and
+    exposed time.
     """
     found = folder if hasattr(folder, "tree") else commdebug.rank_modules(folder)
     blocks = _Blocks()
@@ -196,11 +235,11 @@ def ranks_data(folder: Any) -> tuple[dict[str, Any], list[str]]:
         if r.has_tree:
             entry.update(collectives=r.collectives, bytes=r.total_bytes, seconds=r.total_seconds,
                          blocks={"counts": blocks.add(r.counts or ()), "bytes": blocks.add(r.bytes or ()),
-                                 "time": None if r.seconds is None else blocks.add(r.seconds)})
+                                 "time": None if r.seconds is None else blocks.add(r.seconds, floats=True)})
         if r.step_ops is not None:
             so = r.step_ops
             entry["cells"] = {"keys": blocks.add(keys(so.keys)), "calls": blocks.add(so.calls),
-                              "bytes": blocks.add(so.bytes), "time_us": None if so.seconds is None else blocks.add(_us(so.seconds))}
+                              "bytes": blocks.add(so.bytes), "time_s": None if so.seconds is None else blocks.add(so.seconds, floats=True)}
         ranks.append(entry)
     types = sorted(set(found.tree.types), key=found.tree.types.index)
     type_id = {t: i for i, t in enumerate(types)}
@@ -212,7 +251,7 @@ def ranks_data(folder: Any) -> tuple[dict[str, Any], list[str]]:
                     "type": [type_id[t] for t in found.tree.types], "types": types},
         "ranks": ranks,
         # the page lists findings and notes; each rank's ending is in its own entry's meta
-        "check": {k: v for k, v in found.check.to_dict().items() if k != "rank_summaries"},
+        "check": _check_data(found.check),
         "errors": list(found.errors),
     }
     matrices = heat.pop("matrices")
@@ -234,26 +273,24 @@ def ranks_data(folder: Any) -> tuple[dict[str, Any], list[str]]:
     return _finite(index), blocks.texts
 
 
-def _us(seconds: Any) -> tuple:
-    """Seconds as microseconds to 4 significant digits (what ``rank_modules`` keeps: the page
-    loses none of it; it prints 3), whole numbers without ".0": a thousand ranks' times are most
-    of the folder page, and "1234" is half the text of "0.001234"."""
-    out: list[int | float | None] = []
-    for s in seconds:
-        if s is None or not math.isfinite(s):
-            out.append(None)
-            continue
-        us = float(f"{s * 1e6:.4g}")
-        out.append(int(us) if us.is_integer() else us)
-    return tuple(out)
+def _check_data(result: Any) -> dict[str, Any]:
+    """``check``'s result as the page lists it (each rank's ending is in its own entry's meta),
+    each finding and side with the ``text`` the command line prints for it."""
+    data = {k: v for k, v in result.to_dict().items() if k != "rank_summaries"}
+    for f, d in zip(result.findings, data["findings"], strict=True):
+        d["text"] = commdebug.describe_finding(f)
+        for side, sd in zip(f.sides, d["sides"], strict=True):
+            sd["text"] = commdebug.describe_side(side)
+    return data
 
 
-def _rows(rows: list[list]) -> dict[str, list]:
+def _rows(rows: list[list], floats: bool = False) -> dict[str, list]:
     """A matrix as its distinct rows and, per rank, the index of its row: ranks of one job
-    mostly issue the same calls, so their bytes and calls rows are stored once."""
+    mostly issue the same calls, so their bytes and calls rows are stored once. `floats`: each
+    row as :func:`exact_floats` (times)."""
     distinct: dict[tuple, int] = {}
     of = [distinct.setdefault(tuple(r), len(distinct)) for r in rows]
-    return {"rows": [list(r) for r in distinct], "of": of}
+    return {"rows": [exact_floats(r) if floats else list(r) for r in distinct], "of": of}
 
 
 def heat_data(found: Any) -> dict[str, Any]:
@@ -261,9 +298,10 @@ def heat_data(found: Any) -> dict[str, Any]:
     ``steps`` and ``ops`` (the columns), ``timed`` (some rank timed its calls), ``chosen``
     (--ranks and --steps, and how many ranks were read for the check only), and ``matrices``:
     per metric (``time``, ``bytes``, ``calls``) a rank x step and a rank x op matrix
-    (``step_time``, ``op_time``, ...; times in microseconds, 4 significant digits), one row per
-    rank in the index's order, null where a rank had no call (or, for time, no timed call),
-    each as distinct rows and a row index per rank.
+    (``step_time``, ``op_time``, ...; times in seconds, each the exact sum of the rank's exact
+    (step, op) sums, as :func:`exact_floats`), one row per rank in the index's order, null where
+    a rank had no call (or, for time, no timed call), each as distinct rows and a row index per
+    rank.
     """
     steps, ops = found.steps(), found.ops()
     step_at = {s: i for i, s in enumerate(steps)}
@@ -272,9 +310,10 @@ def heat_data(found: Any) -> dict[str, Any]:
     timed = False
     for r in found.ranks:
         so = r.step_ops
-        # per axis: its time, bytes and calls rows (None: no call there)
-        cols: dict[str, list[list[float | None]]] = {"step": [[None] * len(steps) for _ in range(3)],
-                                                     "op": [[None] * len(ops) for _ in range(3)]}
+        # per axis: its times (each cell's exact sums, added up exactly below), bytes and calls
+        # rows (None: no call there)
+        cols: dict[str, list[list[Any]]] = {"step": [[None] * len(steps) for _ in range(3)],
+                                            "op": [[None] * len(ops) for _ in range(3)]}
         if so is not None:
             timed = timed or so.seconds is not None
             seconds = so.seconds or (None,) * len(so.keys)
@@ -282,17 +321,19 @@ def heat_data(found: Any) -> dict[str, Any]:
                 for axis, i in (("step", step_at[step]), ("op", op_at[op])):
                     time_row, bytes_row, calls_row = cols[axis]
                     if t is not None:
-                        time_row[i] = (time_row[i] or 0.0) + t
+                        if time_row[i] is None:
+                            time_row[i] = []
+                        time_row[i].append(t)
                     bytes_row[i] = (bytes_row[i] or 0) + b
                     calls_row[i] = (calls_row[i] or 0) + c
         for axis in ("step", "op"):
             time_row, bytes_row, calls_row = cols[axis]
-            per[f"{axis}_time"].append(list(_us(time_row)))
+            per[f"{axis}_time"].append([None if t is None else math.fsum(t) for t in time_row])
             per[f"{axis}_bytes"].append(bytes_row)
             per[f"{axis}_calls"].append(calls_row)
     return {"steps": steps, "ops": ops, "timed": timed,
             "chosen": {"ranks": found.ranks_chosen, "steps": found.steps_chosen, "ranks_left_out": found.ranks_left_out},
-            "matrices": {name: _rows(rows) for name, rows in per.items()}}
+            "matrices": {name: _rows(rows, floats=name.endswith("_time")) for name, rows in per.items()}}
 
 
 MATRIX_MEMBERS = 64  # groups up to this size embed every pair of every step
@@ -402,10 +443,16 @@ def render_ranks_html(folder: Any, *, title: str | None = None) -> str:
     index, blocks = ranks_data(folder)
     template, css, js, csp = assets.page_assets()
     title = title or f"commdebug: {index['folder']} ({len(index['ranks'])} ranks)"
+    # the clicked cells' numbers (most of a wide job's page) come after the script: the first view
+    # never reads them, so it is drawn while the browser is still reading them in
+    early = {i for r in index["ranks"] for i in (r.get("blocks") or {}).values() if i is not None}
+    late = {i for r in index["ranks"] for i in (r.get("cells") or {}).values() if i is not None} - early
+    late -= {index["heat"]["block"], (index.get("traffic") or {}).get("block")}
+    text = [(i, markupsafe.Markup(b.translate(_SCRIPT_SAFE))) for i, b in enumerate(blocks)]
     return template.render(
         title=title, csp=csp, css=markupsafe.Markup(css), js=markupsafe.Markup(js), dump_json=None,
         predicted_json=None, ranks_json=markupsafe.Markup(_embed(index)),
-        blocks=[markupsafe.Markup(b.translate(_SCRIPT_SAFE)) for b in blocks],
+        blocks=[(i, b) for i, b in text if i not in late], late_blocks=[(i, b) for i, b in text if i in late],
     )
 
 

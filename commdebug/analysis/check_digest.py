@@ -34,7 +34,7 @@ from commdebug.model.trace import CollectiveEvent, GroupInfo
 from commdebug.ops import needs_all, shape_rule
 from commdebug.units import format_bytes
 
-__all__ = ["LastCall", "RankSummary", "RankDigest", "rank_digest", "shape_finding"]
+__all__ = ["LastCall", "RankSummary", "RankDigest", "rank_digest", "shape_finding", "process_alive"]
 
 
 
@@ -236,11 +236,11 @@ def _summary(view: RankView, collectives: int) -> RankSummary:
     if isinstance(stream, dict):
         summary.stream_step = int(stream.get("step") or 0)
         summary.stream_torn = bool(stream.get("torn"))
-        summary.stream_alive = _process_alive(view.metadata)
+        summary.stream_alive = process_alive(view.metadata)
     return summary
 
 
-def _process_alive(meta: dict[str, Any]) -> bool | None:
+def process_alive(meta: dict[str, Any]) -> bool | None:
     """Whether the process that wrote a stream still runs, asked of this host's kernel when the
     stream was written here; None when it was written on another host (or names no pid). A
     file's times cannot tell: a rank killed a second ago and a live one look the same."""

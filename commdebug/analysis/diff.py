@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from commdebug.errors import CommDebugError, DumpError
+from commdebug.errors import CommDebugError, missing_path
 from commdebug.formats.readers import job_files, load, rank_from_name
 from commdebug.model.trace import PHASES, Trace
 
@@ -210,7 +210,7 @@ def diff_paths(a: str | os.PathLike, b: str | os.PathLike, *, ignore_groups: boo
     pa, pb = Path(a), Path(b)
     for p in (pa, pb):  # before comparing kinds: a missing path is neither
         if not p.exists():
-            raise DumpError(f"{p}: no such file or folder")
+            raise missing_path(p)
     if pa.is_dir() != pb.is_dir():
         raise CommDebugError(f"compare a dump with a dump, or a folder with a folder: {pa} and {pb}")
     if not pa.is_dir():

@@ -6,7 +6,9 @@ and a rank's numbers are kept as tuples shared between ranks that agree (ranks o
 usually do), so a thousand ranks cost little more than the distinct shapes among them.
 
 Each rank also gets its calls, bytes and timed seconds per (step, op): the page's rank x step
-heatmap, the spread of each op across ranks, and what one cell of the heatmap holds. When some
+heatmap, the spread of each op across ranks, and what one cell of the heatmap holds. Seconds are
+exact: each the correctly rounded sum of its latencies (:func:`math.fsum`), never rounded for
+the page's size, so a figure the page adds up and rounds once reads as ``report`` prints it. When some
 rank has all_to_all or send/recv calls, the traffic between ranks (``traffic_path``'s, per
 step) is tallied in the same read.
 
@@ -68,12 +70,16 @@ class StepOps:
     keys: tuple[tuple[int, str], ...]
     calls: tuple[int, ...]
     bytes: tuple[int, ...]
-    seconds: tuple[float | None, ...] | None
+    seconds: tuple[float | None, ...] | None  # exact sums (math.fsum) of the latencies
 
 
 def step_ops(events: Iterable[Any], steps: Selection = ALL, one: Callable[[list], tuple] = tuple) -> StepOps:
     """:class:`StepOps` of a rank's events, those of `steps` only; `one` makes each column a
-    tuple (:func:`rank_modules` passes one that shares equal tuples between ranks)."""
+    tuple (:func:`rank_modules` passes one that shares equal tuples between ranks).
+
+    >>> step_ops(trace.events).seconds[:2]      # doctest: +SKIP
+    (0.023324865, 0.0011805)
+    """
     acc: dict[tuple[int, str], list] = {}
     timed = False
     for e in events:
@@ -82,18 +88,16 @@ def step_ops(events: Iterable[Any], steps: Selection = ALL, one: Callable[[list]
         key = (e.step, e.op)
         a = acc.get(key)
         if a is None:
-            a = acc[key] = [0, 0, 0.0, 0]
+            a = acc[key] = [0, 0, []]
         a[0] += 1
         a[1] += e.size_bytes
         lat = e.latency_s
         if lat is not None and math.isfinite(lat):  # untimed, NaN or infinite: no time
-            a[2] += lat
-            a[3] += 1
+            a[2].append(lat)
             timed = True
     keys = sorted(acc)
     rows = [acc[k] for k in keys]
-    # 4 significant digits: what a heatmap or a spread shows, and half the page of a full float
-    seconds = one([float(f"{r[2]:.4g}") if r[3] else None for r in rows]) if timed else None
+    seconds = one([math.fsum(r[2]) if r[2] else None for r in rows]) if timed else None
     return StepOps(one(keys), one([r[0] for r in rows]), one([r[1] for r in rows]), seconds)
 
 
@@ -277,17 +281,17 @@ def _numbers(trace: Trace, path: Path, tree: ModuleTree, one: Any) -> RankModule
         nbytes[i] = total if trace.bytes_recorded else None
     seconds: list[float | None] | None = None
     if any(e.latency_s for e in trace.events):
-        acc = [0.0] * n
+        acc: list[list[float]] = [[] for _ in range(n)]
         for e in trace.events:
             if not e.latency_s or not math.isfinite(e.latency_s):  # untimed, NaN or infinite
                 continue
             at: str | None = e.module if e.module in trace.modules else GLOBAL
             while at is not None:  # descendants included, like the counts
-                acc[tree.index(at)] += e.latency_s
+                acc[tree.index(at)].append(e.latency_s)
                 at = trace.modules[at].parent
         seconds = [None] * n
         for i in present:
-            seconds[i] = float(f"{acc[i]:.4g}")
+            seconds[i] = math.fsum(acc[i])  # exact: the page rounds once, for display
     totals = trace.totals()
     notes = _notes(trace)
     return RankModules(

@@ -7,7 +7,10 @@
 - straggler effect: for each call, its latency on a rank minus the least latency of the same
   call on any rank of its group, pairing calls by (process group, sequence number), summed per
   op and per rank. A rank that arrives late makes the others wait: their latencies hold the
-  wait, its own does not, so a large straggler effect on a rank says it waited for others;
+  wait, its own does not, so a large straggler effect on a rank says it waited for others.
+  Calls every member timed alike give exactly 0 (sums are exact, see :class:`_Stragglers`);
+  where ``--ranks`` leaves out members of a group, the least latency is not known and neither
+  is the straggler time (None);
 - each rank's deviation: how far its figures lie from the median rank's, so a thousand ranks
   can be cut to the few worth reading (:meth:`Report.top`);
 - each rank's worst steps: the steps where its communication time most exceeds the median
@@ -28,9 +31,10 @@ import os
 import statistics
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from itertools import compress, repeat
+from itertools import chain, compress, repeat
+from math import fsum
 from operator import and_ as _and, gt as _gt, mul as _mul
 from typing import Any
 
@@ -40,7 +44,7 @@ from commdebug.formats.readers import iter_ranks
 from commdebug.model.columns import BUSBW, GROUP_NAME, IS_NOT_NONE, LATENCY, OP, SEQ, SIZE, STEP
 from commdebug.model.fault import ending_note
 from commdebug.model.rank_view import RankView
-from commdebug.model.trace import CollectiveEvent
+from commdebug.model.trace import CollectiveEvent, GroupInfo
 
 __all__ = ["RankStats", "StepExcess", "OpStats", "Deviation", "Report", "RankDigest", "report", "report_path", "rank_digest", "DEVIATION_FIGURES",
            "WORST_STEPS"]
@@ -95,7 +99,7 @@ class OpStats:
     time_s: float = 0.0
     bus_bytes: float = 0.0  # sum of S x factor over timed calls
     timed_bytes: int = 0
-    straggler_s: float = 0.0
+    straggler_s: float | None = 0.0  # None: unknown (--ranks left out members of a group it ran on)
 
     @property
     def algbw_gbps(self) -> float | None:
@@ -201,7 +205,9 @@ class RankDigest:
     # per group, in first-timed-call order: (name, seqs, latencies, op ids into op_names), in call order
     paired: list[tuple[str, array, array, array]]
     op_names: list[str]  # of the paired calls, first seen first
-    paired_time: dict[str, float]  # op -> latency sum of its paired calls
+    # per entry of `paired`: op id -> the exact sum (math.fsum) of its latencies on that group
+    paired_sums: list[dict[int, float]]
+    groups: dict[str, GroupInfo]  # each paired group's, where the dump has it
     all_to_all: list[CollectiveEvent]  # its all_to_all calls (with a sequence number): the imbalance
 
 
@@ -247,8 +253,9 @@ def rank_digest(view: RankView) -> RankDigest:
             step_list = sorted(per_step)
             step_sums = [per_step[k] for k in step_list]
     paired = []
+    paired_sums: list[dict[int, float]] = []
+    infos: dict[str, GroupInfo] = {}
     op_ids: dict[str, int] = {}
-    paired_time: dict[str, float] = {}
     seqs = list(map(SEQ, events))
     pairable = list(map(_and, timed, map(IS_NOT_NONE, seqs)))
     if any(pairable):
@@ -256,28 +263,39 @@ def rank_digest(view: RankView) -> RankDigest:
         for op in compress(ops_col, pairable):  # ids in first-paired-call order
             if op not in op_ids:
                 op_ids[op] = len(op_ids)
-        for op in op_ids:
-            paired_time[op] = sum(compress(lats, map(_and, map(op.__eq__, ops_col), pairable)))
         for name in dict.fromkeys(compress(names, pairable)):
             mine = list(map(_and, map(name.__eq__, names), pairable))
-            paired.append((name, array("q", compress(seqs, mine)), array("d", compress(lats, mine)),
-                           array("i", map(op_ids.__getitem__, compress(ops_col, mine)))))
+            g_lats = array("d", compress(lats, mine))
+            g_ops = array("i", map(op_ids.__getitem__, compress(ops_col, mine)))
+            paired.append((name, array("q", compress(seqs, mine)), g_lats, g_ops))
+            # exact sums, so that a rank whose every call took the least latency is 0, not 3e-18
+            if g_ops.count(g_ops[0]) == len(g_ops):
+                paired_sums.append({g_ops[0]: fsum(g_lats)})
+            else:
+                paired_sums.append({o: fsum(compress(g_lats, map(o.__eq__, g_ops))) for o in dict.fromkeys(g_ops)})
+            if name in view.groups:
+                infos[name] = view.groups[name]
     a2a = [e for e in events if e.op == "all_to_all" and e.seq is not None] if "all_to_all" in ops_col else []
     notes = list(view.notes)
     ending = ending_note(meta)  # a fatal signal, or no final dump: how the rank's process ended, as far as known
     if ending is not None:
         notes.append(ending)
-    return RankDigest(s, ops, array("q", step_list), array("d", step_sums), notes, paired, list(op_ids), paired_time, a2a)
+    return RankDigest(s, ops, array("q", step_list), array("d", step_sums), notes, paired, list(op_ids), paired_sums, infos, a2a)
 
 
 
 
-def report(ranks: Iterable[RankView | RankDigest]) -> Report:
+def report(ranks: Iterable[RankView | RankDigest], *, chosen: str = "all") -> Report:
     """Report on a job's ranks (see the module docstring); each rank as its view or its
-    :func:`rank_digest`."""
+    :func:`rank_digest`. `chosen`: the ``--ranks`` the ranks given were picked by ("all": every
+    rank of the job); with a choice, a call whose group has members that were not given has no
+    known least latency, so its straggler time is unknown (None), and a note says so.
+
+    >>> rep = report(iter_selected("traces/", Selection.parse("0-7", "--ranks")), chosen="0-7")  # doctest: +SKIP
+    """
     stats: list[RankStats] = []
     ops: dict[str, OpStats] = {}
-    stragglers = _Stragglers()
+    stragglers = _Stragglers(every_member=chosen != "all")
     step_times: dict[int, tuple[array, array]] = {}  # rank -> (its steps, its time at each)
     notes: dict[str, list[int]] = {}  # a rank's note -> the ranks that have it: said once
     a2a = ImbalanceTally()
@@ -295,7 +313,7 @@ def report(ranks: Iterable[RankView | RankDigest]) -> Report:
             o.time_s += mine.time_s
             o.timed_bytes += mine.timed_bytes
             o.bus_bytes += mine.bus_bytes
-        stragglers.add_rank(s.rank, d.paired, d.op_names, d.paired_time)
+        stragglers.add_rank(s.rank, d)
         if s.timed:
             step_times[s.rank] = (d.steps, d.step_times)  # two flat arrays, not a dict: 16 bytes a step
         for n in d.notes:
@@ -303,11 +321,22 @@ def report(ranks: Iterable[RankView | RankDigest]) -> Report:
         if d.all_to_all:
             a2a.add(s.rank, d.all_to_all)
         stats.append(s)
-    stragglers.finish(stats, ops)
+    unknown = stragglers.finish(stats, ops)  # group names
     _worst_steps(stats, step_times)
     stats.sort(key=lambda r: r.rank)
     op_rows = sorted(ops.values(), key=lambda o: (-o.time_s, -o.bytes, o.op))
-    return Report(stats, op_rows, any(r.timed for r in stats), [f"{who(rs)}: {n}" for n, rs in notes.items()], a2a.rows())
+    lines = [f"{who(rs)}: {n}" for n, rs in notes.items()]
+    if unknown:
+        labels = sorted({stragglers.labels.get(name, f"group {name}") for name in unknown})
+        lines.append(f"straggler time unknown ('-') where --ranks {chosen} leaves out members of the call's group "
+                     f"({_count(unknown, 'group')}: {', '.join(labels[:3])}{', ...' if len(labels) > 3 else ''}): "
+                     "a call's least latency is over every member")
+    return Report(stats, op_rows, any(r.timed for r in stats), lines, a2a.rows())
+
+
+def _count(items: Iterable[Any], word: str) -> str:
+    n = len(list(items))
+    return f"{n} {word}{'s' if n != 1 else ''}"
 
 
 def _worst_steps(stats: list[RankStats], step_times: dict[int, tuple[array, array]]) -> None:
@@ -366,61 +395,53 @@ _INF = float("inf")
 class _Stragglers:
     """Straggler time in one pass and memory that does not grow with the number of ranks.
 
-    A rank's straggler time is the sum over its timed calls of (latency - least latency of that
-    call on any rank) = (sum of its latencies) - (sum of the calls' least latencies). So per
-    rank it keeps its latency sum and, per group, the spans of sequence numbers it timed
-    (usually one); per group, one array entry per call. The least latencies are summed over a
-    rank's spans with prefix sums at the end."""
+    The straggler time of a rank's calls of one op on one group is the sum of their latencies
+    minus the sum of the calls' least latencies on any member. Per rank it keeps, per group, the
+    spans of sequence numbers it timed (usually one) and the exact sum (:func:`math.fsum`) of
+    its latencies per op; per group, one array entry per call (least latency, ranks that timed
+    it, op). At the end each span's least latencies are summed exactly too (once per distinct
+    span: the members of a group time the same calls). Exact sums of equal values are equal, so
+    a rank that took the least latency on every call has exactly 0, never float noise; the
+    positive parts are then summed per rank and per op (no cancellation left)."""
 
-    def __init__(self) -> None:
+    def __init__(self, every_member: bool = False) -> None:
+        self.every_member = every_member  # a call's least needs every member of its group timing it
         self.groups: dict[str, _GroupCalls] = {}
+        self.sizes: dict[str, int] = {}  # 0: unknown
+        self.labels: dict[str, str] = {}  # how reports name the group
         self.op_ids: dict[str, int] = {}
-        self.paired_time: dict[str, float] = {}  # op -> latency sum of its paired calls
-        self.ranks: dict[int, tuple[list[float], dict[str, list[list[int]]]]] = {}
+        # rank -> (per group, its spans of sequence numbers; per (group, op id), its exact latency sum)
+        self.ranks: dict[int, tuple[dict[str, list[list[int]]], dict[tuple[str, int], float]]] = {}
 
-    def rank(self, rank: int) -> Callable[[str, int, float, str], None]:
-        """A function recording one timed call of ``rank``: (group, seq, latency, op)."""
-        total = [0.0]
+    def add_rank(self, rank: int, d: RankDigest) -> None:
+        """One rank's timed calls (its digest's ``paired`` groups, in call order): a run of
+        consecutive sequence numbers (the usual case) is merged a slice at a time, in C;
+        anything else a call at a time."""
         spans: dict[str, list[list[int]]] = {}
-        self.ranks[rank] = (total, spans)
-        groups, op_ids, paired_time = self.groups, self.op_ids, self.paired_time
-
-        def add(group: str, seq: int, latency: float, op: str) -> None:
-            calls = groups.get(group)
-            if calls is None:
-                calls = groups[group] = _GroupCalls(seq)
-            calls.add(seq, latency, op_ids.setdefault(op, len(op_ids)))
-            total[0] += latency
-            paired_time[op] = paired_time.get(op, 0.0) + latency
-            mine = spans.setdefault(group, [])
-            if mine and mine[-1][1] + 1 == seq:
-                mine[-1][1] = seq
-            else:
-                mine.append([seq, seq])
-
-        return add
-
-    def add_rank(self, rank: int, paired: list[tuple[str, array, array, array]], op_names: list[str],
-                 paired_time: dict[str, float]) -> None:
-        """One rank's timed calls, per group (name, seqs, latencies, op ids into `op_names`) in
-        call order, and their latency sum per op: a run of consecutive sequence numbers (the
-        usual case) is merged a slice at a time, in C; anything else a call at a time."""
-        add = self.rank(rank)
-        total, spans = self.ranks[rank]
+        sums: dict[tuple[str, int], float] = {}
+        self.ranks[rank] = (spans, sums)
         op_ids = self.op_ids
-        ids = [op_ids.setdefault(op, len(op_ids)) for op in op_names]
-        for op, t in paired_time.items():
-            self.paired_time[op] = self.paired_time.get(op, 0.0) + t
-        for name, seqs, lats, local in paired:
+        ids = [op_ids.setdefault(op, len(op_ids)) for op in d.op_names]
+        for (name, seqs, lats, local), own in zip(d.paired, d.paired_sums, strict=True):
+            for op, total in own.items():
+                sums[(name, ids[op])] = total
+            info = d.groups.get(name)
+            if info is not None:
+                self.sizes[name] = max(self.sizes.get(name, 0), info.size)
+                self.labels.setdefault(name, info.label)
             first, n = seqs[0], len(seqs)
             calls = self.groups.get(name)
             if calls is None:
                 calls = self.groups[name] = _GroupCalls(first)
+            runs = spans.setdefault(name, [])
             lo = first - calls.base
             if seqs[-1] - first != n - 1 or lo < 0 or any(map(_gt, seqs, seqs[1:])):
                 for seq, latency, op in zip(seqs, lats, local, strict=True):
-                    add(name, seq, latency, op_names[op])
-                    self.paired_time[op_names[op]] -= latency  # counted below, with the rest
+                    calls.add(seq, latency, ids[op])
+                    if runs and runs[-1][1] + 1 == seq:
+                        runs[-1][1] = seq
+                    else:
+                        runs.append([seq, seq])
                 continue
             hi = lo + n
             if len(calls.least) < hi:
@@ -433,37 +454,61 @@ class _Stragglers:
             mine = array("i", map(ids.__getitem__, local))
             if -1 in calls.op[lo:hi]:
                 calls.op[lo:hi] = array("i", (o if o >= 0 else m for o, m in zip(calls.op[lo:hi], mine, strict=True)))
-            total[0] += sum(lats)
-            runs = spans.setdefault(name, [])
             if runs and runs[-1][1] + 1 == first:
                 runs[-1][1] = seqs[-1]
             else:
                 runs.append([first, seqs[-1]])
 
-    def finish(self, stats: list[RankStats], ops: dict[str, OpStats]) -> None:
-        prefix: dict[str, array] = {}
-        least_by_op = [0.0] * len(self.op_ids)
-        for name, calls in self.groups.items():
-            sums = array("d", [0.0])
-            running = 0.0
-            for least, count, op_id in zip(calls.least, calls.count, calls.op, strict=True):
-                if count:
-                    running += least
-                    least_by_op[op_id] += least * count
-                sums.append(running)
-            prefix[name] = sums
+    def _least(self, name: str, runs: tuple[tuple[int, ...], ...], op: int) -> float | None:
+        """The exact sum of the least latencies of `op`'s calls in `runs` of group `name`; None
+        when some member's latency is not known (``every_member``) for one of them."""
+        calls = self.groups[name]
+        base, size = calls.base, self.sizes.get(name, 0)
+        parts, counts = [], []
+        for first, last in runs:
+            lo, hi = first - base, last - base + 1
+            ops = calls.op[lo:hi]
+            if ops.count(op) == hi - lo:
+                parts.append(calls.least[lo:hi])
+                counts.append(calls.count[lo:hi])
+            else:
+                parts.append(array("d", compress(calls.least[lo:hi], map(op.__eq__, ops))))
+                counts.append(array("i", compress(calls.count[lo:hi], map(op.__eq__, ops))))
+        if self.every_member and (size <= 0 or min(chain.from_iterable(counts), default=size) < size):
+            return None
+        return fsum(chain.from_iterable(parts))
+
+    def finish(self, stats: list[RankStats], ops: dict[str, OpStats]) -> set[str]:
+        """Fill each rank's and op's ``straggler_s``; return the groups whose calls' least
+        latency was unknown (their ranks' and ops' figures are None)."""
+        names = {i: op for op, i in self.op_ids.items()}
         by_rank = {s.rank: s for s in stats}
-        for rank, (total, spans) in self.ranks.items():
-            if not spans:
+        least: dict[tuple[str, tuple[tuple[int, ...], ...], int], float | None] = {}
+        per_op: dict[str, list[float]] = {}
+        unknown_ops: set[str] = set()
+        unknown: set[str] = set()
+        for rank, (spans, sums) in self.ranks.items():
+            if not sums:
                 continue
-            least_sum = 0.0
-            for name, runs in spans.items():
-                sums, base = prefix[name], self.groups[name].base
-                for first, last in runs:
-                    least_sum += sums[last - base + 1] - sums[first - base]
-            by_rank[rank].straggler_s = max(total[0] - least_sum, 0.0)
-        for op, i in self.op_ids.items():
-            ops[op].straggler_s = max(self.paired_time[op] - least_by_op[i], 0.0)
+            parts: list[float] | None = []
+            for (name, op), total in sums.items():
+                key = (name, tuple(map(tuple, spans[name])), op)
+                if key not in least:
+                    least[key] = self._least(*key)
+                floor = least[key]
+                if floor is None:
+                    unknown.add(name)
+                    unknown_ops.add(names[op])
+                    parts = None
+                    continue
+                beyond = total - floor if total > floor else 0.0
+                per_op.setdefault(names[op], []).append(beyond)
+                if parts is not None:
+                    parts.append(beyond)
+            by_rank[rank].straggler_s = None if parts is None else fsum(parts)
+        for name in self.op_ids:
+            ops[name].straggler_s = None if name in unknown_ops else fsum(per_op.get(name, []))
+        return unknown
 
 
 def _add(a: int, b: int) -> int:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from commdebug.errors import CommDebugError, DumpError
+from commdebug.errors import CommDebugError, DumpError, missing_path
 from commdebug.model.aggregates import older_of
 from commdebug.model.trace import CollectiveEvent, Trace
 
@@ -417,7 +417,7 @@ def summarize_path(path: str | os.PathLike, by: str = "op", cluster: Any = None,
     by = parse_by(by)  # a bad grouping fails before any file is read
     p = Path(path)
     if not p.exists():
-        raise DumpError(f"{p}: no such file or folder")
+        raise missing_path(p)
     if not p.is_dir():
         if rank is not None:
             raise CommDebugError(f"{p}: --rank picks one rank out of a folder; this is one dump already")

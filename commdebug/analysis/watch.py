@@ -17,14 +17,22 @@ last collective, and the collective it has been waiting in, if any. Then:
 - members of one group waiting in different calls (another sequence number or op) are
   **apart**: such calls never match, so it is a hang in the making, said before ``stall_after``
   has passed (a wait in the same call is only **waiting**, never called healthy);
-- a rank is a **straggler** when it is behind the median step by at least one step and by
-  more than ``behind_pct`` percent;
+- a rank is a **straggler** when it is behind the median step of the ranks still running by at
+  least one step and by more than ``behind_pct`` percent (ranks that finished are ahead by
+  nature while the others finish);
 - a rank **failed** when its final dump says it ended by an error or a signal (not a normal
   exit), or its fault record says a fatal signal ended its process before a final dump (a
   fatal signal after the final dump, gloo's teardown abort, is a note on a finished rank);
 - once some rank has finished, a rank with only a stream that has shown no sign of life for
   ``GONE_AFTER_S`` is **gone** (its process ended or lost its node; the cause is not
-  recorded): the job ended around it.
+  recorded): the job ended around it; so is one whose process this host's kernel says has
+  ended without a final dump;
+- the job is **over** (:attr:`WatchResult.over`) when every rank of the current run has ended:
+  by a final dump, or gone. In a reused folder the current run is the newest run id: older
+  runs' files are left out.
+
+A rank's step is the step it is in (its stream's) or ended in (its final dump's
+``metadata.step``; for dumps written before that key, the step of its last collective).
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from commdebug.analysis.check_digest import process_alive
 from commdebug.model.aggregates import older_of
 from commdebug.model.fault import ending_note
 from commdebug.model.rank_view import RankView
@@ -87,6 +96,7 @@ class RankLive:
     recent: list[tuple[int, int, float | None]] = field(default_factory=list)  # (step, calls, seconds or None)
     hostname: str | None = None
     fault: dict[str, Any] | None = None  # its fault record (metadata.fault): a fatal signal ended its process
+    alive: bool | None = None  # its process still runs (False: ended), where this host can tell
 
     @property
     def crashed(self) -> bool:
@@ -141,14 +151,27 @@ def _from_view(view: RankView) -> RankLive:
     if not stream:  # a final (or hang) dump: its flags, no times
         in_flight = {e.index: 0.0 for e in view.events if e.in_flight} if meta.get("ended_by") == "hang" else {}
     older = older_of(view)
-    step = stream.get("step", meta.get("steps") or 0)
     ended = meta.get("ended_by")
-    state = live_state(view.events, rank=view.rank, step=int(step or 0), progress=stream.get("progress"), heartbeat=heartbeat,
+    state = live_state(view.events, rank=view.rank, step=_step(view), progress=stream.get("progress"), heartbeat=heartbeat,
                        in_flight=in_flight, ended_by=None if ended in (None, "hang") else str(ended), file=str(view.path),
                        hostname=meta.get("hostname"), older_steps=older.steps if older is not None else None)
     fault = meta.get("fault")
     state.fault = fault if isinstance(fault, dict) else None
+    if ended in (None, "hang"):  # no final dump: is its process still there?
+        state.alive = process_alive(meta)
     return state
+
+
+def _step(view: RankView) -> int:
+    """The step a rank is in (its stream says) or ended in (its dump's ``step``; ``steps`` is a
+    count, one more than the last step's index)."""
+    stream, meta = view.metadata.get("stream") or {}, view.metadata
+    for value in (stream.get("step"), meta.get("step")):
+        if isinstance(value, int):
+            return value
+    if view.events:  # a dump written before ``step`` was recorded: its last collective's step
+        return view.events[-1].step
+    return max(int(meta.get("steps") or 0) - 1, 0)
 
 
 @dataclass
@@ -169,6 +192,15 @@ class WatchResult:
     hung: bool = False
     apart: list[int] = field(default_factory=list)  # ranks of a group whose members wait in different calls
     notes: list[str] = field(default_factory=list)
+    missing: list[int] = field(default_factory=list)  # ranks of the world with no file yet
+    running_median_step: float | None = None  # of the ranks still running: what a straggler is behind
+
+    @property
+    def over(self) -> bool:
+        """Every rank of the run has ended: by a final dump, a fatal signal (its fault record),
+        or its recording is gone. A rank with no file yet has not ended."""
+        ended = set(self.finished) | set(self.gone) | {r.rank for r in self.ranks if r.crashed}
+        return not self.missing and all(r.rank in ended for r in self.ranks)
 
     @property
     def healthy(self) -> bool:
@@ -186,6 +218,7 @@ class WatchResult:
         return {"healthy": self.healthy, "now": self.now, "stall_after": self.stall_after, "behind_pct": self.behind_pct,
                 "median_step": self.median_step, "stalled": self.stalled, "stragglers": self.stragglers,
                 "waiting": self.waiting, "apart": self.apart, "finished": self.finished, "gone": self.gone, "failed": self.failed, "hung": self.hung,
+                "running_median_step": self.running_median_step, "over": self.over, "missing": self.missing,
                 "notes": self.notes, "ranks": [r.to_dict() for r in self.ranks]}
 
 
@@ -194,8 +227,9 @@ def watch(ranks: Iterable[RankLive], *, now: float | None = None, stall_after: f
     states = sorted(ranks, key=lambda r: r.rank)
     now = time.time() if now is None else now
     live = [r for r in states if r.ended_by is None and not r.crashed]
-    median = statistics.median(r.step for r in live) if live else None
+    median = statistics.median(r.step for r in states) if states else None
     result = WatchResult(now, stall_after, behind_pct, states, median)
+    result.running_median_step = running = statistics.median(r.step for r in live) if live else None
     result.finished = [r.rank for r in states if r.ended_by is not None]
     result.failed = [r.rank for r in states if (r.ended_by is not None and r.ended_by not in NORMAL_ENDINGS) or r.crashed]
     result.waiting = [r.rank for r in live if r.waiting is not None]
@@ -203,7 +237,9 @@ def watch(ranks: Iterable[RankLive], *, now: float | None = None, stall_after: f
     if result.waiting:
         result.stalled = sorted(rank for rank, age in idle.items() if age >= stall_after)
     for r in live:
-        if r.waiting is None and r.heartbeat is not None and now - r.heartbeat >= stall_after and r.rank in idle:
+        if r.alive is False:  # its process ended without a final dump
+            result.gone.append(r.rank)
+        elif r.waiting is None and r.heartbeat is not None and now - r.heartbeat >= stall_after and r.rank in idle:
             result.gone.append(r.rank)  # no heartbeat either: stalled whoever waits
             if r.rank not in result.stalled:
                 result.stalled.append(r.rank)
@@ -218,9 +254,9 @@ def watch(ranks: Iterable[RankLive], *, now: float | None = None, stall_after: f
     if live and not result.stalled and len(waits) == len(live):
         result.hung = all(now - w.since >= stall_after for w in waits if w.since is not None)
     result.apart = _apart(live)
-    if median is not None:
+    if running is not None:
         result.stragglers = [r.rank for r in live if r.rank not in result.stalled
-                             and median - r.step >= 1 and median - r.step > median * behind_pct / 100]
+                             and running - r.step >= 1 and running - r.step > running * behind_pct / 100]
     return result
 
 
@@ -255,11 +291,13 @@ def _has_a_line(path: Path) -> bool:
 
 def watch_path(path: str | os.PathLike, *, now: float | None = None, stall_after: float = 60.0,
                behind_pct: float = 10.0) -> WatchResult:
-    """:func:`watch` over a folder of rank streams and dumps (whatever each rank wrote so far)."""
-    from commdebug.formats.readers import job_files, load_rank
+    """:func:`watch` over a folder of rank streams and dumps (whatever each rank wrote so far), of
+    the newest run only (:func:`current_run`)."""
+    from commdebug.formats.readers import load_rank, rank_files
 
+    files, earlier = current_run(rank_files(Path(path), live=True))
     states, notes, world = [], [], 0
-    for f in job_files(Path(path), live=True):
+    for f in files:
         if not _has_a_line(f):  # a stream just created: its rank is not there yet
             continue
         view = load_rank(f)
@@ -274,9 +312,32 @@ def watch_path(path: str | os.PathLike, *, now: float | None = None, stall_after
 
         raise DumpError(f"{path}: no rank has streamed a whole line yet (the job is starting)")
     result = watch(states, now=now, stall_after=stall_after, behind_pct=behind_pct)
-    missing = sorted(set(range(world)) - {r.rank for r in states}) if world else []
-    if missing:
-        result.notes.append(f"no stream yet from rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}")
+    result.missing = sorted(set(range(world)) - {r.rank for r in states}) if world else []
+    if result.missing:
+        result.notes.append(f"no stream yet from rank{'s' if len(result.missing) > 1 else ''} {', '.join(map(str, result.missing))}")
+    if earlier:
+        names = ", ".join(f.name for f in earlier[:4]) + (f" and {len(earlier) - 4} more" if len(earlier) > 4 else "")
+        result.notes.append(f"left out {len(earlier)} file{'s' if len(earlier) != 1 else ''} of an earlier run: {names}")
     result.notes += notes
     return result
 
+
+def current_run(files: list[Path]) -> tuple[list[Path], list[Path]]:
+    """(the files of the newest run, the files of earlier runs): a folder reused by a new launch
+    still holds the old launch's final dumps of ranks the new one has not reached (or does not
+    have). The newest run is the run id of the file written last; files with no run id (Flight
+    Recorder, a stream whose header predates the process group) belong to any run."""
+    from commdebug.formats.readers import run_id_of
+
+    runs: list[tuple[Path, str | None, float]] = []
+    for f in files:
+        try:
+            mtime = f.stat().st_mtime
+        except OSError:
+            continue  # gone meanwhile
+        runs.append((f, run_id_of(f), mtime))
+    known = [(mtime, run) for _, run, mtime in runs if run is not None]
+    if len({run for _, run in known}) < 2:
+        return [f for f, _, _ in runs], []
+    newest = max(known)[1]
+    return [f for f, run, _ in runs if run in (None, newest)], [f for f, run, _ in runs if run not in (None, newest)]

@@ -550,15 +550,14 @@ class Recorder(Stepping, TorchDispatchMode):
         self._async.pending.clear()
 
     def stamp_end(self, recorded_s: float | None = None) -> None:
-        """Write the recording's end into the metadata: end time, elapsed and recorded seconds,
-        steps. At the context's exit; also by a session that writes its final dump from another
-        thread while the mode is still entered (a SIGTERM handled off the main thread), so that
-        every final dump has them."""
+        """Write the recording's end into the metadata: end time, elapsed and recorded seconds, steps
+        and the step it ended in. At the context's exit; also by a session that writes its final dump
+        from another thread while the mode is still entered (a SIGTERM handled off the main thread), so that every final dump has them."""
         meta = self.trace.metadata
         meta["end_time"] = now()
         meta["elapsed_s"] = time.perf_counter() - self._t0
         meta["recorded_s"] = self.recorded_so_far() if recorded_s is None else recorded_s
-        meta["steps"] = self.trace.steps
+        meta["steps"], meta["step"] = self.trace.steps, self.trace.step  # a count; the step it ended in
 
     @property
     def recording(self) -> bool:
@@ -575,7 +574,7 @@ class Recorder(Stepping, TorchDispatchMode):
         NCCL timings reported since, and the step count. Returns the trace."""
         self.refresh_metadata()
         self._join_timing()
-        self.trace.metadata["steps"] = self.trace.steps
+        self.trace.metadata.update(steps=self.trace.steps, step=self.trace.step)
         return self.trace
 
     def refresh_metadata(self) -> None:

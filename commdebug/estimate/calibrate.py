@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from commdebug import ops
-from commdebug.errors import CommDebugError
+from commdebug.errors import CommDebugError, empty_file, missing_path
 from commdebug.estimate.alpha_beta import effective_size
 from commdebug.estimate.cluster import Cluster, Link
 from commdebug.estimate.curves import Curve, fit_alpha_beta
@@ -71,9 +71,11 @@ def parse_nccl_tests(path: str | Path) -> NcclTestsRun:
     try:
         text = p.read_text(encoding="utf-8", errors="replace")
     except FileNotFoundError:
-        raise CommDebugError(f"{p}: no such file") from None
+        raise missing_path(p) from None
     except OSError as e:
         raise CommDebugError(f"{p}: cannot read: {e.strerror or e}") from None
+    if not text:
+        raise empty_file(p)
     op, factor = _op_of(text, p)
     hosts: dict[int, str] = {}
     points: list[tuple[int, float]] = []
@@ -117,7 +119,7 @@ def is_nccl_tests_file(path: Path) -> bool:
         with path.open("rb") as f:
             head = f.read(64).lstrip()
     except FileNotFoundError:
-        raise CommDebugError(f"{path}: no such file") from None
+        raise missing_path(path) from None
     except OSError as e:
         raise CommDebugError(f"{path}: cannot read: {e.strerror or e}") from None
     return not head.startswith((b"{", b"[", b"\x80", b"\x1f\x8b"))  # \x1f\x8b: a gzipped trace

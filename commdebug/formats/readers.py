@@ -49,7 +49,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from commdebug.errors import DumpError
+from commdebug.errors import DumpError, empty_file, missing_path, no_rank_dumps
 from commdebug.formats.faults import with_fault
 from commdebug.formats.flight_recorder import from_flight_recorder, is_flight_recorder
 from commdebug.formats.kineto import is_profiler_trace
@@ -95,11 +95,13 @@ def read_bytes(path: str | os.PathLike) -> bytes:
     try:
         raw = p.read_bytes()
     except FileNotFoundError:
-        raise DumpError(f"{p}: no such file") from None
+        raise missing_path(p) from None
     except IsADirectoryError:
-        raise DumpError(f"{p}: is a directory, not a dump file") from None
+        raise DumpError(f"{p}: is a folder, not a dump file") from None
     except OSError as e:
         raise DumpError(f"{p}: cannot read: {e.strerror or e}") from None
+    if not raw:
+        raise empty_file(p)
     if raw[:2] == _GZIP:
         try:
             return zlib.decompress(raw, 31)  # 31: a gzip header and trailer
@@ -262,14 +264,13 @@ def rank_files(folder: str | os.PathLike, *, live: bool = False) -> list[Path]:
     with both a dump and a stream, the one :func:`_dump_or_stream` picks."""
     d = Path(folder)
     if not d.exists():
-        raise DumpError(f"{d}: no such folder")
+        raise missing_path(d)
     if not d.is_dir():
         raise DumpError(f"{d}: not a folder")
     found = [f for f in d.iterdir() if f.is_file() and not f.name.startswith(".") and f.suffix not in (".html", ".txt", ".log", FAULT_SUFFIX)]
     files = [f for f in found if is_trace_name(f.name) or _TRAILING_NUMBER.search(f.name)]
     if not files:
-        raise DumpError(f"{d}: no rank dumps in this folder (expected rank<N>.json, Flight Recorder files or "
-                        "torch.profiler traces)")
+        raise no_rank_dumps(d)
     files = profiles_with_their_dumps(files)
     ranks = {f: _rank_or_last(f) for f in files}
     refuse_two_of_a_rank(d, files, ranks)
@@ -369,7 +370,7 @@ def iter_ranks(path: str | os.PathLike, *, live: bool = False, jobs: int | None 
     (see :func:`_dump_or_stream`); ``jobs``: processes reading (None: :func:`default_jobs`)."""
     p = Path(path)
     if not p.exists():
-        raise DumpError(f"{p}: no such file or folder")
+        raise missing_path(p)
     files = job_files(p, live=live) if p.is_dir() else [p]
     for _, view in read_all(files, "rank", jobs=jobs, digest=digest):
         if isinstance(view, DumpError):

@@ -22,7 +22,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from commdebug.errors import CommDebugError, DumpError
+from commdebug.errors import CommDebugError, DumpError, missing_path
 from commdebug.formats.readers import job_files, rank_from_name, read_all
 from commdebug.model.rank_view import RankView
 
@@ -102,7 +102,7 @@ def dump_files(path: str | os.PathLike) -> list[Path]:
     """The dumps `path` names: a folder's (in rank order, one run only), or the one file it is."""
     p = Path(path)
     if not p.exists():
-        raise DumpError(f"{p}: no such file or folder")
+        raise missing_path(p)
     return job_files(p) if p.is_dir() else [p]
 
 

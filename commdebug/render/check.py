@@ -7,11 +7,11 @@ step, where the dumps record steps) and its sides, then notes.
 
 from __future__ import annotations
 
-from commdebug.analysis.check import CheckResult, LastCall, Side, who
+from commdebug.analysis.check import CheckResult, Finding, LastCall, Side, who
 from commdebug.render.endings import rank_ending
 from commdebug.units import format_bytes
 
-__all__ = ["render_check", "describe_side", "describe_last"]
+__all__ = ["render_check", "describe_finding", "describe_side", "describe_last"]
 
 # Up to this many ranks every line is shown; beyond, the most common ending and the unusual ones
 # up to this many lines in all (--json lists every rank).
@@ -33,7 +33,7 @@ def render_check(result: CheckResult) -> str:
     for i, f in enumerate(result.findings, 1):
         if i == 1:
             lines.append("")
-        lines.append(f"{i}. [{f.kind}] {f.message}" + ("" if f.step is None else f" (step {f.step})"))
+        lines.append(f"{i}. [{f.kind}] {describe_finding(f)}")
         lines.extend(f"     {describe_side(side)}" for side in f.sides)
     lines.extend(f"note: {n}" for n in result.notes)
     return "\n".join(lines) + "\n"
@@ -46,6 +46,12 @@ def _header(result: CheckResult) -> str:
     count = str(low) if low == high else f"{low}-{high}"
     return (f"{ranks} rank{'s' if ranks != 1 else ''}, {groups} group{'s' if groups != 1 else ''}, "
             f"{count} collective{'s' if high != 1 else ''} per rank")
+
+
+def describe_finding(f: Finding) -> str:
+    """A finding's line after its number and kind: its message and, where the dumps record
+    steps, "(step 8)". The folder page shows the same text (visualizer.ranks_data embeds it)."""
+    return f.message + ("" if f.step is None else f" (step {f.step})")
 
 
 def describe_side(side: Side) -> str:

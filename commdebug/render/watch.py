@@ -64,8 +64,8 @@ def _state(r: RankLive, result: WatchResult) -> str:
         return f"STALLED: no progress for {idle}{gone}"
     if r.waiting is not None:
         return f"waits{_since(result, r.waiting)} in {describe_call(r.waiting)}"
-    if r.rank in result.stragglers and result.median_step is not None:
-        return f"STRAGGLER: {result.median_step - r.step:g} steps behind the median"
+    if r.rank in result.stragglers and result.running_median_step is not None:
+        return f"STRAGGLER: {result.running_median_step - r.step:g} steps behind the median"
     return "running"
 
 
@@ -78,7 +78,8 @@ def render_watch(result: WatchResult, title: str = "") -> str:
     n = len(result.ranks)
     median = "-" if result.median_step is None else f"{result.median_step:g}"
     clock = _time.strftime("%H:%M:%S", _time.localtime(result.now))
-    lines = [f"commdebug watch{' ' + title if title else ''}: {n} rank{'s' if n != 1 else ''}, median step {median}, {clock}"]
+    over = "; the run is over: every rank has ended" if result.over else ""
+    lines = [f"commdebug watch{' ' + title if title else ''}: {n} rank{'s' if n != 1 else ''}, median step {median}, {clock}{over}"]
     rows = [["rank", "step", "comm (last steps)", "last collective", "state"]]
     for r in result.ranks:
         rows.append([str(r.rank), str(r.step), _comm(r), describe_call(r.last), _state(r, result)])
@@ -102,7 +103,8 @@ def _verdict(result: WatchResult) -> list[str]:
         calls = "; ".join(f"{who([w])} in {describe_call(c)}" for w, c in waiting)
         out.append(f"HUNG: every rank waits in a collective ({calls}); `commdebug check` names the calls that differ")
     if result.stragglers:
-        out.append(f"STRAGGLING: {who(result.stragglers)} more than {result.behind_pct:g}% behind the median step {result.median_step:g}")
+        out.append(f"STRAGGLING: {who(result.stragglers)} more than {result.behind_pct:g}% behind the median step {result.running_median_step:g}"
+                   + (" of the ranks still running" if result.finished else ""))
     for rank in result.failed:
         r = result.rank(rank)
         last = f"; its last collective: {describe_call(r.last)}" if r.last else ""

@@ -84,7 +84,8 @@ def test_planted_mismatch_is_listed_and_marked(viewer, folder):
     item = page.locator("#findings-list > li.finding")
     expect(item).to_have_count(1)
     expect(item).to_have_attribute("data-kind", "mismatch")
-    expect(item.locator(".message")).to_have_text(finding["message"])
+    expect(item.locator(".message")).to_have_text(finding["text"])  # as `commdebug check` words it
+    assert finding["text"].startswith(finding["message"])
     expect(page.locator("#check-status")).to_have_text("1 finding")
     # Marked on the module it names (and its ancestors), which is not drawn yet: a link opens it.
     for fqn in ("Transformer.layers.1", "Transformer"):
@@ -116,21 +117,30 @@ def test_a_single_dump_still_opens_as_before(viewer, dump):
     expect(page.locator("#meta-rank")).to_have_text("0")
 
 
+def _numbers(text: str) -> list:
+    """A block: a JSON array of whole numbers, or a JSON string of exact times (base64 doubles)."""
+    from test_ranks_page import floats
+
+    value = json.loads(text)
+    return floats(value) if isinstance(value, str) else value
+
+
 def test_page_embeds_numbers_not_events(folder):
     from visualizer import render_ranks_html
 
     html = render_ranks_html(folder)
-    assert "train.py:40" in html  # only in the finding's sides
-    assert html.count("train.py:40") == 2
+    assert "train.py:40" in html  # only in the finding's sides: each side's source, and its text
+    assert html.count("train.py:40") == 4
     index, blocks = ranks_data(folder)
     n = len(index["modules"]["fqn"])
     per_module = {i for r in index["ranks"] for i in r["blocks"].values() if i is not None}
-    assert all(len(json.loads(blocks[i])) in (n, 4 * n) for i in per_module)
+    decoded = {i: _numbers(blocks[i]) for i in range(len(blocks)) if i != index["heat"]["block"]}
+    assert all(len(decoded[i]) in (n, 4 * n) for i in per_module)
     assert len(per_module) < 3 * len(index["ranks"])  # counts agree across ranks: stored once
     # the rest: each rank's numbers per (step, op), and the heatmap's matrices; numbers only
     per_cell = {i for r in index["ranks"] for i in r["cells"].values() if i is not None}
     assert set(range(len(blocks))) == per_module | per_cell | {index["heat"]["block"]}
-    assert all(isinstance(v, (int, float)) or v is None for i in per_cell for v in json.loads(blocks[i]))
+    assert all(isinstance(v, (int, float)) or v is None for i in per_cell for v in decoded[i])
     assert html.count('type="application/json"') == 1 + len(blocks)
     policy = re.search(r'http-equiv="Content-Security-Policy" content="([^"]*)"', html).group(1)
     assert "default-src &#39;none&#39;" in policy and "script-src &#39;sha256-" in policy  # as one dump's page

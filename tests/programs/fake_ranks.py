@@ -5,9 +5,11 @@ rank r of N on torch's fake backend, for r = 0..N-1, and writes OUT/rank{rank}.j
 
 SCENARIO: ok | skip (rank 3 skips the second all_reduce) | size (rank 2's all_reduce is twice
 as big) | p2p (rank 1 never receives rank 0's second send) | timed (latencies made up per rank,
-rank 2 arriving late, for the report's straggler pairing)
+rank 2 arriving late, for the report's straggler pairing) | same (every member of a call took
+the same made-up latency: no rank waited, straggler time exactly 0)
 """
 
+import random
 import sys
 import warnings
 
@@ -27,7 +29,7 @@ for scenario, rank in ((s, r) for s in scenarios for r in range(world)):
     evens = dist.new_group([r for r in range(world) if r % 2 == 0])
     comm = CommDebugMode()
     with comm:
-        for step in range(2):
+        for step in range(20 if scenario == "same" else 2):
             n = 2048 if scenario == "size" and rank == 2 and step == 1 else 1024
             dist.all_reduce(torch.ones(n))
             if rank % 2 == 0:
@@ -44,5 +46,11 @@ for scenario, rank in ((s, r) for s in scenarios for r in range(world)):
         for e in list(trace.events):
             if e.seq is not None:
                 trace.update_event(e.index, latency_s=0.001 if rank == 2 else 0.006)
+    if scenario == "same":  # tenths, which no binary float holds exactly: sums that should cancel
+        trace = comm.trace
+        for e in list(trace.events):
+            if e.seq is not None:
+                pick = random.Random(f"0:{e.group.size}:{e.seq}")  # the same on every member of the call
+                trace.update_event(e.index, latency_s=pick.choice([0.1, 0.2, 0.3, 0.7, 1.1, 0.01, 0.003]) * pick.randint(1, 9))
     comm.generate_json_dump(f"{out}/{scenario}/rank{{rank}}.json")
     dist.destroy_process_group()

@@ -15,15 +15,26 @@ const HEAT_MAX_ROWS = 128;  // more ranks than this: several per row
 const HEAT_MAX_COLS = 128;  // more steps than this: several per column
 const HEAT_HEIGHT = 480;    // px the grid aims to fill at most
 
-/** A matrix of visualizer.heat_data (distinct rows and a row per rank) as one row per rank;
- * `scale` multiplies every value (times come in microseconds). */
-function heatRows(m, scale = 1) {
+/** A matrix of visualizer.heat_data (distinct rows and a row per rank) as one row per rank
+ * (times in seconds; see decodedMatrices). */
+function heatRows(m) {
   if (!isObj(m)) return [];
-  const rows = arr(m.rows).map((r) => (scale === 1 ? arr(r) : arr(r).map((v) => (v == null ? null : v * scale))));
+  const rows = arr(m.rows).map(arr);
   return arr(m.of).map((i) => rows[i] || []);
 }
-/** A rank x step or rank x op matrix of one metric, times in seconds. */
-const metricRows = (m, axis, metric) => heatRows(m[`${axis}_${metric}`], metric === "time" ? 1e-6 : 1);
+
+/** The heat block's matrices with their rows of times (exact doubles: decodeFloats) decoded,
+ * once, so every view of the grid reads numbers. */
+function decodedMatrices(m) {
+  if (!isObj(m)) return {};
+  for (const matrix of Object.values(m)) {
+    if (isObj(matrix)) matrix.rows = arr(matrix.rows).map((r) => (typeof r === "string" ? decodeFloats(r) || [] : r));
+  }
+  return m;
+}
+/** A rank x step or rank x op matrix of one metric (times in seconds, exact: whatever the page
+ * adds up from them is rounded once, when shown). */
+const metricRows = (m, axis, metric) => heatRows(m[`${axis}_${metric}`]);
 
 /** Median and a robust standard deviation (1.4826 x the median absolute deviation). */
 function robustStats(values) {
@@ -71,7 +82,7 @@ function findingRanks(check) {
     }
     for (const r of ranks) {
       if (!out.has(r)) out.set(r, []);
-      out.get(r).push({step: optNum(f.step), kind: str(f.kind), message: str(f.message)});
+      out.get(r).push({step: optNum(f.step), kind: str(f.kind), message: str(f.text)});
     }
   }
   return out;
@@ -92,13 +103,15 @@ function labelRows(n, every, must) {
   return shown;
 }
 
-/** The by-op table of one (rank, step): rows {op, calls, bytes, us, seconds}; each row carries
- * the exact figures in data-* (data-time-us: microseconds as embedded), whatever its text shows. */
+/** The by-op table of one (rank, step): rows {op, calls, bytes, seconds}; each row carries the
+ * exact figures in data-* (data-time-s: the exact sum of the latencies, as embedded;
+ * data-time-us: it times 1e6), whatever its text shows. */
 function cellDetail(rows) {
   return h("table", {id: "cell-ops", "data-testid": "cell-detail", class: "grid compact"},
     h("thead", null, h("tr", null, ...["op", "calls", "bytes", "time"].map((t, j) => h("th", {class: j ? "num" : null}, t)))),
     h("tbody", null, ...rows.map((r) => h("tr", {"data-op": r.op, "data-calls": r.calls ?? "", "data-bytes": r.bytes ?? "",
-      "data-time-us": r.us ?? ""}, h("td", null, opTag(r.op)), h("td", {class: "num"}, fmtCount(r.calls)),
+      "data-time-s": r.seconds ?? "", "data-time-us": r.seconds == null ? "" : r.seconds * 1e6},
+    h("td", null, opTag(r.op)), h("td", {class: "num"}, fmtCount(r.calls)),
     h("td", {class: "num"}, fmtBytes(r.bytes)), h("td", {class: "num"}, fmtSeconds(r.seconds))))));
 }
 
@@ -114,7 +127,7 @@ class Heatmap {
     this.m = {};
     const el = Number.isInteger(heat.block) ? $(`block-${heat.block}`) : null;
     try { if (el) this.m = JSON.parse(el.textContent); } catch (e) { console.warn("heatmap not shown:", e); }
-    if (!isObj(this.m)) this.m = {};
+    this.m = decodedMatrices(this.m);
     const any = (name) => heatRows(this.m[name]).some((row) => row.some((v) => v != null && v > 0));
     this.timed = !!heat.timed && any("step_time");
     this.flagged = findingRanks(index.check);
@@ -399,12 +412,12 @@ class Heatmap {
     }
     const cells = isObj(entry.cells) ? entry.cells : {};
     const keys = this.viewer.block(cells.keys) || [], calls = this.viewer.block(cells.calls) || [];
-    const bytes = this.viewer.block(cells.bytes) || [], micros = this.viewer.block(cells.time_us);
+    const bytes = this.viewer.block(cells.bytes) || [], seconds = this.viewer.block(cells.time_s);
     const rows = [];
     for (let i = 0; 2 * i + 1 < keys.length; i++) {
       if (keys[2 * i] !== step) continue;
-      const us = micros ? optNum(micros[i]) : null;
-      rows.push({op: str(this.ops[keys[2 * i + 1]]), calls: optNum(calls[i]), bytes: optNum(bytes[i]), us, seconds: us == null ? null : us * 1e-6});
+      rows.push({op: str(this.ops[keys[2 * i + 1]]), calls: optNum(calls[i]), bytes: optNum(bytes[i]),
+        seconds: seconds ? optNum(seconds[i]) : null});
     }
     const k = this.steps.indexOf(step), st = k >= 0 ? this.c.stats[k] : null, fmt = HEAT_METRICS[this.metric].fmt;
     box.replaceChildren(

@@ -107,19 +107,26 @@ class RanksViewer extends BaseViewer {
   /** A heatmap cell (or a rank named by the per-op spread, `step` null) clicked: show that
    * rank in the tree and the rank panel, and the cell's calls by op. */
   selectCell(rank, step) {
+    if (document.readyState === "loading") {  // its numbers are still being read in: once they are
+      document.addEventListener("DOMContentLoaded", () => this.selectCell(rank, step), {once: true});
+      return;
+    }
     const entry = this.withTree.find((r) => r.rank === rank);
     if (entry && entry !== this.rank) this.setRank(entry);
     this.heatmap.mark(rank, step);
     this.heatmap.showSelection(rank, step);
   }
 
-  /** A block of numbers (one rank's counts, bytes or times), parsed once. */
+  /** A block of numbers (one rank's counts, bytes or exact times), parsed once; null while the
+   * page is still reading it (a clicked cell's numbers come after the script). */
   block(id) {
     if (id == null) return null;
     if (!this.cache.has(id)) {
       const el = $(`block-${Number(id)}`);
+      if (!el && document.readyState === "loading") return null;
       let values = null;
       try { values = el ? JSON.parse(el.textContent) : null; } catch (e) { values = null; }
+      if (typeof values === "string") values = decodeFloats(values);  // times: exact doubles
       this.cache.set(id, Array.isArray(values) ? values : null);
     }
     return this.cache.get(id);
@@ -214,21 +221,23 @@ class RanksViewer extends BaseViewer {
 
   renderFindings() {
     const findings = arr(this.check.findings).filter(isObj);
+    // each side as `commdebug check` prints it (worded in Python: visualizer.ranks_data), its
+    // module a link into the tree
     const sideText = (side) => {
-      const what = side.op == null ? "nothing" : `${str(side.op)} ${fmtBytes(optNum(side.size_bytes) ?? 0)}` +
-        (side.dtype ? ` ${str(side.dtype)}` : "") + (side.in_flight ? " (unfinished)" : "");
-      const node = side.module ? this.model.byFqn.get(side.module) : null;
-      return h("li", {class: "side"}, `ranks ${arr(side.ranks).map(str).join(",")}: ${what}`,
-        side.module ? " in " : null,
-        node ? h("a", {href: "#", class: "module-link", onclick: (ev) => { ev.preventDefault(); this.showModule(node); }},
-          str(side.module)) : side.module ? h("code", null, str(side.module)) : null,
-        side.source ? " at " : null, side.source ? h("code", null, str(side.source)) : null);
+      const text = str(side.text), module = str(side.module);
+      const node = module ? this.model.byFqn.get(module) : null;
+      const at = node ? text.indexOf(` in ${module}`) : -1;
+      if (at < 0) return h("li", {class: "side"}, text);
+      const start = at + 4, end = start + module.length;
+      return h("li", {class: "side"}, text.slice(0, start),
+        h("a", {href: "#", class: "module-link", onclick: (ev) => { ev.preventDefault(); this.showModule(node); }}, module),
+        text.slice(end));
     };
     const head = h("h2", null, "Check ", h("span", {class: "muted"},
       findings.length ? counted(findings.length, "finding") : "all ranks issued the same collectives"));
     const list = h("ol", {id: "findings-list"}, ...findings.map((f) =>
       h("li", {class: "finding", "data-kind": str(f.kind), "data-group": str(f.group), "data-seq": f.seq ?? ""},
-        h("span", {class: "badge kind"}, str(f.kind)), " ", h("span", {class: "message"}, str(f.message)),
+        h("span", {class: "badge kind"}, str(f.kind)), " ", h("span", {class: "message"}, str(f.text)),
         h("ul", {class: "sides"}, ...arr(f.sides).filter(isObj).map(sideText)))));
     const notes = arr(this.check.notes).map((n) => h("p", {class: "note"}, str(n)));
     $("findings").replaceChildren(head, findings.length ? list : h("p", {class: "muted empty"}, "No findings."), ...notes);
@@ -267,7 +276,7 @@ class RanksViewer extends BaseViewer {
       ...detailHead(node),
       // replaceChildren, unlike h(), writes a null child as the text "null": spread nothing instead
       ...(flags.length ? [h("ul", {id: "detail-findings", class: "flags"}, ...flags.map((f) =>
-        h("li", {"data-kind": str(f.kind)}, h("span", {class: "badge kind"}, str(f.kind)), " ", str(f.message))))] : []),
+        h("li", {"data-kind": str(f.kind)}, h("span", {class: "badge kind"}, str(f.kind)), " ", str(f.text))))] : []),
       h("h3", null, "Across ranks ", h("span", {class: "muted"}, "descendants included; min, median and max marked")),
       h("div", {class: "table-wrap"}, h("table", {id: "rank-stats", class: "grid compact"},
         h("thead", null, h("tr", null, ...["", "min", "median", "max", ""].map((t) => h("th", {class: t && "num"}, t)))),

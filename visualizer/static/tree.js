@@ -63,7 +63,7 @@ class TreeView {
       h("span", {class: "name", title: node.fqn}, node.label),
       h("span", {class: "type", title: str(node.raw.module_type) || null}, shortType(node.raw.module_type)),
       flags ? h("span", {class: "flag", "data-findings": flags.length,
-        title: flags.map((f) => `${str(f.kind)}: ${str(f.message)}`).join("\n")}, `⚠ ${flags.length}`) : null);
+        title: flags.map((f) => `${str(f.kind)}: ${str(f.text ?? f.message)}`).join("\n")}, `⚠ ${flags.length}`) : null);
     nameCell.style.setProperty("--depth", String(node.depth));
     const flagged = this.model.flagged && this.model.flagged.has(node);
     const row = h("div", {class: "row cols" + (this.filter && this.filter.matches.has(node) ? " match" : "") +

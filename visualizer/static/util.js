@@ -21,6 +21,30 @@ const optNum = (v) => (typeof v === "number" && Number.isFinite(v) ? v : null);
 const str = (v) => (v == null ? "" : typeof v === "string" ? v : JSON.stringify(v));
 const sum = (values) => values.reduce((a, b) => a + (b || 0), 0);
 
+/** Exact times as the folder page embeds them (visualizer.exact_floats): "<kinds>:<doubles>",
+ * runs of kinds ("3f": three values from the doubles, "z" a zero, "n" none) and the base64 of
+ * the values' IEEE doubles, little-endian. Anything malformed: null. */
+function decodeFloats(text) {
+  if (typeof text !== "string") return null;
+  const colon = text.indexOf(":");
+  let raw;
+  try { raw = atob(text.slice(colon + 1)); } catch (e) { return null; }
+  if (colon < 0 || raw.length % 8) return null;
+  const bytes = new Uint8Array(raw.length);
+  for (let i = 0; i < raw.length; i++) bytes[i] = raw.charCodeAt(i);
+  const view = new DataView(bytes.buffer), out = [];
+  let next = 0;
+  for (const [, count, kind] of text.slice(0, colon).matchAll(/(\d*)([fzn])/g)) {
+    for (let k = count ? Number(count) : 1; k > 0; k--) {
+      if (kind === "f") {
+        if (8 * next >= raw.length) return null;
+        out.push(view.getFloat64(8 * next++, true));
+      } else out.push(kind === "z" ? 0 : null);
+    }
+  }
+  return 8 * next === raw.length ? out : null;
+}
+
 /** Element with props (class, on<event>, else attributes) and children (nodes, or strings as text). */
 function h(tag, props, ...children) {
   const el = document.createElement(tag);
