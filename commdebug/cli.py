@@ -269,7 +269,8 @@ def _report(args: argparse.Namespace) -> int:
 
     ranks, steps = _selection(args)
     with _meter(args) as meter:
-        result = report(iter_selected(args.dumps, ranks, steps, progress=meter, jobs=args.jobs, digest=rank_digest))
+        result = report(iter_selected(args.dumps, ranks, steps, progress=meter, jobs=args.jobs, digest=rank_digest),
+                        late_threshold=args.late_threshold)
     if args.json:
         _print_json(result.to_dict(top=args.top))
     else:

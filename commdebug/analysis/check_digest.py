@@ -16,6 +16,7 @@ from typing import Any
 
 from commdebug.analysis.divergence import UNKNOWN_STEP
 from commdebug.analysis.findings import Finding, Side
+from commdebug.analysis.late_digest import LateDigest, late_digest
 from commdebug.model.columns import (
     CALL,
     GROUP_NAME,
@@ -117,6 +118,7 @@ class RankDigest:
     idle: list[tuple[str, GroupInfo]]  # groups it is a member of and issued nothing on
     completed: dict[str, tuple[int, GroupInfo]]  # group -> (last completed seq, info)
     summary: RankSummary
+    late: LateDigest  # its share of the late-rank analysis
 
 
 def rank_digest(view: RankView) -> RankDigest:
@@ -175,7 +177,7 @@ def rank_digest(view: RankView) -> RankDigest:
     idle = [(name, info) for name, info in view.groups.items() if name not in by_group and info.ranks and rank in info.ranks]
     completed = {name: (seq, view.groups.get(name) or _unknown(name)) for name, seq in view.completed.items()}
     return RankDigest(rank, int(view.metadata.get("world_size") or 0), list(view.notes), specials, list(calls), groups,
-                      idle, completed, _summary(view, issued))
+                      idle, completed, _summary(view, issued), late_digest(rank, events))
 
 
 def _summary(view: RankView, collectives: int) -> RankSummary:
