@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from ranks_job import write_job
+from ranks_job import ranks_scale, write_job
 from test_predict import fr_rank
 
 from commdebug.analysis.late import LateThreshold
@@ -119,7 +119,7 @@ def jobs(tmp_path_factory) -> tuple[Path, Path, dict[int, int]]:
     as recorded (balanced: no rank comes late), and with one late rank planted per step."""
     out = tmp_path_factory.mktemp("jobs64")
     balanced = write_job(out / "balanced", 64)
-    late = {0: 3, 1: 12, 2: 55, 3: 60}  # step -> the rank that comes 100 ms late to its TP group's first call
+    late = {0: 3, 1: 12, 2: 55, 3: 60}  # step -> the rank that comes LATE_S late to its TP group's first call
     write_job(out / "late", 64, late=late)
     return balanced.folder, out / "late", late
 
@@ -142,8 +142,9 @@ def test_one_late_rank_per_step_is_named_at_its_step_with_the_group_that_waited(
     for e in rep.late.entries:
         w = e.worst
         assert (w.group, w.waited) == ("mesh_tp[8]", 7)
-        assert w.caused_s == pytest.approx(7 * 0.1, rel=0.05) and w.max_wait_s == pytest.approx(0.1, rel=0.05)
-        assert w.gap_s is not None and w.others_gap_s is not None and w.gap_s - w.others_gap_s == pytest.approx(0.1, abs=0.01)
+        assert w.caused_s == pytest.approx(7 * ranks_scale.LATE_S, rel=0.05) and w.max_wait_s == pytest.approx(ranks_scale.LATE_S, rel=0.05)
+        assert w.gap_s is not None and w.others_gap_s is not None
+        assert w.gap_s - w.others_gap_s == pytest.approx(ranks_scale.LATE_S, abs=0.01)
         assert w.before.seq == w.seq and w.after is not None and w.before.source and w.after.source
     assert LateThreshold.parse("0.2").seconds == 0.2 and report_path(late_folder, late_threshold=LateThreshold(0.2)).late.entries == []
 
@@ -194,3 +195,26 @@ def test_watch_names_the_rank_the_others_wait_for_and_where_it_was_last_seen():
     blind = Call("all_reduce", "default_pg[4]", 5, None, "job.py:31", 2, True, now - 12)
     text = render_watch(watch([rank(0, blind), rank(3, None)], now=now))
     assert "they wait for" not in text
+
+
+def test_an_uneven_all_to_all_is_left_out(tmp_path):
+    """The members of an uneven all_to_all move different bytes, so their times differ by more
+    than when each came: such a call names no late rank; an even one does."""
+    from synthetic import write_rank_dumps
+
+    from commdebug.analysis.report import report
+    from commdebug.formats.readers import load_rank
+
+    write_rank_dumps(tmp_path, ranks=4, layers=1, steps=2, world_size=4, dim=64, ffn=256, vocab=256, tokens=32, late={1: (2, 0.3)})
+
+    def ranks(splits: tuple[int, ...]) -> list:
+        views = [load_rank(tmp_path / f"rank{r}.json") for r in range(4)]
+        for v in views:  # the late call, step 1's first, made an all_to_all
+            i = next(i for i, e in enumerate(v.events) if e.step == 1)
+            v.events[i] = v.events[i]._replace(op="all_to_all", send_splits=splits, recv_splits=splits)
+        return views
+
+    even = report(ranks((16, 16, 16, 16))).late
+    assert even is not None and [(e.step, e.rank, e.worst.op) for e in even.entries] == [(1, 2, "all_to_all")]
+    uneven = report(ranks((8, 24, 16, 16))).late
+    assert uneven is not None and uneven.entries == [] and uneven.analysed == even.analysed - 1

@@ -177,7 +177,7 @@ def rank_digest(view: RankView) -> RankDigest:
     idle = [(name, info) for name, info in view.groups.items() if name not in by_group and info.ranks and rank in info.ranks]
     completed = {name: (seq, view.groups.get(name) or _unknown(name)) for name, seq in view.completed.items()}
     return RankDigest(rank, int(view.metadata.get("world_size") or 0), list(view.notes), specials, list(calls), groups,
-                      idle, completed, _summary(view, issued), late_digest(rank, events))
+                      idle, completed, _summary(view, issued), late_digest(rank, events, seqs=seqs_all, ops=ops, names=names))
 
 
 def _summary(view: RankView, collectives: int) -> RankSummary:

@@ -166,6 +166,9 @@ class LateTally:
                 at[lo + j] = most[j]
         if gaps is not None:
             c.gaps[lo:hi] = array("d", map(_add, c.gaps[lo:hi], map(sum, zip(*gaps, strict=True))))
+        for _, part in batch:
+            for seq in part.uneven:
+                c.skip[seq - base] = 1
         if True not in better:
             return
         js_of: list[list[int]] = [[] for _ in batch]
@@ -175,9 +178,6 @@ class LateTally:
             if js:
                 d, part = batch[m]
                 self._won(c, d.rank, [lo + j for j in js], js, part.lats, part.gaps, d, part.pos)
-        for _, part in batch:
-            for seq in part.uneven:
-                c.skip[seq - base] = 1
 
     def _group(self, part: GroupPart) -> _Calls:
         c = self.groups.get(part.name)
