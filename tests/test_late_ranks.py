@@ -200,10 +200,10 @@ def test_watch_names_the_rank_the_others_wait_for_and_where_it_was_last_seen():
 def test_an_uneven_all_to_all_is_left_out(tmp_path):
     """The members of an uneven all_to_all move different bytes, so their times differ by more
     than when each came: such a call names no late rank; an even one does."""
-    from synthetic import write_rank_dumps
-
     from commdebug.analysis.report import report
     from commdebug.formats.readers import load_rank
+
+    from synthetic import write_rank_dumps
 
     write_rank_dumps(tmp_path, ranks=4, layers=1, steps=2, world_size=4, dim=64, ffn=256, vocab=256, tokens=32, late={1: (2, 0.3)})
 
