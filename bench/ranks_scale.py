@@ -8,9 +8,11 @@ functions in one process >= 100k events/s, peak < 1 GiB.
 The folder (:func:`build_job`): a 2-D TP + FSDP2 transformer runs for real on torch's fake
 backend as ranks 0 and 9 (:func:`run_roles`); every rank's dump is rank 0's with its groups
 renamed and re-ranked as torch names them, latencies of its own, rank 733 five times slower on
-steps 6-7 and rank 402 missing one all_reduce at step 8 (at another world size, the ranks at
-the same fraction of it). Then `check` and `report` in a fresh process each (events/s, peak
-RSS, the planted faults found), the CLI's `check` and `report` per `-j` (wall and CPU seconds),
+steps 6-7, rank 402 missing one all_reduce at step 8, and (issue 39) rank 300 arriving 60 ms
+late at its tensor-parallel group's first call of step 4, its 7 group members waiting for it
+there (at another world size, the ranks at the same fraction of it). Then `check` and `report`
+in a fresh process each (events/s, peak RSS, the planted faults found: the late rank must be
+`report`'s first late rank), the CLI's `check` and `report` per `-j` (wall and CPU seconds),
 and (issue 19) `commdebug trace` of every rank and of `--ranks 0-7`, gzip-compressed, and
 `commdebug view` of the folder (`--no-trace` skips them).
 
@@ -57,6 +59,10 @@ TARGET_VIEW_TRACE_S = 8  # issue 32: view and trace of the 1,024 x 444 folder
 # one all_reduce at step 8 (its group's later sequence numbers one less), every other rank its own
 # latencies. At another world size the planted ranks sit at the same fraction of the world.
 SLOW_FACTOR = 5.0
+LATE_S = 0.06  # a late rank's delay (issue 39): its group members wait this long for it (under rank 733's
+# slowness, ~0.1 s of straggler time, so that --top still ranks 733 first)
+LATE_STEP = 4
+LATE_FROM = 64  # ranks from which the late rank is planted
 JITTER = 0.02      # each call of each rank: its base latency x uniform(1 - JITTER, 1 + JITTER)
 ALPHA_S = 200e-6   # the base latency of a call: ALPHA_S + bytes / bandwidth (a CPU gloo-like fabric;
 TP_BPS = 2e9       # the fake backend moves nothing, so its own timings say nothing about the network)
@@ -79,6 +85,7 @@ class Job:
     roles_s: float  # seconds the real runs took
     derive_s: float  # seconds deriving and writing every rank's file took
     roles: tuple[Path, Path]  # the real runs' dumps, for another build_job(..., roles=) of this world size
+    late: tuple[tuple[int, int], ...] = ()  # (step, rank): that rank arrived LATE_S late at the step
 
 
 ROLE_PROGRAM = """
@@ -204,7 +211,8 @@ def _tree_trace(template, events: list):
 
 def build_job(folder: Path, ranks: int = 1024, events: int | None = None, *, tp: int = TP, layers: int = 4, steps: int = 10,
               slow: int | None = None, slow_steps: tuple[int, ...] = (6, 7), skip: int | None = None, skip_step: int = 8,
-              seed: int = 0, roles: tuple[Path, Path] | None = None) -> Job:
+              seed: int = 0, roles: tuple[Path, Path] | None = None, late: dict[int, int] | None = None,
+              late_s: float = LATE_S) -> Job:
     """Write a ``ranks``-rank job's dumps in ``folder`` from one real run of a 2-D TP + FSDP2
     transformer (``layers`` blocks, ``steps`` timed steps) on torch's fake backend, with a slow
     rank and a rank that skipped a call planted (issue 32's job at 1,024 ranks).
@@ -214,7 +222,10 @@ def build_job(folder: Path, ranks: int = 1024, events: int | None = None, *, tp:
     and re-ranked the way torch names them, and latencies of its own: each call's base latency
     (``ALPHA_S`` + bytes over the TP or DP bandwidth) times ``1 +- JITTER``, drawn per rank and
     call, the gaps between calls (the program's compute) kept. ``events``: calls per rank, the
-    run's cut or continued by repeating its last step. The columns are written directly (the
+    run's cut or continued by repeating its last step. ``late``: step -> a rank that comes
+    ``late_s`` late to its tensor-parallel group's first call of that step (its gap before the
+    call that much longer), the group's other members waiting for it inside the call (their
+    latency that much longer). The columns are written directly (the
     rank-independent ones shared): about 10 ms per rank of 10,000 calls.
 
     >>> job = build_job(Path("job"), 64, layers=2, steps=4, slow_steps=(2, 3), skip_step=3)  # doctest: +SKIP
@@ -288,6 +299,12 @@ def build_job(folder: Path, ranks: int = 1024, events: int | None = None, *, tp:
         return blk, lat, gaps
 
     variants = {False: (head(base), *block(base)), True: (head(skipped), *block(skipped))}
+    plants = dict(late or {})
+    if any(s >= steps_out for s in plants):
+        raise SystemExit(f"the late steps {sorted(plants)} must be below the job's {steps_out} steps")
+    # per variant and late step: the index of the TP group's first call of the step
+    late_at = {flag: {s: min(i for i, e in enumerate(evs) if e.step == s and e.group.name == TP_PLACEHOLDER) for s in plants}
+               for flag, evs in ((False, base), (True, skipped))}
     slow_at = [e.step in slow_steps for e in base]
     first_start = base[0].start_s
     mesh_tp, mesh_dp = tp_a.desc, dp_a.desc
@@ -300,8 +317,20 @@ def build_job(folder: Path, ranks: int = 1024, events: int | None = None, *, tp:
         mine = [round(x * (lo + width * u()), 9) for x in lat]
         if r == slow:
             mine = [x * SLOW_FACTOR if s else x for x, s in zip(mine, slow_at, strict=True)]
-        ends = [x + g for x, g in zip(mine, gaps, strict=True)]
-        start = [round(s, 9) for s in accumulate(ends[:-1], initial=first_start)]
+        mine_gaps, begin = gaps, first_start
+        for step, late_rank in plants.items():
+            if r // tp != late_rank // tp:
+                continue
+            i = late_at[r == skip][step]
+            if r != late_rank:
+                mine[i] += late_s  # waited for it inside the call
+            elif i == 0:
+                begin += late_s
+            else:
+                mine_gaps = list(mine_gaps) if mine_gaps is gaps else mine_gaps
+                mine_gaps[i - 1] += late_s  # came that much later to it
+        ends = [x + g for x, g in zip(mine, mine_gaps, strict=True)]
+        start = [round(s, 9) for s in accumulate(ends[:-1], initial=begin)]
         blk["columns"]["latency_s"] = mine
         blk["columns"]["start_s"] = start
         section = root["commdebug"]
@@ -314,7 +343,8 @@ def build_job(folder: Path, ranks: int = 1024, events: int | None = None, *, tp:
         raw = dumps(root).replace(f'"{TP_PLACEHOLDER}"'.encode(), f'"{tp_name(r)}"'.encode())
         raw = raw.replace(f'"{DP_PLACEHOLDER}"'.encode(), f'"{dp_name(r)}"'.encode())
         (folder / f"rank{r}.json").write_bytes(raw)
-    return Job(folder, ranks, steps_out, len(base), slow, tuple(slow_steps), skip, skip_step, roles_s, time.perf_counter() - t0, roles)
+    return Job(folder, ranks, steps_out, len(base), slow, tuple(slow_steps), skip, skip_step, roles_s, time.perf_counter() - t0, roles,
+               tuple(sorted(plants.items())))
 
 
 CHILD = """
@@ -438,7 +468,10 @@ def main() -> None:
             t0 = time.perf_counter()
             roles = run_roles(roles_dir, args.ranks, tp, args.layers, args.steps)
             print(f"real runs (ranks 0 and {tp + 1} of {args.ranks}, fake backend): {time.perf_counter() - t0:.0f} s")
-        job = build_job(folder, args.ranks, args.events or None, tp=tp, roles=roles)
+        # a late rank's group stands apart (it and the members that waited for it): in a world of
+        # a few groups that is most of it, so the plant needs LATE_FROM ranks
+        late = {LATE_STEP: args.ranks * 300 // 1024} if args.ranks >= LATE_FROM else None
+        job = build_job(folder, args.ranks, args.events or None, tp=tp, roles=roles, late=late)
         size = sum(p.stat().st_size for p in folder.iterdir())
         total = args.ranks * job.events - 1  # the skipping rank has one less
         print(f"folder: {args.ranks} ranks x {job.events} events = {total:,} events ({job.steps} steps), {size / 2**20:.0f} MiB, "
@@ -446,7 +479,8 @@ def main() -> None:
         check = _measure("check", "check_path", folder,
                          "[(f.kind, f.group, f.seq, [s.ranks for s in f.sides]) for f in result.findings]")
         report = _measure("report", "report_path", folder,
-                          "[r.rank for r, _ in result.top(1)] + [[w.step for w in r.worst_steps[:2]] for r, _ in result.top(1)]")
+                          "[[[r.rank, [w.step for w in r.worst_steps[:2]]] for r, _ in result.top(16)],"
+                          " [[e.step, e.rank, e.worst.caused_s] for e in result.late.entries[:3]]]")
         for name, m in (("check", check), ("report", report)):
             rate = total / m["seconds"]
             print(f"{name:6}: {m['seconds']:.1f} s, {rate:,.0f} events/s (target >= {TARGET_EVENTS_PER_S:,}: "
@@ -455,10 +489,23 @@ def main() -> None:
         findings = check["extra"]
         skip_found = any(kind in ("missing", "diverged", "mismatch") and [job.skip] in sides for kind, _, _, sides in findings)
         print(f"planted skip on rank {job.skip}: {'found' if skip_found else 'NOT FOUND'} ({len(findings)} finding(s): {findings[:3]})")
-        slow_found = report["extra"][0] == job.slow and sorted(report["extra"][1]) == sorted(job.slow_steps)
+        # the late rank and the members that waited for it stand apart too (by the wait caused,
+        # by the time waited): the slow rank must come first among the other ranks
+        top, late_named = report["extra"]
+        late_group = {late_rank // tp for _, late_rank in job.late}
+        others = [(rank, steps) for rank, steps in top if rank // tp not in late_group]
+        slow_found = others[:1] == [(job.slow, others[0][1])] and sorted(others[0][1]) == sorted(job.slow_steps)
         print(f"planted slow rank {job.slow} (steps {'-'.join(map(str, job.slow_steps))}): "
-              f"{'ranked first, at those steps' if slow_found else 'NOT FOUND'} (report: {report['extra']})")
-        if not (skip_found and slow_found):
+              f"{'ranked first outside the late rank' + chr(39) + 's group, at those steps' if slow_found else 'NOT FOUND'} "
+              f"(report's top: {top[:4]})")
+        if job.late:
+            late_found = [tuple(e[:2]) for e in late_named[:1]] == [job.late[0]]
+            print(f"planted late rank {job.late[0][1]} (step {job.late[0][0]}, {LATE_S * 1e3:.0f} ms): "
+                  f"{'named first' if late_found else 'NOT NAMED FIRST'} (report's late ranks: {late_named})")
+        else:
+            late_found = not late_named
+            print(f"planted late rank: none below {LATE_FROM} ranks; report's late ranks: {late_named or 'none'}")
+        if not (skip_found and slow_found and late_found):
             raise SystemExit(1)
         if args.trace:
             with tempfile.TemporaryDirectory() as out:

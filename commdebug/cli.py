@@ -273,7 +273,7 @@ def _report(args: argparse.Namespace) -> int:
     ranks, steps = _selection(args)
     with _meter(args) as meter:
         result = report(iter_selected(args.dumps, ranks, steps, progress=meter, jobs=args.jobs, digest=rank_digest),
-                        chosen=ranks.describe())
+                        chosen=ranks.describe(), late_threshold=args.late_threshold)
     if args.json:
         _print_json(result.to_dict(top=args.top))
     else:

@@ -64,6 +64,15 @@ percent = _checked(float, lambda p: 0 < p < float("inf"), "a percentage > 0", "p
 top_count = _checked(int, lambda n: n >= 0, "a whole number >= 0", "count")
 
 
+def _late_threshold(value: str) -> Any:
+    from commdebug.analysis.late import LateThreshold  # torch-free, and only when the option is given
+
+    return LateThreshold.parse(value)
+
+
+late_threshold = _checked(_late_threshold, lambda t: True, "seconds, or seconds,percent (e.g. 0.05,10)", "late threshold")
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -197,6 +206,8 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--json", action="store_true", help="print JSON (default text)")
     report.add_argument("--top", type=top_count, default=None, metavar="K",
                         help="list only the K ranks furthest from the median (slowest or most deviant), 0 for all (default: all below 64 ranks, else 16; with --json, all)")
+    report.add_argument("--late-threshold", type=late_threshold, default=None, metavar="S[,P]",
+                        help="list a late rank where a rank waited for it at least S seconds and P%% of the step's median communication time (default 0.05,10)")
     _folder_options(report, steps="only these steps' calls, e.g. 10-12 (default all)")
 
     check = verb("check", "check that the ranks' collectives match (order, op, size, dtype, call sites, send/recv pairs) and name where ranks parted, at which step; exit 0 consistent, 1 not, 2 bad input")

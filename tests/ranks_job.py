@@ -28,11 +28,12 @@ LAYERS, STEPS = 2, 4  # small: a test's real runs take seconds, not minutes
 _roles: dict[int, tuple[Path, Path]] = {}
 
 
-def write_job(folder: Path, ranks: int) -> Job:
+def write_job(folder: Path, ranks: int, late: dict[int, int] | None = None) -> Job:
     """`ranks` rank dumps (LAYERS blocks, STEPS steps, about 23 calls per step) in `folder`; the
     slow rank sits at 733/1024 of the world (slow on the last two steps) and the one that skipped
-    a call at 402/1024 (in the last step)."""
+    a call at 402/1024 (in the last step). `late`: step -> a rank that arrives
+    ``ranks_scale.LATE_S`` late at its tensor-parallel group's first call of that step."""
     job = ranks_scale.build_job(folder, ranks, layers=LAYERS, steps=STEPS, slow_steps=(STEPS - 2, STEPS - 1),
-                                skip_step=STEPS - 1, roles=_roles.get(ranks))
+                                skip_step=STEPS - 1, roles=_roles.get(ranks), late=late)
     _roles[ranks] = job.roles
     return job

@@ -30,7 +30,7 @@ from commdebug.model.events import encode_events
 from commdebug.model.trace import TRIVIAL_OPS, CollectiveEvent, GroupInfo
 from commdebug.ops import BUSBW_FACTORS, packet_for_op, shape_rule, spec_for_op
 
-__all__ = ["REFERENCE_TRIVIAL_OPS", "event_dicts", "rank_dumps", "to_reference", "transformer_dump",
+__all__ = ["REFERENCE_TRIVIAL_OPS", "event_dicts", "plant_late", "rank_dumps", "to_reference", "transformer_dump",
            "write_rank_dumps"]
 
 # torch.distributed.tensor.debug._comm_mode.trivial_ops, in a stable order.
@@ -395,17 +395,43 @@ def _event_v1(e: CollectiveEvent) -> dict:
     return d
 
 
+def plant_late(dump: dict, late: dict[int, tuple[int, float]]) -> dict:
+    """Make ranks arrive late, as a real job shows it: `late` maps a step to (rank, seconds):
+    that rank comes to the step's first call (its barrier) `seconds` late, its gap before it
+    that much longer, and every other member of its group waits for it inside the call (its
+    latency that much longer) and goes on that much later. `dump`: one rank's (schema 2, from
+    :func:`transformer_dump`), changed in place and returned."""
+    section = dump["commdebug"]
+    rank = section["metadata"]["rank"]
+    columns = section["events"]["columns"]
+    members = next(iter(section["groups"].values()))["ranks"]
+    starts, lats = columns["start_s"], columns["latency_s"]
+    for step, (late_rank, seconds) in sorted(late.items()):
+        if late_rank not in members or step not in columns["step"]:
+            continue
+        i = columns["step"].index(step)
+        if rank != late_rank:
+            lats[i] += seconds  # it waited inside the call
+            i += 1
+        for j in range(i, len(starts)):  # everything after comes that much later on its own clock
+            starts[j] = round(starts[j] + seconds, 9)
+    return dump
+
+
 def rank_dumps(ranks: int = 4, layers: int = 2, steps: int = 1, *, world_size: int = 8,
-               odd_rank: int | None = None, odd_module: str | None = None, **kw: Any) -> Iterator[tuple[int, dict]]:
+               odd_rank: int | None = None, odd_module: str | None = None,
+               late: dict[int, tuple[int, float]] | None = None, **kw: Any) -> Iterator[tuple[int, dict]]:
     """(rank, dump) for each rank of a job of `ranks` ranks running the same model in groups of
     `world_size` (min(ranks, world_size)), one at a time. Each rank's latencies differ a little
     (rank r is 1 + r / 50 times slower), and rank `odd_rank` issues `odd_module`'s first
-    call twice as large: a mismatch `commdebug check` reports."""
+    call twice as large: a mismatch `commdebug check` reports. `late`: ranks that arrive late
+    at a step's first call (:func:`plant_late`)."""
     tp = min(world_size, ranks)
     for r in range(ranks):
-        yield r, transformer_dump(layers, steps, world_size=tp, rank=r, job_size=ranks,
-                                  odd_module=odd_module if r == odd_rank else None,
-                                  latency_scale=1 + r / 50, **kw)
+        dump = transformer_dump(layers, steps, world_size=tp, rank=r, job_size=ranks,
+                                odd_module=odd_module if r == odd_rank else None,
+                                latency_scale=1 + r / 50, **kw)
+        yield r, plant_late(dump, late) if late else dump
 
 
 def write_rank_dumps(folder: str | os.PathLike[str], ranks: int = 4, layers: int = 2, steps: int = 1,

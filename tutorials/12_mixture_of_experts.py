@@ -56,12 +56,12 @@ with tempfile.TemporaryDirectory() as tmp:
     for router in ("balanced", "skewed"):
         print(f"$ commdebug report {router}    (its all_to_all section)")
         text = run("-m", "commdebug", "report", router, cwd=tmp).stdout
-        print(text[text.index("all_to_all imbalance"):], end="")
+        print(text[text.index("all_to_all imbalance"):].split("\n\n")[0])  # the section, up to the next one
 
     print("===== one rank's dump alone =====")
     print("$ commdebug report skewed/rank1.json    (its all_to_all section)")
     text = run("-m", "commdebug", "report", "skewed/rank1.json", cwd=tmp).stdout
-    print(text[text.index("all_to_all received"):], end="")
+    print(text[text.index("all_to_all received"):].split("\n\n")[0])
 
     print("===== a planted split bug: 2 ranks of the fake backend =====")
     print("$ python programs/12_moe.py bug --router skewed --fake RANK 2 --bug    (RANK 0 and 1)")

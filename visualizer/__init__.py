@@ -301,7 +301,9 @@ def heat_data(found: Any) -> dict[str, Any]:
     (``step_time``, ``op_time``, ...; times in seconds, each the exact sum of the rank's exact
     (step, op) sums, as :func:`exact_floats`), one row per rank in the index's order, null where
     a rank had no call (or, for time, no timed call), each as distinct rows and a row index per
-    rank.
+    rank. A timed job whose calls were timed on every member adds ``step_caused``: the wait each
+    rank made the others spend where it arrived last (``commdebug check``'s late-rank analysis,
+    in seconds, exact; 0 where it never did).
     """
     steps, ops = found.steps(), found.ops()
     step_at = {s: i for i, s in enumerate(steps)}
@@ -331,9 +333,15 @@ def heat_data(found: Any) -> dict[str, Any]:
             per[f"{axis}_time"].append([None if t is None else math.fsum(t) for t in time_row])
             per[f"{axis}_bytes"].append(bytes_row)
             per[f"{axis}_calls"].append(calls_row)
+    late = getattr(found.check, "late", None)
+    if late is not None and late.analysed:
+        per["step_caused"] = []
+        for r in found.ranks:
+            known = r.step_ops is not None and r.step_ops.seconds is not None
+            per["step_caused"].append([late.by_step.get((s, r.rank), 0.0) if known else None for s in steps])
     return {"steps": steps, "ops": ops, "timed": timed,
             "chosen": {"ranks": found.ranks_chosen, "steps": found.steps_chosen, "ranks_left_out": found.ranks_left_out},
-            "matrices": {name: _rows(rows, floats=name.endswith("_time")) for name, rows in per.items()}}
+            "matrices": {name: _rows(rows, floats=name.endswith(("_time", "_caused"))) for name, rows in per.items()}}
 
 
 MATRIX_MEMBERS = 64  # groups up to this size embed every pair of every step

@@ -40,7 +40,9 @@ without a final dump never says its rank "never issued" a call: its record ends 
 
 Besides findings, the result holds per rank a small summary: how its recording ended
 (``metadata.ended_by``), how many collectives it issued, and its last call (group, seq, op,
-source line); where a rank stopped early this is the first thing to read.
+source line); where a rank stopped early this is the first thing to read. A timed job also gets
+its late ranks (``late``: who arrived last and made the others wait; :mod:`.late`), which
+never make the ranks inconsistent.
 
 It streams: ranks are read one at a time; per group it keeps one reference sequence (interned
 signatures, call sites and steps in integer arrays) and only what differs from it, plus per rank a
@@ -70,6 +72,8 @@ from commdebug.analysis.divergence import (
     once_note,
 )
 from commdebug.analysis.findings import Change, Finding, Side, ranks_text, who
+from commdebug.analysis.late import LateRanks
+from commdebug.analysis.late_tally import LateTally
 from commdebug.formats.readers import iter_ranks
 from commdebug.model.fault import CAUSE_NOT_RECORDED, fault_words
 from commdebug.model.rank_view import RankView
@@ -90,6 +94,7 @@ class CheckResult:
     collectives: int  # over all ranks
     notes: list[str] = field(default_factory=list)
     rank_summaries: list[RankSummary] = field(default_factory=list)
+    late: LateRanks | None = None  # who made the others wait (timed jobs); never a finding
 
     @property
     def consistent(self) -> bool:
@@ -112,6 +117,7 @@ class CheckResult:
             "findings": [f.to_dict() for f in self.findings],
             "notes": self.notes,
             "rank_summaries": [r.to_dict() for r in self.rank_summaries],
+            "late_ranks": [] if self.late is None else self.late.to_dict(),
         }
 
 
@@ -162,6 +168,7 @@ class _Checker:
         # (group, src, dst, p2p seq) -> (bytes, call site, step or None)
         self.sends: dict[tuple[str, int, int, int], tuple[int, int, int | None]] = {}
         self.recvs: dict[tuple[str, int, int, int], tuple[int, int, int | None]] = {}
+        self.late = LateTally()
 
     def add(self, view: RankView | RankDigest) -> None:
         """One rank: its :class:`RankDigest` (made here from a view, or by the worker that read it)."""
@@ -182,6 +189,7 @@ class _Checker:
         self.summaries.append(d.summary)
         if d.summary.stream_step is not None and not d.summary.final:
             self.partial.add(rank)
+        self.late.add(d.late)
         calls = self.calls.many(d.calls)
         for value in self.calls.values[len(self.call_sig):]:  # calls seen for the first time
             rule = shape_rule(value[0])  # balanced (all_to_all): sizes differ by rank, by design
@@ -283,8 +291,9 @@ class _Checker:
             if absent:
                 self.findings.insert(0, Finding("no_dump", "", None, f"{who(absent)} of {self.world_size} left no dump", [Side(absent)]))
         notes = [f"{who(ranks)}: {note}" for note, ranks in self.rank_notes.items()] + self.notes + self.branches.lines(self.ctxs)
+        late = self.late.result() if self.late.timed else None
         return CheckResult(self.findings, sorted(self.ranks), len(self.groups), self.collectives, notes,
-                           sorted(self.summaries, key=lambda s: s.rank))
+                           sorted(self.summaries, key=lambda s: s.rank), late)
 
     def _settle(self, g: _Group) -> None:
         """Unfinished collectives that another member completed: not a hang, a note.

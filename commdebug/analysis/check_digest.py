@@ -16,6 +16,7 @@ from typing import Any
 
 from commdebug.analysis.divergence import UNKNOWN_STEP
 from commdebug.analysis.findings import Finding, Side
+from commdebug.analysis.late_digest import LateDigest, late_digest
 from commdebug.model.columns import (
     CALL,
     GROUP_NAME,
@@ -129,6 +130,7 @@ class RankDigest:
     # marking its unfinished calls shows finished; every member issued it and all before it
     completed: dict[str, tuple[int, GroupInfo]]
     summary: RankSummary
+    late: LateDigest  # its share of the late-rank analysis
 
 
 def rank_digest(view: RankView) -> RankDigest:
@@ -197,7 +199,7 @@ def rank_digest(view: RankView) -> RankDigest:
     if isinstance(fault, dict) and fault.get("after_final_dump"):  # the gloo teardown abort: a note on a complete dump
         notes.append(ending_note(view.metadata) or "")
     return RankDigest(rank, int(view.metadata.get("world_size") or 0), notes, specials, list(calls), groups,
-                      idle, completed, _summary(view, issued))
+                      idle, completed, _summary(view, issued), late_digest(rank, events, seqs=seqs_all, ops=ops, names=names))
 
 
 def _finished(events: list[CollectiveEvent], seqs: list[int | None], ops: list[str], names: list[str]) -> dict[str, int]:

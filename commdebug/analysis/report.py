@@ -17,7 +17,10 @@
   rank's time at that step, and by how much (``worst_steps``), so a slow rank says when;
 - all_to_all imbalance: per step and group, the received bytes' max over mean in the step's
   most uneven call, the rank that received most and its module (``all_to_all_imbalance``; see
-  :class:`commdebug.analysis.traffic.Imbalance`). One rank's dump knows only its own receives.
+  :class:`commdebug.analysis.traffic.Imbalance`). One rank's dump knows only its own receives;
+- late ranks: per step, the ranks that arrived last at a call and made the others wait, the
+  wait they caused, and what they did before they came (``late``; each rank's total in
+  ``caused_wait_s``; see :mod:`commdebug.analysis.late`).
 
 It streams in one pass over the dumps, and its memory does not grow with the number of ranks:
 per rank it keeps its totals, its time per step (one float per step) and the spans of sequence
@@ -30,7 +33,6 @@ from __future__ import annotations
 import os
 import statistics
 from array import array
-from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import chain, compress, repeat
@@ -39,6 +41,9 @@ from operator import and_ as _and, gt as _gt, mul as _mul
 from typing import Any
 
 from commdebug.analysis.check import who
+from commdebug.analysis.late import GapOps, LateRanks, LateThreshold
+from commdebug.analysis.late_digest import LateDigest, late_digest, step_medians, step_times
+from commdebug.analysis.late_tally import LateTally
 from commdebug.analysis.traffic import Imbalance, ImbalanceTally
 from commdebug.formats.readers import iter_ranks
 from commdebug.model.columns import BUSBW, GROUP_NAME, IS_NOT_NONE, LATENCY, OP, SEQ, SIZE, STEP
@@ -50,8 +55,8 @@ __all__ = ["RankStats", "StepExcess", "OpStats", "Deviation", "Report", "RankDig
            "WORST_STEPS"]
 
 # the per-rank figures a rank's deviation looks at: time first (what a slow rank changes), then
-# the straggler time, then what it issued
-DEVIATION_FIGURES = ("comm_time_s", "straggler_s", "collectives", "bytes")
+# the straggler time, the wait it caused, then what it issued
+DEVIATION_FIGURES = ("comm_time_s", "straggler_s", "caused_wait_s", "collectives", "bytes")
 WORST_STEPS = 3  # the steps a rank row names: its worst, worst first
 
 
@@ -78,6 +83,7 @@ class RankStats:
     recorded_s: float | None = None
     straggler_s: float | None = None
     worst_steps: list[StepExcess] = field(default_factory=list)  # worst first, at most WORST_STEPS
+    caused_wait_s: float | None = None  # the wait it made the others spend, where it arrived last
 
     @property
     def share(self) -> float | None:
@@ -137,6 +143,7 @@ class Report:
     timed: bool
     notes: list[str] = field(default_factory=list)
     imbalance: list[Imbalance] = field(default_factory=list)  # all_to_all, worst first
+    late: LateRanks | None = None  # who made the others wait
 
     def spread(self, attribute: str) -> dict[str, Any] | None:
         """min / median / max of a per-rank figure, with the ranks holding min and max."""
@@ -148,12 +155,17 @@ class Report:
 
     def deviations(self) -> list[Deviation]:
         """Every rank's :class:`Deviation`, furthest first (ties in rank order). A figure whose
-        median is 0 counts a rank with any of it as 100% away."""
+        median is 0 counts a rank with any of it as 100% away. The wait a rank caused is
+        measured against the median rank's communication time (its own median is a sum of
+        jitter: a rank twice as unlucky is not an outlier)."""
         medians = {}
         for figure in DEVIATION_FIGURES:
             values = [getattr(r, figure) for r in self.ranks if getattr(r, figure) is not None]
             if values:
                 medians[figure] = statistics.median(values)
+        scale = {figure: abs(med) for figure, med in medians.items()}
+        if "caused_wait_s" in medians and medians.get("comm_time_s"):
+            scale["caused_wait_s"] = medians["comm_time_s"]
         out = []
         for r in self.ranks:
             best: tuple[float, str | None, float] = (0.0, None, 0.0)
@@ -161,7 +173,7 @@ class Report:
                 v = getattr(r, figure)
                 if v is None:
                     continue
-                rel = (v - med) / abs(med) if med else (1.0 if v else 0.0)
+                rel = (v - med) / scale[figure] if scale[figure] else (1.0 if v else 0.0)
                 if abs(rel) > best[0] + 1e-12:
                     best = (abs(rel), figure, rel)
             out.append(Deviation(r.rank, best[1], best[2]))
@@ -182,11 +194,15 @@ class Report:
             return {"ranks": shown, "ranks_total": len(self.ranks), **{k: v for k, v in self.to_dict().items() if k != "ranks"}}
         return {
             "ranks": [r.to_dict() for r in self.ranks],
-            "spread": {a: self.spread(a) for a in ("collectives", "bytes", "comm_time_s", "elapsed_s", "share", "straggler_s")},
+            "spread": {a: self.spread(a) for a in ("collectives", "bytes", "comm_time_s", "elapsed_s", "share", "straggler_s", "caused_wait_s")},
             "ops": [o.to_dict() for o in self.ops],
             "timed": self.timed,
             "notes": self.notes,
             "all_to_all_imbalance": [i.to_dict() for i in self.imbalance],
+            "late_ranks": [] if self.late is None else self.late.to_dict(),
+            "late_analysis": None if self.late is None else {
+                "threshold": self.late.threshold.to_dict(), "timed": self.late.timed, "calls_analysed": self.late.analysed,
+                "calls_partial": self.late.partial, "gaps_known": self.late.gaps_known},
         }
 
 
@@ -209,6 +225,7 @@ class RankDigest:
     paired_sums: list[dict[int, float]]
     groups: dict[str, GroupInfo]  # each paired group's, where the dump has it
     all_to_all: list[CollectiveEvent]  # its all_to_all calls (with a sequence number): the imbalance
+    late: LateDigest  # its share of the late-rank analysis
 
 
 def rank_digest(view: RankView) -> RankDigest:
@@ -237,34 +254,27 @@ def rank_digest(view: RankView) -> RankDigest:
             o.timed_bytes = sum(compress(sizes, mine))
             o.bus_bytes = sum(map(_mul, compress(sizes, mine), compress(map(BUSBW, events), mine)))
         ops.append(o)
-    step_list: list[int] = []
-    step_sums: list[float] = []
+    times = (array("q"), array("d"))
+    t_steps: list[int] | None = None
     if s.timed:
         s.comm_time_s = sum(t_lats)
         t_steps = list(map(STEP, events if all_timed else compress(events, timed)))
-        if not any(map(_gt, t_steps, t_steps[1:])):  # steps in call order (always, for a recording)
-            step_list = list(dict.fromkeys(t_steps))
-            for step in step_list:
-                step_sums.append(sum(t_lats[bisect_left(t_steps, step):bisect_right(t_steps, step)]))
-        else:
-            per_step: dict[int, float] = {}
-            for step, latency in zip(t_steps, t_lats, strict=True):
-                per_step[step] = per_step.get(step, 0.0) + latency
-            step_list = sorted(per_step)
-            step_sums = [per_step[k] for k in step_list]
+        times = step_times(t_steps, t_lats)
     paired = []
     paired_sums: list[dict[int, float]] = []
     infos: dict[str, GroupInfo] = {}
     op_ids: dict[str, int] = {}
     seqs = list(map(SEQ, events))
     pairable = list(map(_and, timed, map(IS_NOT_NONE, seqs)))
+    names: list[str] | None = None
+    masks: dict[str, list[bool]] = {}  # group -> which calls are its pairable ones
     if any(pairable):
         names = list(map(GROUP_NAME, events))
         for op in compress(ops_col, pairable):  # ids in first-paired-call order
             if op not in op_ids:
                 op_ids[op] = len(op_ids)
         for name in dict.fromkeys(compress(names, pairable)):
-            mine = list(map(_and, map(name.__eq__, names), pairable))
+            mine = masks[name] = list(map(_and, map(name.__eq__, names), pairable))
             g_lats = array("d", compress(lats, mine))
             g_ops = array("i", map(op_ids.__getitem__, compress(ops_col, mine)))
             paired.append((name, array("q", compress(seqs, mine)), g_lats, g_ops))
@@ -280,20 +290,30 @@ def rank_digest(view: RankView) -> RankDigest:
     ending = ending_note(meta)  # a fatal signal, or no final dump: how the rank's process ended, as far as known
     if ending is not None:
         notes.append(ending)
-    return RankDigest(s, ops, array("q", step_list), array("d", step_sums), notes, paired, list(op_ids), paired_sums, infos, a2a)
+    return RankDigest(s, ops, times[0], times[1], notes, paired, list(op_ids), paired_sums, infos, a2a,
+                      late_digest(view.rank, events, times=times, lats=lats, seqs=seqs, ops=ops_col, names=names,
+                                  steps=t_steps if all_timed else None, timed=timed, masks=masks,
+                                  paired={name: (seqs_of, lats_of) for name, seqs_of, lats_of, _ in paired}))
 
 
 
 
-def report(ranks: Iterable[RankView | RankDigest], *, chosen: str = "all") -> Report:
+def report(ranks: Iterable[RankView | RankDigest], *, chosen: str = "all", late_threshold: LateThreshold | None = None,
+           gap_ops: GapOps | None = None) -> Report:
     """Report on a job's ranks (see the module docstring); each rank as its view or its
     :func:`rank_digest`. `chosen`: the ``--ranks`` the ranks given were picked by ("all": every
     rank of the job); with a choice, a call whose group has members that were not given has no
     known least latency, so its straggler time is unknown (None), and a note says so.
+    `late_threshold`: when a late rank is listed (default 50 ms and 10% of the step's median
+    communication time); `gap_ops`: what a late rank ran in its gap, from profiled steps
+    (:data:`commdebug.analysis.late.GapOps`; none: ``gap_top`` stays empty).
 
     >>> rep = report(iter_selected("traces/", Selection.parse("0-7", "--ranks")), chosen="0-7")  # doctest: +SKIP
+    >>> [(e.step, e.rank, e.worst.caused_s) for e in rep.late.entries][:1]   # doctest: +SKIP
+    [(2, 3, 2.41)]
     """
     stats: list[RankStats] = []
+    late = LateTally()
     ops: dict[str, OpStats] = {}
     stragglers = _Stragglers(every_member=chosen != "all")
     step_times: dict[int, tuple[array, array]] = {}  # rank -> (its steps, its time at each)
@@ -314,6 +334,7 @@ def report(ranks: Iterable[RankView | RankDigest], *, chosen: str = "all") -> Re
             o.timed_bytes += mine.timed_bytes
             o.bus_bytes += mine.bus_bytes
         stragglers.add_rank(s.rank, d)
+        late.add(d.late)
         if s.timed:
             step_times[s.rank] = (d.steps, d.step_times)  # two flat arrays, not a dict: 16 bytes a step
         for n in d.notes:
@@ -322,7 +343,13 @@ def report(ranks: Iterable[RankView | RankDigest], *, chosen: str = "all") -> Re
             a2a.add(s.rank, d.all_to_all)
         stats.append(s)
     unknown = stragglers.finish(stats, ops)  # group names
-    _worst_steps(stats, step_times)
+    medians = step_medians(list(step_times.values()))
+    _worst_steps(stats, step_times, medians)
+    found = late.result(late_threshold, gap_ops, medians)
+    if found.analysed:
+        for s in stats:
+            if s.timed:
+                s.caused_wait_s = found.caused_by_rank.get(s.rank, 0.0)
     stats.sort(key=lambda r: r.rank)
     op_rows = sorted(ops.values(), key=lambda o: (-o.time_s, -o.bytes, o.op))
     lines = [f"{who(rs)}: {n}" for n, rs in notes.items()]
@@ -331,7 +358,7 @@ def report(ranks: Iterable[RankView | RankDigest], *, chosen: str = "all") -> Re
         lines.append(f"straggler time unknown ('-') where --ranks {chosen} leaves out members of the call's group "
                      f"({_count(unknown, 'group')}: {', '.join(labels[:3])}{', ...' if len(labels) > 3 else ''}): "
                      "a call's least latency is over every member")
-    return Report(stats, op_rows, any(r.timed for r in stats), lines, a2a.rows())
+    return Report(stats, op_rows, any(r.timed for r in stats), lines, a2a.rows(), found)
 
 
 def _count(items: Iterable[Any], word: str) -> str:
@@ -339,18 +366,9 @@ def _count(items: Iterable[Any], word: str) -> str:
     return f"{n} {word}{'s' if n != 1 else ''}"
 
 
-def _worst_steps(stats: list[RankStats], step_times: dict[int, tuple[array, array]]) -> None:
+def _worst_steps(stats: list[RankStats], step_times: dict[int, tuple[array, array]], medians: dict[int, float]) -> None:
     """Fill each timed rank's ``worst_steps``: its steps furthest above the median rank's time
-    at the same step (a step of one rank only has no median to exceed)."""
-    by_step: dict[int, array] = {}
-    for steps, times in step_times.values():
-        for step, t in zip(steps, times, strict=True):
-            at = by_step.get(step)
-            if at is None:
-                at = by_step[step] = array("d")
-            at.append(t)
-    medians = {step: statistics.median(ts) for step, ts in by_step.items() if len(ts) > 1}
-    del by_step
+    at the same step (`medians`; a step of one rank only has no median to exceed)."""
     for s in stats:
         if s.rank not in step_times:
             continue
@@ -515,6 +533,6 @@ def _add(a: int, b: int) -> int:
     return a + b
 
 
-def report_path(path: str | os.PathLike) -> Report:
+def report_path(path: str | os.PathLike, *, late_threshold: LateThreshold | None = None) -> Report:
     """:func:`report` over a folder of rank dumps (or one dump)."""
-    return report(iter_ranks(path, digest=rank_digest))
+    return report(iter_ranks(path, digest=rank_digest), late_threshold=late_threshold)

@@ -7,7 +7,8 @@ Per rank: its step, its communication per recent step (seconds when timed, else 
 last collective, and the collective it has been waiting in, if any. Then:
 
 - a rank **waits** when a collective of its own has been unfinished for a while (the stream
-  flags it);
+  flags it); the members of that call's group not in it are the ranks it waits for
+  (:meth:`WatchResult.waited_for`, where the dumps name the group's members);
 - a rank is **stalled** when it made no progress (no new collective, no new step) for
   ``stall_after`` seconds, waits in nothing, and other ranks wait in a collective: they wait
   for it. A rank whose stream ended without a final dump and whose file is no longer touched
@@ -74,11 +75,12 @@ class Call:
     step: int
     in_flight: bool = False
     since: float | None = None  # wall time it has been unfinished since, when it is
+    members: list[int] | None = None  # the group's ranks, where the dump names them
 
     @classmethod
     def of(cls, e: CollectiveEvent, since: float | None = None) -> Call:
         return cls(e.op, e.group.label, e.seq, e.module if e.module not in ("?", "") else None, e.source, e.step,
-                   e.in_flight or since is not None, since)
+                   e.in_flight or since is not None, since, None if e.group.ranks is None else list(e.group.ranks))
 
 
 @dataclass
@@ -213,6 +215,15 @@ class WatchResult:
     def waited_in(self) -> list[tuple[int, Call]]:
         """(rank, call) of every rank waiting in a collective."""
         return [(r.rank, r.waiting) for r in self.ranks if r.waiting is not None and r.ended_by is None]
+
+    def waited_for(self, call: Call) -> list[RankLive]:
+        """The live members of `call`'s group that are not waiting in it: the ranks its waiters
+        wait for (none where the dumps do not name the group's members)."""
+        if not call.members:
+            return []
+        inside = {r for r, c in self.waited_in() if (c.group, c.seq, c.op) == (call.group, call.seq, call.op)}
+        members = set(call.members)
+        return [r for r in self.ranks if r.rank in members and r.rank not in inside and r.ended_by is None]
 
     def to_dict(self) -> dict[str, Any]:
         return {"healthy": self.healthy, "now": self.now, "stall_after": self.stall_after, "behind_pct": self.behind_pct,

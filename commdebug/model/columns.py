@@ -8,7 +8,7 @@ from functools import partial
 from operator import attrgetter, is_not
 
 __all__ = ["OP", "SEQ", "STEP", "SIZE", "LATENCY", "BUSBW", "IN_FLIGHT", "INPUT_BYTES", "OUTPUT_BYTES",
-           "GROUP_SIZE", "GROUP_NAME", "CALL", "IS_NOT_NONE"]
+           "GROUP_SIZE", "GROUP_NAME", "CALL", "MODULE", "SOURCE", "START", "SPLITS", "IS_NOT_NONE"]
 
 OP = attrgetter("op")
 SEQ = attrgetter("seq")
@@ -22,4 +22,8 @@ OUTPUT_BYTES = attrgetter("output_bytes")
 GROUP_SIZE = attrgetter("group.size")
 GROUP_NAME = attrgetter("group.name")
 CALL = attrgetter("op", "size_bytes", "dtype", "module", "source")  # a call's signature and site, as check compares them
+MODULE = attrgetter("module")
+SOURCE = attrgetter("source")
+START = attrgetter("start_s")
+SPLITS = attrgetter("send_splits", "recv_splits")
 IS_NOT_NONE = partial(is_not, None)

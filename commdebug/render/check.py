@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from commdebug.analysis.check import CheckResult, Finding, LastCall, Side, who
 from commdebug.render.endings import rank_ending
+from commdebug.render.late import late_headline
 from commdebug.units import format_bytes
 
 __all__ = ["render_check", "describe_finding", "describe_side", "describe_last"]
@@ -29,6 +30,9 @@ def render_check(result: CheckResult) -> str:
     else:
         n = len(result.findings)
         lines = [f"INCONSISTENT: {n} finding{'s' if n != 1 else ''} in {what}"]
+    late = late_headline(result.late)
+    if late is not None:  # a fact about speed, not about consistency: the exit status ignores it
+        lines.append(f"  {late}")
     lines.extend(f"  {line}" for line in _endings(result))
     for i, f in enumerate(result.findings, 1):
         if i == 1:

@@ -10,7 +10,11 @@ when it was slow. The per-op table sums every rank's calls, and its title says s
 
 A job with all_to_all calls gets an imbalance table: per step and group, its most uneven call's
 received bytes, max over mean, and the rank that received most (the worst :data:`IMBALANCE_ROWS`
-rows; ``--json`` has them all)."""
+rows; ``--json`` has them all).
+
+A timed job gets its late ranks (:mod:`commdebug.render.late`): per step, the ranks that arrived
+last and made the others wait, worst first, each with the call and the gap before it; each
+rank row's ``caused`` column is its total."""
 
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from typing import Any
 from commdebug.analysis.report import Deviation, RankStats, Report
 from commdebug.analysis.traffic import Imbalance
 from commdebug.render.columns import align
+from commdebug.render.late import late_lines
 from commdebug.units import format_bytes, format_duration, format_gbps, format_share
 
 __all__ = ["render_report", "shown_ranks", "TOP_FROM", "TOP_DEFAULT"]
@@ -44,6 +49,7 @@ _RANK_COLUMNS: list[tuple[str, str, Callable[[Any], str]]] = [
     ("elapsed_s", "elapsed", format_duration),
     ("share", "share", format_share),
     ("straggler_s", "straggler", format_duration),
+    ("caused_wait_s", "caused", format_duration),
 ]
 
 
@@ -53,6 +59,8 @@ _FIGURE_TITLES = {attr: title for attr, title, _ in _RANK_COLUMNS}
 def _deviation(d: Deviation) -> str:
     if d.figure is None:
         return "median"
+    if d.figure == "caused_wait_s":  # measured against the median rank's communication time
+        return f"caused {d.relative * 100:+.0f}% of comm time"
     return f"{_FIGURE_TITLES[d.figure]} {d.relative * 100:+.0f}%"
 
 
@@ -99,12 +107,15 @@ def render_report(rep: Report, top: int | None = None) -> str:
     lines += align(rows)
     if rep.imbalance:
         lines += [""] + imbalance_lines(rep.imbalance)
+    lines += [""] + late_lines(rep.late)
     if rep.timed:
         lines.append("")
         if steps:
             lines.append("worst steps: where the rank's time most exceeds the median rank's at the same step, and by how much;")
         lines += ["straggler: time spent in calls beyond the fastest rank's time for the same call (group, sequence number);",
                   "a rank with little of it arrived last and made the others wait."]
+        if any(r.caused_wait_s is not None for r in rep.ranks):
+            lines.append("caused: the wait a rank made the others spend in the calls where it arrived last (late ranks, above).")
     lines.extend(f"note: {n}" for n in rep.notes)
     return "\n".join(lines) + "\n"
 

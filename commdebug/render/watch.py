@@ -73,6 +73,26 @@ def _since(result: WatchResult, call: Call) -> str:
     return f" {_age(result.now - call.since)}" if call.since else ""
 
 
+WAITED_FOR_NAMED = 3  # ranks waited for, named with the line they were last seen at
+
+
+def _waited_for(result: WatchResult, calls: list[Call]) -> str:
+    """"; they wait for rank 3, last seen in barrier #4 on default_pg[4] at job.py:28" (the
+    members of the calls' groups that are not in them), or "" where the dumps do not say."""
+    named: dict[int, str] = {}
+    for call in calls:
+        for r in result.waited_for(call):
+            named.setdefault(r.rank, "last seen in " + (describe_call(r.last) if r.last else "no collective yet"))
+    if not named:
+        return ""
+    ranks = sorted(named)
+    if len(ranks) == 1:
+        return f"; they wait for rank {ranks[0]}, {named[ranks[0]]}"
+    seen = ", ".join(f"rank {r} {named[r]}" for r in ranks[:WAITED_FOR_NAMED])
+    more = f", and {len(ranks) - WAITED_FOR_NAMED} more" if len(ranks) > WAITED_FOR_NAMED else ""
+    return f"; they wait for {who(ranks)} ({seen}{more})"
+
+
 def render_watch(result: WatchResult, title: str = "") -> str:
     """One frame: a header, a line per rank, the verdict and notes, ending with a newline."""
     n = len(result.ranks)
@@ -121,7 +141,8 @@ def _verdict(result: WatchResult) -> list[str]:
                    f"within {result.stall_after:g} s (--stall-after); `commdebug check` names where the ranks parted")
     if not out and waiting:
         calls = "; ".join(f"{who([w])} waits{_since(result, c)} in {describe_call(c)}" for w, c in waiting)
-        out.append(f"waiting: {calls} (a hang if every rank still waits after {result.stall_after:g} s)")
+        out.append(f"waiting: {calls}{_waited_for(result, [c for _, c in waiting])} "
+                   f"(a hang if every rank still waits after {result.stall_after:g} s)")
     if not out:
         live = len(result.ranks) - len(result.finished)
         out.append("healthy" + (f": {live} running" if live else "") + (f", {len(result.finished)} finished" if result.finished else ""))

@@ -3,10 +3,16 @@
  * marked, and per op the spread across ranks with the slowest ranks named. A thousand ranks do
  * not fit as rows of a readable height: wide worlds show groups of ranks per row (the group's
  * largest value, so one slow rank still shows), and the page says so.
+ *
+ * "wait caused" (timed jobs): the wait each rank made the others spend at the calls where it
+ * arrived last; its outliers are the late ranks `commdebug check` lists (index.check.late_ranks),
+ * not a statistical rule, and a clicked cell lists that rank's late calls of the step with the
+ * gap before each and the two lines around it.
  */
 
 const HEAT_METRICS = {
   time: {label: "time", fmt: (v) => fmtSeconds(v), what: "communication time (sum of latencies)"},
+  caused: {label: "wait caused", fmt: (v) => fmtSeconds(v), what: "wait caused: the time the others waited for this rank where it arrived last"},
   bytes: {label: "bytes", fmt: (v) => fmtBytes(v), what: "message bytes"},
   calls: {label: "calls", fmt: (v) => fmtCount(v), what: "collective calls"},
 };
@@ -35,6 +41,34 @@ function decodedMatrices(m) {
 /** A rank x step or rank x op matrix of one metric (times in seconds, exact: whatever the page
  * adds up from them is rounded once, when shown). */
 const metricRows = (m, axis, metric) => heatRows(m[`${axis}_${metric}`]);
+
+/** The late ranks `commdebug check` listed (its late_ranks): Map "rank:step" -> entry. */
+function lateCells(check) {
+  const out = new Map();
+  for (const e of arr(isObj(check) ? check.late_ranks : null).filter(isObj)) out.set(`${str(e.rank)}:${str(e.step)}`, e);
+  return out;
+}
+
+/** "all_reduce #5 on default_pg[4] at job.py:31" (a late entry's call site; group optional). */
+function siteText(site, group) {
+  if (!isObj(site)) return "";
+  const what = site.seq == null ? str(site.op) : `${str(site.op)} #${str(site.seq)}`;
+  const module = site.module && site.module !== "Global" ? ` in ${str(site.module)}` : "";
+  return `${what}${group ? ` on ${str(group)}` : ""}${module}${site.source ? ` at ${str(site.source)}` : ""}`;
+}
+
+/** A late (step, rank)'s calls: the wait each caused, the gap before it and the two lines. */
+function lateDetail(entry) {
+  const calls = arr(entry.calls).filter(isObj);
+  return h("div", {"data-testid": "late-calls", class: "late-calls"},
+    h("p", null, `Rank ${str(entry.rank)} arrived last here: the others waited for it.`),
+    h("ol", null, ...calls.map((c) => h("li", {"data-seq": str(c.seq), "data-caused-s": str(c.caused_s)},
+      h("span", {class: "late-call"}, `${siteText(c.before, c.group)}: made ${fmtCount(c.waited)} rank${c.waited === 1 ? "" : "s"} wait `
+        + `${fmtSeconds(optNum(c.caused_s))} (${fmtSeconds(optNum(c.max_wait_s))} at most)`),
+      c.gap_s == null ? null : h("span", {class: "late-gap muted"},
+        ` — its gap before it: ${fmtSeconds(optNum(c.gap_s))}, from ${c.after ? siteText(c.after) : "its recording's start"} to `
+        + `${siteText(c.before)}${c.others_gap_s == null ? "" : ` (the ranks that waited: ${fmtSeconds(optNum(c.others_gap_s))})`}`)))));
+}
 
 /** Median and a robust standard deviation (1.4826 x the median absolute deviation). */
 function robustStats(values) {
@@ -130,6 +164,8 @@ class Heatmap {
     this.m = decodedMatrices(this.m);
     const any = (name) => heatRows(this.m[name]).some((row) => row.some((v) => v != null && v > 0));
     this.timed = !!heat.timed && any("step_time");
+    this.caused = this.timed && isObj(this.m.step_caused);  // the late-rank analysis ran
+    this.late = lateCells(index.check);
     this.flagged = findingRanks(index.check);
     this.metric = this.timed ? "time" : any("step_bytes") ? "bytes" : "calls";
     this.selected = null;  // {rank, step}
@@ -139,15 +175,17 @@ class Heatmap {
   compute() {
     const rows = metricRows(this.m, "step", this.metric);
     const stats = this.steps.map((_, j) => robustStats(rows.map((r) => r[j] ?? null)));
-    const sides = rows.map((r) => this.steps.map((_, j) => outlierSide(r[j] ?? null, stats[j])));
+    const late = this.metric === "caused";  // its outliers: the late ranks listed, not a rule
+    const sides = rows.map((r, i) => this.steps.map((s, j) => (late ? (this.late.has(`${str(this.ranks[i].rank)}:${str(s)}`) ? 1 : 0)
+      : outlierSide(r[j] ?? null, stats[j]))));
     const totals = rows.map((r) => (r.some((v) => v != null) ? sum(r) : null));
     const rankStats = robustStats(totals);
     const stepTotals = this.steps.map((_, j) => stats[j] && stats[j].med);
     const stepStats = robustStats(stepTotals);
     return {
       rows, stats, sides,
-      rankOut: rows.map((r, i) => sides[i].some((s) => s !== 0) || outlierSide(totals[i], rankStats) !== 0),
-      stepOut: this.steps.map((_, j) => sides.some((s) => s[j] !== 0) || outlierSide(stepTotals[j], stepStats) !== 0),
+      rankOut: rows.map((r, i) => sides[i].some((s) => s !== 0) || (!late && outlierSide(totals[i], rankStats) !== 0)),
+      stepOut: this.steps.map((_, j) => sides.some((s) => s[j] !== 0) || (!late && outlierSide(stepTotals[j], stepStats) !== 0)),
     };
   }
 
@@ -159,9 +197,12 @@ class Heatmap {
     }
     section.hidden = false;
     const switcher = h("span", {id: "heat-metric", role: "radiogroup", "aria-label": "What the heatmap shows"},
-      ...Object.entries(HEAT_METRICS).map(([key, m]) => h("label", {title: key === "time" && !this.timed ? "not timed" : m.what},
-        h("input", {type: "radio", name: "heat-metric", value: key, checked: key === this.metric, disabled: key === "time" && !this.timed,
-          onchange: () => { this.metric = key; this.draw(); }}), h("span", null, m.label))));
+      ...Object.entries(HEAT_METRICS).map(([key, m]) => {
+        const off = (key === "time" && !this.timed) || (key === "caused" && !this.caused);
+        return h("label", {title: off ? (key === "caused" && this.timed ? "no call was timed on every member of its group" : "not timed") : m.what},
+          h("input", {type: "radio", name: "heat-metric", value: key, checked: key === this.metric, disabled: off,
+            "data-testid": `heatmap-view-${key}`, onchange: () => { this.metric = key; this.draw(); }}), h("span", null, m.label));
+      }));
     this.grid = h("div", {id: "rank-step-heatmap", "data-testid": "rank-step-heatmap", class: "heatmap", role: "grid",
       "aria-label": "ranks by steps"});
     this.grid.addEventListener("click", (ev) => this.onClick(ev));
@@ -259,7 +300,12 @@ class Heatmap {
     if (colSize > 1) notes.push(`${fmtCount(ns)} steps: each column sums ${colSize} consecutive steps.`);
     if (this.chosen.ranks && this.chosen.ranks !== "all") notes.push(`Ranks ${str(this.chosen.ranks)} only (--ranks).`);
     if (this.chosen.steps && this.chosen.steps !== "all") notes.push(`Steps ${str(this.chosen.steps)} only (--steps); the tree's numbers cover every step.`);
-    if (!this.timed) notes.push("Not timed: bytes and calls only (record with --timing).");
+    if (!this.timed) notes.push("Not timed: bytes and calls only (record with --timing); the wait a late rank caused needs timing too.");
+    if (this.metric === "caused") {
+      notes.push(this.late.size ? `Marked: the ${fmtCount(this.late.size)} (rank, step) pair${this.late.size === 1 ? "" : "s"} where a rank arrived `
+        + "last and made another wait over the threshold of `commdebug report` (click one for its calls)."
+        : "No rank made another wait over the threshold of `commdebug report`: the colours are jitter.");
+    }
     $("heat-note").textContent = notes.join(" ");
     this.drawLegend();
     this.drawSpread();
@@ -318,13 +364,20 @@ class Heatmap {
     for (let i = 0; i < HEAT_LEVELS; i++) {
       swatches.push(h("span", {class: `swatch h${i}`, title: `${fmt(lo + ((hi - lo) * i) / HEAT_LEVELS)} – ${fmt(lo + ((hi - lo) * (i + 1)) / HEAT_LEVELS)}`}));
     }
+    const outlier = this.metric === "caused" ? "late rank: it arrived last and made another wait over the threshold"
+      : "outlier: far from the step's median across ranks (high or low: a late rank waits least)";
     $("heat-legend").replaceChildren(h("span", {class: "muted"}, fmt(lo)), ...swatches, h("span", {class: "muted"}, fmt(hi)),
-      h("span", {class: "swatch outlier high"}), h("span", {class: "muted"}, "outlier: far from the step's median across ranks (high or low: a late rank waits least)"),
+      h("span", {class: "swatch outlier high"}), h("span", {class: "muted"}, outlier),
       h("span", {class: "swatch none"}), h("span", {class: "muted"}, "no calls"));
   }
 
   /** Per op, the metric's spread across ranks: min, median, p90, max, and the top ranks. */
   drawSpread() {
+    if (this.metric === "caused") {  // a wait is caused per call, not per op
+      $("op-spread-wrap").replaceChildren(h("h3", null, "Per op across ranks"),
+        h("p", {class: "muted"}, "The wait caused is counted per call, not per op: click a marked cell for the late rank's calls."));
+      return;
+    }
     const rows = metricRows(this.m, "op", this.metric), calls = heatRows(this.m.op_calls);
     const fmt = HEAT_METRICS[this.metric].fmt;
     const body = this.ops.map((op, j) => {
@@ -372,7 +425,9 @@ class Heatmap {
     const who = cell.dataset.ranks ? `ranks ${cell.dataset.ranks} (rank ${cell.dataset.rank} shown)` : `rank ${cell.dataset.rank}`;
     const when = cell.dataset.steps ? `steps ${cell.dataset.steps}` : `step ${cell.dataset.step}`;
     const ratio = v != null && st && st.med > 0 ? `, ${(v / st.med).toFixed(1)}× the step's median ${fmt(st.med)}` : st ? `, step median ${fmt(st.med)}` : "";
-    const out = cell.classList.contains("outlier") ? (cell.classList.contains("high") ? " — outlier (high)" : " — outlier (low)") : "";
+    const late = this.metric === "caused" ? this.late.get(`${cell.dataset.rank}:${cell.dataset.step}`) : null;
+    const out = late ? ` — late rank: made ${fmtCount(late.waited)} rank${late.waited === 1 ? "" : "s"} wait ${fmtSeconds(optNum(late.caused_s))} in ${siteText(late.before, late.group)}`
+      : cell.classList.contains("outlier") ? (cell.classList.contains("high") ? " — outlier (high)" : " — outlier (low)") : "";
     return `${who} · ${when} · ${HEAT_METRICS[this.metric].label} ${v == null ? "no calls" : fmt(v)}${ratio}${out}`;
   }
 
@@ -420,9 +475,11 @@ class Heatmap {
         seconds: seconds ? optNum(seconds[i]) : null});
     }
     const k = this.steps.indexOf(step), st = k >= 0 ? this.c.stats[k] : null, fmt = HEAT_METRICS[this.metric].fmt;
+    const late = this.late.get(`${str(rank)}:${str(step)}`);
     box.replaceChildren(
       h("h3", null, `Rank ${str(rank)}, step ${str(step)} `, h("span", {class: "muted"},
         st ? `the step's median across ranks: ${fmt(st.med)} (${HEAT_METRICS[this.metric].label})` : "")),
+      ...(late ? [lateDetail(late)] : []),
       rows.length ? cellDetail(rows) : h("p", {class: "muted empty"}, "No calls on this rank at this step."));
   }
 }

@@ -1,0 +1,94 @@
+"""The words for late ranks (:mod:`commdebug.analysis.late`): ``report``'s section, ``check``'s
+header line.
+
+    late ranks: who arrived last and made the others wait, worst first (listed where a rank waited
+    over 50 ms and 10% of the step's median communication time for it):
+      step 2, rank 3: made 3 ranks wait 2.40 s (803 ms at most) in all_reduce #5 on default_pg[4] at job.py:31
+        before it: 801 ms since barrier #4 at job.py:28 ended (the ranks that waited: 423 us)
+"""
+
+from __future__ import annotations
+
+from commdebug.analysis.late import CallSite, LateCall, LateRank, LateRanks, LateThreshold
+from commdebug.units import format_duration
+
+__all__ = ["late_lines", "late_headline", "threshold_text", "describe_late", "describe_gap", "LATE_ROWS"]
+
+LATE_ROWS = 10  # entries the text lists, worst first (--json: all)
+GAP_OPS = 3  # profiled ops of a gap named in the text
+
+
+def threshold_text(t: LateThreshold) -> str:
+    """"50 ms and 10% of the step's median communication time"."""
+    parts = [format_duration(t.seconds)] if t.seconds else []
+    if t.fraction:
+        parts.append(f"{t.fraction * 100:g}% of the step's median communication time")
+    return " and ".join(parts) or "nothing"
+
+
+def _site(site: CallSite, group: str | None = None) -> str:
+    what = f"{site.op} #{site.seq}" if site.seq is not None else site.op
+    on = f" on {group}" if group else ""
+    where = "".join(f" {k} {v}" for k, v in (("in", site.module if site.module != "Global" else None), ("at", site.source)) if v)
+    return what + on + where
+
+
+def describe_late(e: LateRank, lead: str = "step {step}, rank {rank}:") -> str:
+    """"step 2, rank 3: made 3 ranks wait 2.40 s (803 ms at most) in all_reduce #5 on default_pg[4] at job.py:31"."""
+    w = e.worst
+    ranks = f"{w.waited} rank{'s' if w.waited != 1 else ''}"
+    more = "" if len(e.calls) < 2 else f"; {len(e.calls) - 1} more late call{'s' if len(e.calls) > 2 else ''} this step"
+    return (f"{lead.format(step=e.step, rank=e.rank)} made {ranks} wait {format_duration(w.caused_s)} "
+            f"({format_duration(w.max_wait_s)} at most) in {_site(w.before, w.group)}{more}")
+
+
+def describe_gap(c: LateCall) -> str | None:
+    """"before it: 801 ms since barrier #4 at job.py:28 ended (the ranks that waited: 423 us)";
+    None where the dumps have no start times."""
+    if c.gap_s is None:
+        return None
+    since = f"since {_site(c.after)} ended" if c.after is not None else "since its recording started"
+    others = "" if c.others_gap_s is None else f" (the ranks that waited: {format_duration(c.others_gap_s)})"
+    return f"before it: {format_duration(c.gap_s)} {since}{others}"
+
+
+def late_headline(late: LateRanks | None) -> str | None:
+    """``check``'s line on the worst late rank, or None when none is listed."""
+    if late is None or not late.entries:
+        return None
+    e = late.entries[0]
+    more = len(late.entries) - 1
+    tail = f"; {more} more late (step, rank) pair{'s' if more != 1 else ''}" if more else ""
+    return f"late rank: {describe_late(e, 'rank {rank} at step {step}')}{tail} (commdebug report lists them)"
+
+
+def late_lines(late: LateRanks | None, limit: int = LATE_ROWS) -> list[str]:
+    """``report``'s late-rank section: the listed (step, rank) pairs worst first, each with its
+    gap, or one line saying why there are none."""
+    if late is None or not late.timed:
+        return ["late ranks: the wait a late rank caused needs timing (record with --timing; Flight Recorder dumps: "
+                "with durations, TORCH_NCCL_ENABLE_TIMING=1)"]
+    if not late.analysed:
+        return [f"late ranks: no call was timed on every member of its group ({late.partial:,} on only some): the wait "
+                "a late rank caused needs every member's dump (a --ranks selection that leaves members out, or missing dumps)"]
+    rule = threshold_text(late.threshold)
+    if not late.entries:
+        return [f"late ranks: none (no rank waited over {rule} for another at one call; --late-threshold to change)"]
+    lines = ["late ranks: who arrived last and made the others wait, worst first",
+             f"(listed where a rank waited over {rule} for it at one call; --late-threshold to change):"]
+    for e in late.entries[:limit]:
+        lines.append(f"  {describe_late(e)}")
+        gap = describe_gap(e.worst)
+        if gap is not None:
+            lines.append(f"    {gap}")
+        if e.gap_top:
+            ops = ", ".join(f"{o.get('name')} {format_duration(o.get('total_s'))} (x{o.get('count')})" for o in e.gap_top[:GAP_OPS])
+            lines.append(f"    in that gap it ran: {ops}")
+    if len(late.entries) > limit:
+        lines.append(f"  ... {len(late.entries) - limit:,} more (--json: late_ranks)")
+    if not late.gaps_known:
+        lines.append("  the gap before a late call is unknown where dumps have no start times (Flight Recorder's)")
+    if late.partial:
+        lines.append(f"  {late.partial:,} call{'s' if late.partial != 1 else ''} timed on only some members of their group "
+                     "left out (the wait needs every member)")
+    return lines
