@@ -266,6 +266,7 @@ def _hook(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
+    from commdebug.analysis.gap_ops import ProfileGaps
     from commdebug.analysis.report import rank_digest, report
     from commdebug.formats.selection import iter_selected
     from commdebug.render.report import render_report, shown_ranks
@@ -273,7 +274,7 @@ def _report(args: argparse.Namespace) -> int:
     ranks, steps = _selection(args)
     with _meter(args) as meter:
         result = report(iter_selected(args.dumps, ranks, steps, progress=meter, jobs=args.jobs, digest=rank_digest),
-                        chosen=ranks.describe(), late_threshold=args.late_threshold)
+                        chosen=ranks.describe(), late_threshold=args.late_threshold, gap_ops=ProfileGaps(args.dumps))
     if args.json:
         _print_json(result.to_dict(top=args.top))
     else:

@@ -362,3 +362,27 @@ def test_launches_written_in_another_layout_are_found_all_the_same(tmp_path):
     a, b = load_rank(kineto).profile, load_rank(other).profile
     assert list(a.comm.launch) == list(b.comm.launch) and list(a.compute.launch) == list(b.compute.launch)
     assert not any(math.isnan(t) for t in b.compute.launch)
+
+
+@pytest.mark.timeout(DEADLINE_S + 60)
+def test_a_late_ranks_gap_lists_what_its_profile_ran(tmp_path):
+    """Rank 1 multiplies matrices for 0.8 s before step 2's all_reduce (issue 39's gap_top): with
+    the steps profiled, report's late rank says what it ran in its gap."""
+    cmd = [sys.executable, "-m", "commdebug", "run", "--out", str(tmp_path / "traces"), "--timing", "--profile-steps", "1-3",
+           "--", str(ROOT / "tests" / "programs" / "late_job.py")]
+    port = free_port()
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                              env={**os.environ, "PYTHONPATH": str(ROOT), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                                   "RANK": str(r), "WORLD_SIZE": "2", "LOCAL_RANK": str(r), "LATE_RANK": "1", "LATE_HOW": "compute"})
+             for r in range(2)]
+    for p in procs:
+        out, err = p.communicate(timeout=DEADLINE_S)
+        assert p.returncode == 0, err[-3000:]
+    late = json.loads(cli("report", str(tmp_path / "traces"), "--json").stdout)["late_ranks"]
+    assert (late[0]["rank"], late[0]["step"]) == (1, 2)
+    names = [o["name"] for o in late[0]["gap_top"]]
+    assert "aten::mm" in names, late[0]["gap_top"]
+    mm = next(o for o in late[0]["gap_top"] if o["name"] == "aten::mm")
+    assert mm["count"] > 10 and 0 < mm["total_s"] < late[0]["gap_s"]
+    text = cli("report", str(tmp_path / "traces")).stdout
+    assert "in that gap it ran: aten::mm" in text

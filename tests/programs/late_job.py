@@ -5,6 +5,7 @@ it inside that all_reduce. Run under `torchrun --nproc-per-node 4 -m commdebug r
   LATE_RANK  the late rank (default 3)
   LATE_STEP  the step it is late at (default 2)
   LATE_S     how late, in seconds (default 0.8; 0: a balanced job)
+  LATE_HOW   sleep (default: its loader waits) or compute (it multiplies matrices that long)
 """
 
 import os
@@ -16,6 +17,7 @@ import torch.distributed as dist
 late_rank = int(os.environ.get("LATE_RANK", "3"))
 late_step = int(os.environ.get("LATE_STEP", "2"))
 late_s = float(os.environ.get("LATE_S", "0.8"))
+late_how = os.environ.get("LATE_HOW", "sleep")
 
 dist.init_process_group("gloo")
 rank = dist.get_rank()
@@ -27,7 +29,12 @@ for step in range(4):
     model(x).sum().backward()
     dist.barrier()  # the ranks start the step together
     if rank == late_rank and step == late_step:
-        time.sleep(late_s)  # this rank's data loader stalls
+        if late_how == "compute":  # extra work on this rank: what a profile shows in its gap
+            until = time.monotonic() + late_s
+            while time.monotonic() < until:
+                torch.mm(x.t(), x)
+        else:
+            time.sleep(late_s)  # this rank's data loader stalls
     dist.all_reduce(model.weight.grad)  # the others wait for it here
     optimizer.step()  # the step boundary
     optimizer.zero_grad()

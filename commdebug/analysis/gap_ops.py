@@ -1,0 +1,108 @@
+"""What a late rank ran in its gap, from its profile: the ``gap_top`` of ``commdebug report``'s
+late ranks (:mod:`commdebug.analysis.late`).
+
+A late call's gap is the time between the end of the rank's previous collective and the start of
+this one, on the rank's recording clock (its events' ``start_s``). Where the rank has a profile
+(a torch.profiler trace: ``commdebug run --profile-steps`` beside its dump, or the trace itself),
+the gap is moved to the trace's clock and the profile's compute activities inside it are summed
+by name: on a GPU trace the kernels that ran then (the host gap can be short while the GPU is
+late, or long while kernels run), on a CPU trace the program's own ops.
+
+The two clocks differ by a constant within one process: for a joined profile it is taken from
+the calls both recorded (the median of their differences), for a trace read alone the events'
+times are the trace's own. Only the ranks a report lists are looked at: their profiles are read
+again, one file each, when asked (never the whole folder a second time).
+
+    >>> gaps = ProfileGaps("traces/")                   # doctest: +SKIP
+    >>> gaps(3, 12.40, 13.21)                           # doctest: +SKIP
+    [{'name': 'aten::mm', 'total_s': 0.79, 'count': 12}, ...]
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from commdebug.errors import DumpError
+from commdebug.model.profile import Profile
+from commdebug.model.rank_view import RankView
+
+__all__ = ["ProfileGaps", "clock_offset_us", "ops_between", "GAP_TOP"]
+
+GAP_TOP = 5  # names kept per gap, most time first
+
+
+def clock_offset_us(view: RankView) -> float | None:
+    """What to add to a rank's recording-clock times (seconds, its events' ``start_s``), in
+    microseconds, to have the trace's times; None where the profile and the events share no call."""
+    profile = view.profile
+    if profile is None:
+        return None
+    if view.source_format == "torch-profiler":  # its events are the trace's calls
+        return profile.origin_us
+    pairs = [(profile.calls[c].start_s, view.events[e].start_s) for c, e in enumerate(profile.joined or []) if e >= 0]
+    diffs = [c * 1e6 + profile.origin_us - e * 1e6 for c, e in pairs if c is not None and e is not None]
+    return statistics.median(diffs) if diffs else None
+
+
+def ops_between(profile: Profile, start_us: float, end_us: float, top: int = GAP_TOP) -> list[dict[str, Any]]:
+    """The compute activities of ``profile`` inside [start_us, end_us] (trace clock), their time
+    there summed by name, most first: ``[{"name", "total_s", "count"}]``."""
+    totals: dict[int, list[float]] = {}
+    acts = profile.compute
+    for s, e, ref in zip(acts.start, acts.end, acts.ref, strict=True):
+        if e <= start_us or s >= end_us:
+            continue
+        cell = totals.setdefault(ref, [0.0, 0])
+        cell[0] += min(e, end_us) - max(s, start_us)
+        cell[1] += 1
+    ranked = sorted(totals.items(), key=lambda kv: (-kv[1][0], profile.names[kv[0]]))[:top]
+    return [{"name": profile.names[i], "total_s": t / 1e6, "count": int(n)} for i, (t, n) in ranked]
+
+
+class ProfileGaps:
+    """The :data:`~commdebug.analysis.late.GapOps` of a folder (or one file): for a listed late
+    rank, its profile read once (``load_rank`` of its file) and the gap's ops looked up there;
+    [] for a rank with no profile, or whose profile does not cover the gap's time."""
+
+    def __init__(self, path: str | os.PathLike, load: Callable[[Path], RankView] | None = None) -> None:
+        from commdebug.formats.readers import load_rank, rank_files, rank_from_name
+
+        p = Path(path)
+        self.load = load or load_rank
+        self.files: dict[int, Path] = {}
+        try:
+            for f in rank_files(p) if p.is_dir() else [p]:
+                self.files.setdefault(rank_from_name(f), f)
+        except DumpError:
+            pass  # the report itself says what is wrong with the folder
+        self._cache: dict[int, tuple[Profile, float] | None] = {}
+
+    def _profile(self, rank: int) -> tuple[Profile, float] | None:
+        from commdebug.formats.profile_files import is_trace_name
+        from commdebug.formats.profile_join import profile_path_for
+
+        if rank not in self._cache:
+            found = None
+            f = self.files.get(rank)
+            # a dump is read again only when a profile lies beside it
+            if f is not None and (is_trace_name(f.name) or profile_path_for(f).is_file()):
+                try:
+                    view = self.load(f)
+                except DumpError:
+                    view = None
+                offset = clock_offset_us(view) if view is not None else None
+                if view is not None and view.profile is not None and offset is not None:
+                    found = (view.profile, offset)
+            self._cache[rank] = found
+        return self._cache[rank]
+
+    def __call__(self, rank: int, start_s: float, end_s: float) -> list[dict[str, Any]]:
+        found = self._profile(rank)
+        if found is None:
+            return []
+        profile, offset = found
+        return ops_between(profile, start_s * 1e6 + offset, end_s * 1e6 + offset)
