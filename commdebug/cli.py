@@ -289,6 +289,10 @@ def _check(args: argparse.Namespace) -> int:
 
     with _meter(args) as meter:
         result = check(read_views(dump_files(args.dumps), progress=meter, jobs=args.jobs, digest=rank_digest))
+    if not result.compared:  # no verdict at all rather than "consistent" on nothing
+        raise CommDebugError(f"{args.dumps}: nothing to check: the ranks' collectives name no process group (gloo's "
+                             "torch.profiler traces do not record it), so no call can be paired across ranks; record the "
+                             "job with `commdebug run` (its dumps name their groups; --profile-steps adds the profile)")
     _show(result, render_check, args.json)
     return OK if result.consistent else FOUND
 

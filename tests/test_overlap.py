@@ -386,3 +386,22 @@ def test_a_late_ranks_gap_lists_what_its_profile_ran(tmp_path):
     assert mm["count"] > 10 and 0 < mm["total_s"] < late[0]["gap_s"]
     text = cli("report", str(tmp_path / "traces")).stdout
     assert "in that gap it ran: aten::mm" in text
+
+
+def test_check_gives_no_verdict_on_traces_whose_calls_name_no_group(tmp_path):
+    """A gloo job's own traces name no process group: check cannot pair a call across ranks, and
+    says so (exit 2) rather than calling the job consistent."""
+    from kineto_synth import Call, write_trace
+
+    for rank in range(2):  # an NCCL-vintage trace without group args, two groups in distributedInfo
+        text_calls = [Call("allreduce", "0", cpu=(100, 10), kernel=(120, 50))]
+        path = write_trace(tmp_path / f"rank{rank}.pt.trace.json", rank, 2, {"0": ("default_pg", [0, 1]), "1": ("pair", [0, 1])},
+                           [(1, 0.0, 500.0)], text_calls)
+        data = json.loads(path.read_text())
+        for e in data["traceEvents"]:
+            if e.get("name") == "record_param_comms":  # an older trace: only the annotation
+                e["name"], e["cat"], e["args"] = "nccl:all_reduce", "user_annotation", {"External id": e["args"]["External id"]}
+        path.write_text(json.dumps(data, indent=1))
+    done = cli("check", str(tmp_path))
+    assert done.returncode == 2 and "nothing to check: the ranks' collectives name no process group" in done.stderr
+    assert done.stdout == ""

@@ -101,6 +101,12 @@ class CheckResult:
         return not self.findings
 
     @property
+    def compared(self) -> bool:
+        """Whether anything could be compared: False when the ranks' collectives all lie on
+        no known group (the traces name none), so no verdict can be given."""
+        return bool(self.collectives) or not any(s.ungrouped for s in self.rank_summaries)
+
+    @property
     def collectives_per_rank(self) -> tuple[int, int]:
         """(fewest, most) collectives any rank issued."""
         counts = [s.collectives for s in self.rank_summaries] or [0]

@@ -72,6 +72,8 @@ class RankSummary:
     stream_alive: bool | None = None
     # its fault record (metadata.fault: a fatal signal ended its process), None without one
     fault: dict[str, Any] | None = None
+    # its collectives on no known group (a gloo torch.profiler trace names none): not compared
+    ungrouped: int = 0
 
     @property
     def final(self) -> bool:
@@ -233,6 +235,7 @@ def _summary(view: RankView, collectives: int) -> RankSummary:
     ended = view.metadata.get("ended_by")
     stream = view.metadata.get("stream")
     summary = RankSummary(view.rank, str(view.path), None if ended is None else str(ended), view.source_format, collectives, last)
+    summary.ungrouped = sum(1 for e in view.events if e.seq is None and e.group.name == "?" and e.op not in ("send", "recv"))
     fault = view.metadata.get("fault")
     summary.fault = fault if isinstance(fault, dict) else None
     if isinstance(stream, dict):

@@ -18,6 +18,8 @@ ENDING_CHARS = 80
 # "RuntimeError: [/build/gloo/.../unbound_buffer.cc:78] Timed out ...": the C++ location says
 # nothing to the user and would fill the line
 _CPP_LOCATION = re.compile(r"^(\w[\w.]*: )\[[^\]]*\]\s*")
+# files that record no ending, by format
+_WHAT = {"flight-recorder": " (Flight Recorder dump)", "torch-profiler": " (a torch.profiler trace)"}
 
 
 def error_line(text: str, most: int = ENDING_CHARS) -> str:
@@ -50,7 +52,7 @@ def rank_ending(s: RankSummary) -> str:
         hang = "; its last dump was written by the hang watchdog" if s.ended_by == "hang" else ""
         return f"ended by {fault_words(fault)}, without a final dump{hang}"
     if s.ended_by is None:
-        return "ending not recorded" + (" (Flight Recorder dump)" if s.source_format == "flight-recorder" else "")
+        return "ending not recorded" + _WHAT.get(s.source_format, "")
     if s.ended_by == "hang":
         return "hung (dump written by the hang watchdog)"
     if s.ended_by == "context exit":
