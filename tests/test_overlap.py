@@ -283,6 +283,14 @@ def test_bad_traces_get_one_line_and_exit_2(tmp_path):
     for verb in ("overlap", "check", "report"):
         done = cli(verb, str(two))
         assert done.returncode == 2 and "all claim rank 0" in done.stderr, (verb, done.stderr)
+    sizes = tmp_path / "sizes"
+    sizes.mkdir()
+    shutil.copy(NCCL_TRACE, sizes / "rank0.pt.trace.json.gz")
+    other = json.loads(raw)
+    other["distributedInfo"].update(rank=1, world_size=4)  # rank 1 of another, larger job
+    (sizes / "rank1.pt.trace.json").write_text(json.dumps(other, indent=1))
+    done = cli("overlap", str(sizes))
+    assert done.returncode == 2 and "jobs of different world sizes" in done.stderr, done.stderr
 
 
 def test_a_trace_without_collectives_says_so_and_exits_0(tmp_path):
