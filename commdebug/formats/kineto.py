@@ -191,22 +191,21 @@ def _split(raw: bytes, start: int, path: Path) -> KinetoEvents | None:
         return None  # the whole parse says what is wrong
     header = _header(raw, start, path)
     out = KinetoEvents(header)
-    for a, b in sorted(where(b'"stream"').items()):
-        e = _event(raw[a:b], a == start, b == end_of_events)
-        if e is None:
-            return None
-        if e.get("ph") == "X":
-            out.gpu.append(e)
+    # GPU activities but memory copies and sets (they are neither communication nor compute; told
+    # by the category Kineto writes first, their names all Memcpy/Memset)
+    gpu = [(a, b) for a, b in sorted(where(b'"stream"').items()) if raw.find(b'"gpu_mem', a, a + 64) == -1]
+    found = _events(raw, gpu, start, end_of_events)
+    if found is None:
+        return None
+    out.gpu = [e for e in found if e.get("ph") == "X"]
     wanted: dict[int, int] = {}
     for m in _NAMES.finditer(raw, start):
         a, b = piece(m.start())
         wanted[a] = b
-    for a, b in sorted(wanted.items()):
-        e = _event(raw[a:b], a == start, b == end_of_events)
-        if e is None:
-            return None
-        if e.get("ph") == "X" and not isinstance((e.get("args") or {}).get("stream"), (int, str)):
-            out.cpu.append(e)
+    found = _events(raw, sorted(wanted.items()), start, end_of_events)
+    if found is None:
+        return None
+    out.cpu = [e for e in found if e.get("ph") == "X" and not isinstance((e.get("args") or {}).get("stream"), (int, str))]
     launches = out.launches
     # CUDA launches: thousands of them, read in one pass of a regular expression in Kineto's own
     # layout; a GPU activity whose launch that did not find asks for the rest (complete_launches):
@@ -230,6 +229,26 @@ def _add_launches(launches: dict[int, tuple[float, Any]], found: list[tuple[byte
     if found:
         tids, stamps, correlations = zip(*found, strict=True)
         launches.update(zip(map(int, correlations), zip(map(float, stamps), map(int, tids), strict=True), strict=True))
+
+
+def _events(raw: bytes, bounds: list[tuple[int, int]], start: int, end: int) -> list[dict[str, Any]] | None:
+    """The events at ``bounds`` (pieces of ``raw``), parsed in one call where they are in the
+    middle of the array (thousands of calls cost more than the parse); None when one does not
+    parse as an event."""
+    inner = [raw[a:b] for a, b in bounds if a != start and b != end]
+    try:
+        found = _loads(b"[{" + b"},{".join(inner) + b"}]") if inner else []
+    except ValueError:
+        return None
+    if not isinstance(found, list) or len(found) != len(inner) or not all(isinstance(e, dict) for e in found):
+        return None
+    for a, b in bounds:  # the first and the last piece of the array, which keep one of their braces
+        if a == start or b == end:
+            e = _event(raw[a:b], a == start, b == end)
+            if e is None:
+                return None
+            found.append(e)
+    return found
 
 
 def _event(piece: bytes, first: bool, last: bool) -> dict[str, Any] | None:
