@@ -10,15 +10,16 @@ between events, and parses only those that can matter (found by a few byte searc
 - collective calls (``record_param_comms``, ``nccl:*`` annotations, ``c10d::*`` and the
   functional collectives' ops, ``gloo:*`` spans) and ``ProfilerStep#N`` spans;
 - the spans that tell a call's phase (``Optimizer.step#*``, ``autograd::engine::evaluate_function``);
-- of CUDA runtime and driver calls only the launch time, thread and correlation id (by regular
-  expressions), which tell when each GPU activity was launched.
+- of CUDA runtime and driver calls only the launch time, thread and correlation id of each GPU
+  activity's launch (by a regular expression, looked for just after the activity), which tell
+  when it was launched.
 
 Splitting is safe because a JSON string never holds a raw newline: the separator ``},\\n{``
 (with the writer's indentation) cannot occur inside a name. It is checked where it matters: every
 piece read must parse as one event, else (a trace written on one line, another writer's layout)
-the whole document is parsed with orjson (or :mod:`json`); and a GPU activity whose launch the one
-pass over the CUDA calls did not find has them read again in any layout. A CPU-only trace is
-parsed whole: its CPU ops are the compute.
+the whole document is parsed with orjson (or :mod:`json`); and a GPU activity whose launch is not
+right after it (where Kineto writes it) has every launch of the trace read, in any layout. A
+CPU-only trace is parsed whole: its CPU ops are the compute.
 
     >>> events = read_events(raw, Path("rank0.pt.trace.json"))   # doctest: +SKIP
     >>> len(events.gpu), len(events.cpu), events.header["distributedInfo"]["rank"]
@@ -55,6 +56,7 @@ _STEP_MARKERS = (b"ProfilerStep#", b"Optimizer.step#", b"autograd::engine::evalu
 _NAMES = re.compile(rb'"name"\s*:\s*"(?:record_param_comms|_?c10d|nccl:|gloo:|ProfilerStep#|Optimizer\.step#|'
                     rb'autograd::engine::evaluate_function)')
 _RUNTIME = (b'"cuda_runtime"', b'"cuda_driver"')
+_NEAR = 4096  # bytes after a GPU activity its launch is looked for in
 _TS = re.compile(rb'"ts"\s*:\s*(-?[0-9][0-9.eE+-]*)')
 _TID = re.compile(rb'"tid"\s*:\s*(-?[0-9]+)')
 _CORRELATION = re.compile(rb'"correlation"\s*:\s*(-?[0-9]+)')
@@ -198,6 +200,15 @@ def _split(raw: bytes, start: int, path: Path) -> KinetoEvents | None:
     if found is None:
         return None
     out.gpu = [e for e in found if e.get("ph") == "X"]
+    # Kineto writes each GPU activity's CUDA launch right after it: looked for there first, and
+    # only what is not found is read from the whole trace (complete_launches, below)
+    launches = out.launches
+    near = _LAUNCH_PATTERNS[0].search
+    for e, (_, b) in zip(found, gpu, strict=True):
+        corr = (e.get("args") or {}).get("correlation")
+        m = near(raw, b, b + _NEAR)
+        if m is not None and type(corr) is int and int(m.group(3)) == corr:
+            launches[corr] = (float(m.group(2)), int(m.group(1)))
     wanted: dict[int, int] = {}
     for m in _NAMES.finditer(raw, start):
         a, b = piece(m.start())
@@ -206,13 +217,9 @@ def _split(raw: bytes, start: int, path: Path) -> KinetoEvents | None:
     if found is None:
         return None
     out.cpu = [e for e in found if e.get("ph") == "X" and not isinstance((e.get("args") or {}).get("stream"), (int, str))]
-    launches = out.launches
-    # CUDA launches: thousands of them, read in one pass of a regular expression in Kineto's own
-    # layout; a GPU activity whose launch that did not find asks for the rest (complete_launches):
-    # read in any layout, then event by event
-    _add_launches(launches, _LAUNCH_PATTERNS[0].findall(raw, start))
 
-    def complete() -> None:
+    def complete() -> None:  # a GPU activity's launch was not beside it: every launch of the trace
+        _add_launches(launches, _LAUNCH_PATTERNS[0].findall(raw, start))
         _add_launches(launches, _LAUNCH_PATTERNS[1].findall(raw, start))
         for marker in _RUNTIME:
             for a, b in where(marker).items():
@@ -225,10 +232,9 @@ def _split(raw: bytes, start: int, path: Path) -> KinetoEvents | None:
 
 
 def _add_launches(launches: dict[int, tuple[float, Any]], found: list[tuple[bytes, bytes, bytes]]) -> None:
-    """(tid, ts, correlation) matches into ``launches``."""
-    if found:
-        tids, stamps, correlations = zip(*found, strict=True)
-        launches.update(zip(map(int, correlations), zip(map(float, stamps), map(int, tids), strict=True), strict=True))
+    """(tid, ts, correlation) matches into ``launches`` (those not there yet)."""
+    for tid, ts, corr in found:
+        launches.setdefault(int(corr), (float(ts), int(tid)))
 
 
 def _events(raw: bytes, bounds: list[tuple[int, int]], start: int, end: int) -> list[dict[str, Any]] | None:
@@ -242,12 +248,12 @@ def _events(raw: bytes, bounds: list[tuple[int, int]], start: int, end: int) -> 
         return None
     if not isinstance(found, list) or len(found) != len(inner) or not all(isinstance(e, dict) for e in found):
         return None
-    for a, b in bounds:  # the first and the last piece of the array, which keep one of their braces
+    for k, (a, b) in enumerate(bounds):  # the first and the last piece of the array keep one of their braces
         if a == start or b == end:
             e = _event(raw[a:b], a == start, b == end)
             if e is None:
                 return None
-            found.append(e)
+            found.insert(k, e)
     return found
 
 
