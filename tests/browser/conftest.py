@@ -49,6 +49,20 @@ def page(browser):
     assert not errors, f"console errors: {errors}"
 
 
+def ranks_page_file(tmp_path_factory, folder: Path) -> Path:
+    """The folder page of the rank dumps in `folder`, written once for a test module."""
+    return write_ranks_html(tmp_path_factory.mktemp("page") / "index.html", folder)
+
+
+def open_ready(page, page_file: Path):
+    """`page` showing `page_file` at a wide viewport, once its data has loaded."""
+    page.set_viewport_size({"width": 1440, "height": 900})
+    page.goto(page_file.as_uri())
+    page.wait_for_selector("body:not([data-state=loading])", state="attached")
+    assert page.evaluate("document.body.dataset.state") == "ready"
+    return page
+
+
 class Viewer:
     """The viewer page under test: opens dumps and finds its parts by their stable ids."""
 

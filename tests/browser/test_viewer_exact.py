@@ -20,6 +20,8 @@ from ranks_job import write_job
 import commdebug
 from commdebug.units import format_duration
 
+from .conftest import open_ready, ranks_page_file
+
 ROOT = Path(__file__).resolve().parents[2]
 HEATMAP = '[data-testid="rank-step-heatmap"]'
 
@@ -35,18 +37,12 @@ def job(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def page_file(job, tmp_path_factory):
-    from visualizer import write_ranks_html
-
-    return write_ranks_html(tmp_path_factory.mktemp("page") / "index.html", job.folder)
+    return ranks_page_file(tmp_path_factory, job.folder)
 
 
 @pytest.fixture
 def ranks_page(page, page_file):
-    page.set_viewport_size({"width": 1440, "height": 900})
-    page.goto(page_file.as_uri())
-    page.wait_for_selector("body:not([data-state=loading])", state="attached")
-    assert page.evaluate("document.body.dataset.state") == "ready"
-    return page
+    return open_ready(page, page_file)
 
 
 def latencies(job, rank: int) -> dict[tuple[int, str], list[float]]:

@@ -14,6 +14,8 @@ from ranks_job import write_job
 
 import commdebug
 
+from .conftest import open_ready, ranks_page_file
+
 HEATMAP = '[data-testid="rank-step-heatmap"]'
 LABEL = '[data-testid="heatmap-row-label"]'
 DURATION = re.compile(r"^\d+(\.\d+)? (s|ms|us|ns)$")
@@ -26,18 +28,12 @@ def job(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def page_file(job, tmp_path_factory):
-    from visualizer import write_ranks_html
-
-    return write_ranks_html(tmp_path_factory.mktemp("page") / "index.html", job.folder)
+    return ranks_page_file(tmp_path_factory, job.folder)
 
 
 @pytest.fixture
 def ranks_page(page, page_file):
-    page.set_viewport_size({"width": 1440, "height": 900})
-    page.goto(page_file.as_uri())
-    page.wait_for_selector("body:not([data-state=loading])", state="attached")
-    assert page.evaluate("document.body.dataset.state") == "ready"
-    return page
+    return open_ready(page, page_file)
 
 
 def own_cells(path, step):
