@@ -147,7 +147,8 @@ def rank_digest(view: RankView) -> RankDigest:
     steps_known = view.source_format != "flight-recorder"
     seqs_all = list(map(SEQ, events))
     ops = list(map(OP, events))
-    odd_ops = {op for op in set(ops) if (r := shape_rule(op)) is not None and r.balanced}
+    kinds = set(ops)
+    odd_ops = {op for op in kinds if (r := shape_rule(op)) is not None and r.balanced}
     shapes = set(zip(ops, map(INPUT_BYTES, events), map(OUTPUT_BYTES, events), map(GROUP_SIZE, events), strict=True))
     suspect = odd_ops | {op for op, i, o, n in shapes if op not in odd_ops and n > 0 and (r := shape_rule(op)) is not None
                          and r.mismatch(i, o, n) is not None}
@@ -214,7 +215,8 @@ def rank_digest(view: RankView) -> RankDigest:
     fault = view.metadata.get("fault")
     if isinstance(fault, dict) and fault.get("after_final_dump"):  # the gloo teardown abort: a note on a complete dump
         notes.append(ending_note(view.metadata) or "")
-    late = late_digest(rank, events, lats=lats, seqs=seqs_all, ops=ops, names=names, masks=late_masks, known=known, table=table)
+    late = late_digest(rank, events, lats=lats, seqs=seqs_all, ops=ops, names=names, masks=late_masks, known=known, table=table,
+                       kinds=kinds)
     return RankDigest(rank, int(view.metadata.get("world_size") or 0), notes, specials, list(calls), groups,
                       idle, completed, _summary(view, issued), late)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 from array import array
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from itertools import compress, count, repeat
 from operator import (
@@ -137,20 +137,22 @@ def late_digest(rank: int, events: list[CollectiveEvent], *, times: tuple[array,
                 lats: list[float | None] | None = None, seqs: list[int | None] | None = None, ops: list[str] | None = None,
                 names: list[str] | None = None, steps: list[int] | None = None, timed: list[bool] | None = None,
                 masks: dict[str, list[bool]] | None = None, known: dict[str, Known] | None = None,
-                table: list[Site] | None = None) -> LateDigest:
+                table: list[Site] | None = None, kinds: Collection[str] | None = None) -> LateDigest:
     """The :class:`LateDigest` of one rank's events (in call order), a column at a time.
 
     `times`: its :func:`step_times`; the columns, where the caller has them already: ``lats``,
     ``seqs``, ``ops``, ``names``, ``steps`` (each event's), ``timed`` (whether each is), ``masks``
     (per group, which calls are its timed ones with a sequence number), ``known`` (per group,
-    what the caller holds of those calls: :class:`Known`) and ``table`` (the sites that
-    ``known``'s site ids point to; with it, every event must be one of ``known``'s calls)."""
+    what the caller holds of those calls: :class:`Known`), ``table`` (the sites that
+    ``known``'s site ids point to; with it, every event must be one of ``known``'s calls) and
+    ``kinds`` (the ops the events are of)."""
     lats = list(map(LATENCY, events)) if lats is None else lats
     seqs = list(map(SEQ, events)) if seqs is None else seqs
-    timed = list(map(IS_NOT_NONE, lats)) if timed is None else timed
-    all_timed = False not in timed
+    all_timed = None not in lats if timed is None else False not in timed
+    if timed is None and (masks is None or not all_timed):
+        timed = list(map(IS_NOT_NONE, lats))
     if masks is None:
-        pairable = list(map(_and, timed, map(IS_NOT_NONE, seqs)))
+        pairable = list(map(_and, timed, map(IS_NOT_NONE, seqs)))  # type: ignore[arg-type]
         names = list(map(GROUP_NAME, events)) if names is None else names
         masks = {name: list(map(_and, map(name.__eq__, names), pairable)) for name in dict.fromkeys(compress(names, pairable))}
     if times is None:
@@ -160,7 +162,7 @@ def late_digest(rank: int, events: list[CollectiveEvent], *, times: tuple[array,
         else:
             times = step_times(list(map(STEP, compress(events, timed))), list(compress(lats, timed)))  # type: ignore[arg-type]
     if not masks:
-        return LateDigest(rank, [], None, times[0], times[1], True in timed)
+        return LateDigest(rank, [], None, times[0], times[1], bool(lats) if timed is None else True in timed)
     known = known or {}
     starts: list[float] | None = list(map(START, events))
     try:
@@ -173,7 +175,7 @@ def late_digest(rank: int, events: list[CollectiveEvent], *, times: tuple[array,
     if steps is None and any(name not in known or known[name].steps is None for name in masks):
         steps = list(map(STEP, events))
     ops = list(map(OP, events)) if ops is None else ops
-    uneven_ops = "all_to_all" in ops
+    uneven_ops = "all_to_all" in (ops if kinds is None else kinds)
     sites: list[int] | None = [0] * len(events) if table is not None else None
     groups = []
     where = range(len(events))

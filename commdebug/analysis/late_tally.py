@@ -37,7 +37,7 @@ PENDING = 256  # (rank, group) shares waiting in unfinished batches, at most: me
 _INF = float("inf")
 
 # a group's per-call columns: name, array type, value before any member brought the call
-_COLUMNS = (("least", "d", _INF), ("total", "d", 0.0), ("most", "d", 0.0), ("gaps", "d", 0.0), ("step", "q", -1),
+_COLUMNS = (("least", "d", _INF), ("total", "d", 0.0), ("most", "d", 0.0), ("gaps", "d", 0.0), ("step", "i", -1),
             ("skip", "b", 0), ("rank", "i", -1), ("gap", "d", 0.0), ("site", "q", 0), ("prev_seq", "q", -1))
 _START = ("start", "d", 0.0)  # only where a profile can tell what the late rank ran in its gap (GapOps)
 
@@ -58,7 +58,7 @@ class _Calls:
         # the member with the least latency so far: its rank, gap, call site and its previous call's
         # (site | (previous site + 1) << 32), the previous call's number, its start
         self.least, self.total, self.most, self.gaps = array("d"), array("d"), array("d"), array("d")
-        self.step, self.skip = array("q"), array("b")
+        self.step, self.skip = array("i"), array("b")
         self.rank, self.gap, self.site, self.prev_seq = array("i"), array("d"), array("q"), array("q")
         self.start = array("d")
 
@@ -85,12 +85,13 @@ class _Calls:
 
 
 class _Share(NamedTuple):
-    """A member's latencies and gaps on one group, waiting in a batch to be summed."""
+    """A member's latencies and gaps on one group, waiting in a batch to be summed: of the
+    calls `first` to `first` + n - 1 (a run), or else of `seqs`."""
 
-    seqs: array
+    first: int
     lats: array
     gaps: array | None
-    run: bool
+    seqs: array | None  # None: a run
 
 
 class LateTally:
@@ -130,7 +131,7 @@ class LateTally:
         for part in d.groups:
             self._compare(d.rank, part, places, (here, after))
             batch = self._pending.setdefault(part.name, [])
-            batch.append(_Share(part.seqs, part.lats, part.gaps, part.run))
+            batch.append(_Share(part.seqs[0], part.lats, part.gaps, None if part.run else part.seqs))
             self._waiting += 1
             if len(batch) >= min(part.size or BATCH, BATCH):
                 self._flush(part.name)
@@ -147,8 +148,8 @@ class LateTally:
         self._waiting -= len(batch)
         c = self.groups[name] = self._calls[name]
         p0 = batch[0]
-        n, first = len(p0.seqs), p0.seqs[0]
-        if len(batch) == 1 or not all(p.run and len(p.seqs) == n and p.seqs[0] == first and (p.gaps is None) == (p0.gaps is None)
+        n, first = len(p0.lats), p0.first
+        if len(batch) == 1 or not all(p.seqs is None and len(p.lats) == n and p.first == first and (p.gaps is None) == (p0.gaps is None)
                                       for p in batch):
             for p in batch:
                 self._sum(c, p)
@@ -163,10 +164,10 @@ class LateTally:
     @staticmethod
     def _sum(c: _Calls, p: _Share) -> None:
         """One member's latencies and gaps added to its calls' sums."""
-        seqs, lats, gaps, run = p
-        if run:
-            lo = seqs[0] - c.base
-            hi = lo + len(seqs)
+        first, lats, gaps, seqs = p
+        if seqs is None:
+            lo = first - c.base
+            hi = lo + len(lats)
             c.total[lo:hi] = array("d", map(_add, c.total[lo:hi], lats))
             if gaps is not None:
                 c.gaps[lo:hi] = array("d", map(_add, c.gaps[lo:hi], gaps))
@@ -211,7 +212,7 @@ class LateTally:
                 for a, b in zip(new[::2], new[1::2], strict=True):
                     a, b = max(a, first - base), min(b, last - base + 1)
                     if a < b:
-                        c.step[a:b] = steps[a + base - first:b + base - first]
+                        c.step[a:b] = array("i", steps[a + base - first:b + base - first])
             else:
                 step = c.step
                 for seq, s in zip(seqs, steps, strict=True):
@@ -292,20 +293,24 @@ class LateTally:
         group): it is the late one there, until a later rank comes later still."""
         lats, gaps = part.lats, part.gaps
         packed, prev_seqs, starts = self._names(places, ids, list(map(part.pos.__getitem__, js)))
-        least, ranks, site, prev = c.least, c.rank, c.site, c.prev_seq
+        least, ranks, site, prev, gap = c.least, c.rank, c.site, c.prev_seq, c.gap
+        if gaps is None:
+            for k, j, s, q in zip(ks, js, packed, prev_seqs, strict=True):
+                least[k] = lats[j]
+                ranks[k] = rank
+                site[k] = s
+                prev[k] = q
+            return
         for k, j, s, q in zip(ks, js, packed, prev_seqs, strict=True):
             least[k] = lats[j]
             ranks[k] = rank
             site[k] = s
             prev[k] = q
-        if gaps is not None:
-            gap = c.gap
-            for k, j in zip(ks, js, strict=True):
-                gap[k] = gaps[j]
-            if starts is not None:
-                start = c.start
-                for k, t in zip(ks, starts, strict=True):
-                    start[k] = t
+            gap[k] = gaps[j]
+        if starts is not None:
+            start = c.start
+            for k, t in zip(ks, starts, strict=True):
+                start[k] = t
 
     def least(self, name: str) -> tuple[int, array]:
         """The least latency any member took at each call of group `name`, over the ranks

@@ -243,7 +243,8 @@ def rank_digest(view: RankView) -> RankDigest:
     s.timed = len(events) if all_timed else sum(timed)
     t_lats = lats if all_timed else list(compress(lats, timed))
     ops: list[OpStats] = []
-    for op in dict.fromkeys(ops_col):  # first call first
+    kinds = dict.fromkeys(ops_col)
+    for op in kinds:  # first call first
         mine = list(map(op.__eq__, ops_col))
         o = OpStats(op, mine.count(True), sum(compress(sizes, mine)))
         if not all_timed:
@@ -293,7 +294,7 @@ def rank_digest(view: RankView) -> RankDigest:
     return RankDigest(s, ops, times[0], times[1], notes, paired, list(op_ids), paired_sums, infos, a2a,
                       late_digest(view.rank, events, times=times, lats=lats, seqs=seqs, ops=ops_col, names=names,
                                   steps=t_steps if all_timed else None, timed=timed, masks=masks,
-                                  known={name: Known(seqs_of, lats_of) for name, seqs_of, lats_of, _ in paired}))
+                                  known={name: Known(seqs_of, lats_of) for name, seqs_of, lats_of, _ in paired}, kinds=kinds))
 
 
 
