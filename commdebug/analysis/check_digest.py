@@ -16,7 +16,7 @@ from typing import Any
 
 from commdebug.analysis.divergence import UNKNOWN_STEP
 from commdebug.analysis.findings import Finding, Side
-from commdebug.analysis.late_digest import LateDigest, late_digest
+from commdebug.analysis.late_digest import Known, LateDigest, late_digest
 from commdebug.model.columns import (
     CALL,
     GROUP_NAME,
@@ -24,6 +24,7 @@ from commdebug.model.columns import (
     IN_FLIGHT,
     INPUT_BYTES,
     IS_NOT_NONE,
+    LATENCY,
     OP,
     OUTPUT_BYTES,
     SEQ,
@@ -148,7 +149,8 @@ def rank_digest(view: RankView) -> RankDigest:
     steps_known = view.source_format != "flight-recorder"
     seqs_all = list(map(SEQ, events))
     ops = list(map(OP, events))
-    odd_ops = {op for op in set(ops) if (r := shape_rule(op)) is not None and r.balanced}
+    kinds = set(ops)
+    odd_ops = {op for op in kinds if (r := shape_rule(op)) is not None and r.balanced}
     shapes = set(zip(ops, map(INPUT_BYTES, events), map(OUTPUT_BYTES, events), map(GROUP_SIZE, events), strict=True))
     suspect = odd_ops | {op for op, i, o, n in shapes if op not in odd_ops and n > 0 and (r := shape_rule(op)) is not None
                          and r.mismatch(i, o, n) is not None}
@@ -168,25 +170,40 @@ def rank_digest(view: RankView) -> RankDigest:
                     specials.append(finding)
     names = list(map(GROUP_NAME, events))
     with_seq = list(map(IS_NOT_NONE, seqs_all))
+    lats = list(map(LATENCY, events))
+    # the late-rank analysis takes the groups' columns made here where they are its own: every
+    # call timed, each group's calls in call order (and the site of every call: each has a number)
+    late_masks: dict[str, list[bool]] | None = {} if None not in lats else None
+    known: dict[str, Known] = {}
     calls: dict[tuple, int] = {}
     groups = []
     issued = 0
     for name in dict.fromkeys(compress(names, with_seq)):  # in first-call order
-        mine = list(compress(events, map(_and, map(name.__eq__, names), with_seq)))
+        mask = list(map(_and, map(name.__eq__, names), with_seq))
+        mine = list(compress(events, mask))
         seqs = list(map(SEQ, mine))
-        if any(map(_gt, seqs, seqs[1:])):
+        in_order = not any(map(_gt, seqs, seqs[1:]))
+        if not in_order:
             mine.sort(key=SEQ)
             seqs = list(map(SEQ, mine))
         call_of = list(map(CALL, mine))
         for c in dict.fromkeys(call_of):
             calls.setdefault(c, len(calls))
         steps = list(map(STEP, mine)) if steps_known else [UNKNOWN_STEP] * len(mine)
+        own_steps = steps_known
         if None in steps:  # a dump written without steps
             steps = [UNKNOWN_STEP if s is None else s for s in steps]
+            own_steps = False
         flight = frozenset(compress(range(len(mine)), map(IN_FLIGHT, mine))) if any(map(IN_FLIGHT, mine)) else frozenset()
-        groups.append((view.groups.get(name) or mine[0].group, array("q", seqs), array("i", map(calls.__getitem__, call_of)),
-                       array("q", steps), flight, mine[-1].in_flight))
+        group = (view.groups.get(name) or mine[0].group, array("q", seqs), array("i", map(calls.__getitem__, call_of)), array("q", steps),
+                 flight, mine[-1].in_flight)
+        groups.append(group)
         issued += len(mine)
+        if late_masks is not None:
+            late_masks[name] = mask
+            if in_order:
+                known[name] = Known(group[1], None, group[3] if own_steps else None, group[2])
+    table = [(c[0], c[3], c[4]) for c in calls] if late_masks is not None and len(known) == len(late_masks) and None not in seqs_all else None
     by_group = set(compress(names, with_seq))
     idle = [(name, info) for name, info in view.groups.items() if name not in by_group and info.ranks and rank in info.ranks]
     completed = {name: (seq, view.groups.get(name) or _unknown(name)) for name, seq in view.completed.items()}
@@ -200,8 +217,10 @@ def rank_digest(view: RankView) -> RankDigest:
     fault = view.metadata.get("fault")
     if isinstance(fault, dict) and fault.get("after_final_dump"):  # the gloo teardown abort: a note on a complete dump
         notes.append(ending_note(view.metadata) or "")
+    late = late_digest(rank, events, lats=lats, seqs=seqs_all, ops=ops, names=names, masks=late_masks, known=known, table=table,
+                       kinds=kinds)
     return RankDigest(rank, int(view.metadata.get("world_size") or 0), notes, specials, list(calls), groups,
-                      idle, completed, _summary(view, issued), late_digest(rank, events, seqs=seqs_all, ops=ops, names=names))
+                      idle, completed, _summary(view, issued), late)
 
 
 def _finished(events: list[CollectiveEvent], seqs: list[int | None], ops: list[str], names: list[str]) -> dict[str, int]:

@@ -1,5 +1,13 @@
 """The merge of the ranks' late-rank digests (:mod:`commdebug.analysis.late`): one pass over
-them, memory that does not grow with the number of ranks, then the listed (step, rank) pairs."""
+them, memory that does not grow with the number of ranks, then the listed (step, rank) pairs.
+
+A rank's calls are compared with its group members' before it when it is added: the least
+latency of each call so far (and where the rank took it, it arrived last: its rank, gap and
+what names the call are read from its digest there and then, so no digest is kept), and the
+largest one, only from ranks that took one of at least the threshold's seconds (no other call
+can be listed). The sums over the members, of the latencies and of the gaps, are taken a batch
+of members at a time (:data:`BATCH`, a column across them in C); only those two columns of a
+member wait for its batch."""
 
 from __future__ import annotations
 
@@ -16,35 +24,43 @@ from operator import (
     or_ as _or,
     sub as _sub,
 )
+from typing import NamedTuple
 
 from commdebug.analysis.late import CALLS_KEPT, CallSite, GapOps, LateCall, LateRank, LateRanks, LateThreshold
-from commdebug.analysis.late_digest import GroupPart, LateDigest, step_medians
+from commdebug.analysis.late_digest import GroupPart, LateDigest, Places, Site, step_medians
 
 __all__ = ["LateTally", "BATCH", "PENDING"]
 
-BATCH = 8  # a group's members merged together (column by column across them, in C)
+BATCH = 8  # a group's members whose sums are taken together (column by column across them, in C)
 PENDING = 256  # (rank, group) shares waiting in unfinished batches, at most: memory stays bounded
 
 _INF = float("inf")
+
+# a group's per-call columns: name, array type, value before any member brought the call
+_COLUMNS = (("least", "d", _INF), ("total", "d", 0.0), ("most", "d", 0.0), ("gaps", "d", 0.0), ("step", "i", -1),
+            ("skip", "b", 0), ("rank", "i", -1), ("gap", "d", 0.0), ("site", "q", 0), ("prev_seq", "q", -1))
+_START = ("start", "d", 0.0)  # only where a profile can tell what the late rank ran in its gap (GapOps)
 
 
 class _Calls:
     """One group's calls, by sequence number from ``base``: the analysis's flat arrays."""
 
-    __slots__ = ("base", "label", "size", "ranks", "runs", "least", "total", "most", "gaps", "gaps_known", "step", "skip",
-                 "rank", "gap", "start", "site", "prev_seq")
+    __slots__ = ("base", "label", "size", "ranks", "runs", "gaps_known", "columns", *(c[0] for c in _COLUMNS), _START[0])
 
-    def __init__(self, base: int, label: str, size: int) -> None:
+    def __init__(self, base: int, label: str, size: int, starts: bool) -> None:
         self.base, self.label, self.size = base, label, size
         self.ranks: set[int] = set()  # the members seen (the group's size when it is unknown)
         self.runs: list[int] = []  # first, last, first, last...: every rank's spans of sequence numbers
-        self.least, self.total, self.most, self.gaps = array("d"), array("d"), array("d"), array("d")
         self.gaps_known = True
-        self.step, self.skip = array("q"), array("b")
-        # the member with the least latency so far: its rank, gap, start, call site and its
-        # previous call's (site | (previous site + 1) << 32), the previous call's number
-        self.rank, self.gap, self.start = array("i"), array("d"), array("d")
-        self.site, self.prev_seq = array("q"), array("q")
+        self.columns = (*_COLUMNS, _START) if starts else _COLUMNS
+        # least, total, most: of the members' latencies (most: of those that took the threshold's seconds
+        # or more somewhere); gaps: their sum; the step; whether to skip the call (an uneven all_to_all);
+        # the member with the least latency so far: its rank, gap, call site and its previous call's
+        # (site | (previous site + 1) << 32), the previous call's number, its start
+        self.least, self.total, self.most, self.gaps = array("d"), array("d"), array("d"), array("d")
+        self.step, self.skip = array("i"), array("b")
+        self.rank, self.gap, self.site, self.prev_seq = array("i"), array("d"), array("q"), array("q")
+        self.start = array("d")
 
     def cover(self, first: int, last: int) -> list[int]:
         """Make room for sequence numbers first..last: the range of the new ones (from, to),
@@ -54,58 +70,68 @@ class _Calls:
             self.base = first
         elif first < self.base:
             grow = self.base - first
-            self.least = array("d", [_INF]) * grow + self.least
-            for name in ("total", "most", "gaps", "gap", "start"):
-                setattr(self, name, array("d", [0.0]) * grow + getattr(self, name))
-            self.step = array("q", [-1]) * grow + self.step
-            self.skip = array("b", [0]) * grow + self.skip
-            self.rank = array("i", [-1]) * grow + self.rank
-            self.site = array("q", [0]) * grow + self.site
-            self.prev_seq = array("q", [-1]) * grow + self.prev_seq
+            for name, kind, empty in self.columns:
+                setattr(self, name, array(kind, [empty]) * grow + getattr(self, name))
             self.base = first
             new += (0, grow)
         end = last - self.base + 1
         have = len(self.least)
         if end > have:
             grow = end - have
-            self.least.extend(array("d", [_INF]) * grow)
-            for a in (self.total, self.most, self.gaps, self.gap, self.start):
-                a.extend(array("d", [0.0]) * grow)
-            self.step.extend(array("q", [-1]) * grow)
-            self.skip.extend(array("b", [0]) * grow)
-            self.rank.extend(array("i", [-1]) * grow)
-            self.site.extend(array("q", [0]) * grow)
-            self.prev_seq.extend(array("q", [-1]) * grow)
+            for name, kind, empty in self.columns:
+                getattr(self, name).extend(array(kind, [empty]) * grow)
             new += (have, end)
         return new
 
 
-class LateTally:
-    """The late-rank analysis in one pass over the ranks' digests (see the module docstring)."""
+class _Share(NamedTuple):
+    """A member's latencies and gaps on one group, waiting in a batch to be summed: of the
+    calls `first` to `first` + n - 1 (a run), or else of `seqs`."""
 
-    def __init__(self) -> None:
+    first: int
+    lats: array
+    gaps: array | None
+    seqs: array | None  # None: a run
+
+
+class LateTally:
+    """The late-rank analysis in one pass over the ranks' digests (see the module docstring).
+    `threshold`: when a late rank is listed; `gap_ops`: what a late rank ran in its gap, from
+    profiled steps (:data:`commdebug.analysis.late.GapOps`; none: ``gap_top`` stays empty)."""
+
+    def __init__(self, threshold: LateThreshold | None = None, gap_ops: GapOps | None = None) -> None:
+        self.threshold = threshold or LateThreshold()
+        self.gap_ops = gap_ops
+        self._calls: dict[str, _Calls] = {}  # by group, made by its first member
+        # the same, in the order their first sums were taken: the order the waits are summed in
         self.groups: dict[str, _Calls] = {}
-        self.sites: list[tuple[str, str | None, str | None]] = []  # (op, module, source) by id
-        self._site_ids: dict[tuple[str, str | None, str | None], int] = {}
-        self._shifted: list[int] = []  # per site id: (id + 1) << 32, a previous call's part of a packed site
+        self.sites: list[Site] = []  # (op, module, source) by id
+        self._site_ids: dict[Site, int] = {}
         self.step_times: dict[int, tuple[array, array]] = {}
         self.timed = False
         self.gaps_known = True
-        self._pending: dict[str, list[tuple[LateDigest, GroupPart]]] = {}  # group -> members not merged yet
+        self._pending: dict[str, list[_Share]] = {}  # group -> members whose sums wait for the batch
         self._waiting = 0
 
     def add(self, d: LateDigest) -> None:
-        """One rank's digest. Its share of each group waits for up to :data:`BATCH` members of
-        the group, merged together (a member's calls are compared with the others' a column at
-        a time, and only the final late member's names are read)."""
+        """One rank's digest: its calls compared with its group members' before it at once, its
+        latencies and gaps waiting for up to :data:`BATCH` members of the group to be summed
+        together (see the module docstring)."""
         if d.timed:
             self.timed = True
             self.step_times[d.rank] = (d.step_list, d.step_times)
-        if d.groups and d.starts is None:
+        if not d.groups:
+            return
+        places = d.places
+        assert places is not None  # a digest with groups has them
+        if places.starts is None:
             self.gaps_known = False
+        here = [self._site(site) for site in places.table]  # the rank's site ids -> ours
+        after = [(i + 1) << 32 for i in here]  # the same, as a previous call's part of a packed site
         for part in d.groups:
+            self._compare(d.rank, part, places, (here, after))
             batch = self._pending.setdefault(part.name, [])
-            batch.append((d, part))
+            batch.append(_Share(part.seqs[0], part.lats, part.gaps, None if part.run else part.seqs))
             self._waiting += 1
             if len(batch) >= min(part.size or BATCH, BATCH):
                 self._flush(part.name)
@@ -113,218 +139,194 @@ class LateTally:
             self.flush()
 
     def flush(self) -> None:
-        """Merge every member waiting in a batch."""
+        """Sum every member waiting in a batch."""
         for name in list(self._pending):
             self._flush(name)
 
     def _flush(self, name: str) -> None:
         batch = self._pending.pop(name)
         self._waiting -= len(batch)
-        d0, p0 = batch[0]
-        n, first = len(p0.seqs), p0.seqs[0]
-        same = len(batch) > 1 and all(len(p.seqs) == n and p.seqs[0] == first and p.seqs[-1] == first + n - 1
-                                      and (p.gaps is None) == (p0.gaps is None) for _, p in batch) \
-            and not any(map(_ge, p0.seqs, p0.seqs[1:]))
-        if not same or any(any(map(_ge, p.seqs, p.seqs[1:])) for _, p in batch[1:]):
-            for d, part in batch:
-                self._add_group(d, part)
+        c = self.groups[name] = self._calls[name]
+        p0 = batch[0]
+        n, first = len(p0.lats), p0.first
+        if len(batch) == 1 or not all(p.seqs is None and len(p.lats) == n and p.first == first and (p.gaps is None) == (p0.gaps is None)
+                                      for p in batch):
+            for p in batch:
+                self._sum(c, p)
             return
-        self._add_batch(batch)
-
-    def _add_batch(self, batch: list[tuple[LateDigest, GroupPart]]) -> None:
-        """Members of one group with the same calls (the same run of sequence numbers): merged
-        as one, a column across them at a time."""
-        d0, p0 = batch[0]
-        n, first = len(p0.seqs), p0.seqs[0]
-        last = first + n - 1
-        c = self._group(p0)
-        for d, part in batch:
-            c.ranks.add(d.rank)
-            if part.size > c.size:
-                c.size = part.size
-        lats = [p.lats for _, p in batch]
-        least = list(map(min, *lats))
-        who = list(map(tuple.index, zip(*lats, strict=True), least))  # the first member with the least
-        gaps = None if p0.gaps is None else [p.gaps for _, p in batch]
-        if gaps is None:
-            c.gaps_known = False
-        new = c.cover(first, last)
-        base = c.base
-        lo, hi = first - base, first - base + n
-        if new:
-            self._steps(c, new, first, last, d0.steps, p0.pos)
-        c.runs += (first, last) * len(batch)
-        better = list(map(_lt, least, c.least[lo:hi]))
-        c.total[lo:hi] = array("d", map(_add, c.total[lo:hi], map(sum, zip(*lats, strict=True))))
-        most = list(map(max, *lats))
-        worse = list(map(_gt, most, c.most[lo:hi]))
-        if False not in worse:
-            c.most[lo:hi] = array("d", most)
-        elif True in worse:
-            at = c.most
-            for j in compress(range(n), worse):
-                at[lo + j] = most[j]
-        if gaps is not None:
-            c.gaps[lo:hi] = array("d", map(_add, c.gaps[lo:hi], map(sum, zip(*gaps, strict=True))))
-        for _, part in batch:
-            for seq in part.uneven:
-                c.skip[seq - base] = 1
-        if True not in better:
-            return
-        js_of: list[list[int]] = [[] for _ in batch]
-        for j in compress(range(n), better) if False in better else range(n):
-            js_of[who[j]].append(j)
-        for m, js in enumerate(js_of):
-            if js:
-                d, part = batch[m]
-                self._won(c, d.rank, [lo + j for j in js], js, part.lats, part.gaps, d, part.pos)
-
-    def _group(self, part: GroupPart) -> _Calls:
-        c = self.groups.get(part.name)
-        if c is None:
-            c = self.groups[part.name] = _Calls(part.seqs[0], part.label, part.size)
-        return c
+        # members with the same calls (the same run of sequence numbers): summed across them first
+        lo = first - c.base
+        hi = lo + n
+        c.total[lo:hi] = array("d", map(_add, c.total[lo:hi], map(sum, zip(*(p.lats for p in batch), strict=True))))
+        if p0.gaps is not None:
+            c.gaps[lo:hi] = array("d", map(_add, c.gaps[lo:hi], map(sum, zip(*(p.gaps for p in batch), strict=True))))
 
     @staticmethod
-    def _steps(c: _Calls, new: list[int], first: int, last: int, steps: array, pos: array) -> None:
-        """The steps of the calls `new` (ranges of indices) takes from the member that brought
-        them, whose calls first..last are at places `pos` of its own."""
-        base, step = c.base, c.step
-        for a, b in zip(new[::2], new[1::2], strict=True):
-            a, b = max(a, first - base), min(b, last - base + 1)
-            if a < b:
-                step[a:b] = array("q", map(steps.__getitem__, pos[a + base - first:b + base - first]))
+    def _sum(c: _Calls, p: _Share) -> None:
+        """One member's latencies and gaps added to its calls' sums."""
+        first, lats, gaps, seqs = p
+        if seqs is None:
+            lo = first - c.base
+            hi = lo + len(lats)
+            c.total[lo:hi] = array("d", map(_add, c.total[lo:hi], lats))
+            if gaps is not None:
+                c.gaps[lo:hi] = array("d", map(_add, c.gaps[lo:hi], gaps))
+            return
+        base, total, sums = c.base, c.total, c.gaps
+        for j, seq in enumerate(seqs):
+            total[seq - base] += lats[j]
+            if gaps is not None:
+                sums[seq - base] += gaps[j]
 
-    def _names(self, d: LateDigest, ps: list[int]) -> tuple[list[int], list[int], list[float]]:
-        """What names the calls at places `ps` of rank `d` (where it arrived last so far): per
-        call its site and its previous call's (``site | (previous site + 1) << 32``), the
-        previous call's sequence number (-1: none) and its start (0.0: unknown). In C, a column
-        at a time: a rank arrives last at a few thousand calls."""
-        ops, modules, sources, ids = d.ops, d.modules, d.sources, self._site_ids
-        head = bool(ps) and ps[0] == 0  # its first call: nothing before it
-        prev = list(map(_sub, ps[1:] if head else ps, repeat(1)))
-        keys = list(zip(map(ops.__getitem__, ps), map(modules.__getitem__, ps), map(sources.__getitem__, ps), strict=True))
-        before = list(zip(map(ops.__getitem__, prev), map(modules.__getitem__, prev), map(sources.__getitem__, prev), strict=True))
-        try:
-            here, there = list(map(ids.__getitem__, keys)), list(map(ids.__getitem__, before))
-        except KeyError:  # sites not seen before: named once, for every rank
-            for key in dict.fromkeys(keys + before):
-                if key not in ids:
-                    ids[key] = len(self.sites)
-                    self.sites.append(key)
-                    self._shifted.append(len(self.sites) << 32)
-            here, there = list(map(ids.__getitem__, keys)), list(map(ids.__getitem__, before))
-        after = list(map(self._shifted.__getitem__, there))  # (previous site + 1) << 32
-        seqs = list(map(d.seqs.__getitem__, prev))  # -1: a send or receive before it
-        if head:
-            after.insert(0, 0)
-            seqs.insert(0, -1)
-        packed = list(map(_or, here, after))
-        prev_seqs = seqs
-        starts = list(map(d.starts.__getitem__, ps)) if d.starts is not None else [0.0] * len(ps)
-        return packed, prev_seqs, starts
+    def _site(self, site: Site) -> int:
+        """Our id of a site, named once for every rank."""
+        i = self._site_ids.get(site)
+        if i is None:
+            i = self._site_ids[site] = len(self.sites)
+            self.sites.append(site)
+        return i
 
-    def _add_group(self, d: LateDigest, part: GroupPart) -> None:
-        rank = d.rank
+    def _compare(self, rank: int, part: GroupPart, places: Places, ids: tuple[list[int], list[int]]) -> None:
+        """A member's calls against its group members' before it: the least and the largest
+        latency of each, and where it is the least so far (it arrived last), its rank and what
+        names the call. `ids`: the rank's site ids as ours, plain and shifted (:meth:`add`)."""
         seqs, lats, gaps, pos = part.seqs, part.lats, part.gaps, part.pos
         n = len(seqs)
-        first, last = min(seqs), max(seqs)
-        c = self.groups.get(part.name)
+        c = self._calls.get(part.name)
         if c is None:
-            c = self.groups[part.name] = _Calls(first, part.label, part.size)
+            c = self._calls[part.name] = _Calls(min(seqs), part.label, part.size, self.gap_ops is not None)
         elif part.size > c.size:
             c.size = part.size
         c.ranks.add(rank)
         if gaps is None:
             c.gaps_known = False
+        first, last = (seqs[0], seqs[-1]) if part.run else (min(seqs), max(seqs))
         new = c.cover(first, last)
         base = c.base
-        contiguous = last - first == n - 1 and seqs[0] == first and not any(map(_ge, seqs, seqs[1:]))
         if new:  # the calls first seen here take this rank's steps
-            step, steps = c.step, d.steps
-            if contiguous:
-                self._steps(c, new, first, last, steps, pos)
+            steps = part.steps
+            if steps is None:
+                assert places.steps is not None  # a part without its steps has them in its places
+                steps = array("q", map(places.steps.__getitem__, pos))
+            if part.run:
+                for a, b in zip(new[::2], new[1::2], strict=True):
+                    a, b = max(a, first - base), min(b, last - base + 1)
+                    if a < b:
+                        c.step[a:b] = array("i", steps[a + base - first:b + base - first])
             else:
-                for seq, p in zip(seqs, pos, strict=True):
-                    k = seq - base
-                    if step[k] < 0:
-                        step[k] = steps[p]
-        if contiguous:  # the usual case: a slice at a time, in C
-            c.runs += (first, last)
-            lo, hi = first - base, first - base + n
-            better = list(map(_lt, lats, c.least[lo:hi]))
-            c.total[lo:hi] = array("d", map(_add, c.total[lo:hi], lats))
+                step = c.step
+                for seq, s in zip(seqs, steps, strict=True):
+                    if step[seq - base] < 0:
+                        step[seq - base] = s
+        for seq in part.uneven:
+            c.skip[seq - base] = 1
+        if not part.run:  # out of order or with holes: a call at a time
+            self._compare_calls(c, rank, part, places, ids)
+            return
+        c.runs += (first, last)
+        lo, hi = first - base, first - base + n
+        if max(lats) >= self.threshold.seconds:  # it may have waited long enough for a late rank to be named
             worse = list(map(_gt, lats, c.most[lo:hi]))
-            if gaps is not None:
-                c.gaps[lo:hi] = array("d", map(_add, c.gaps[lo:hi], gaps))
             if False not in worse:
                 c.most[lo:hi] = lats
             elif True in worse:
                 most = c.most
                 for j in compress(range(n), worse):
                     most[lo + j] = lats[j]
-            if False not in better:  # the first member here (or the last to come everywhere)
-                packed, prev_seqs, starts = self._names(d, pos.tolist())
-                c.least[lo:hi] = lats
-                c.rank[lo:hi] = array("i", [rank]) * n
-                c.site[lo:hi] = array("q", packed)
-                c.prev_seq[lo:hi] = array("q", prev_seqs)
-                if gaps is not None:
-                    c.gap[lo:hi] = gaps
+        better = list(map(_lt, lats, c.least[lo:hi]))
+        if False not in better:  # the first member here (or the last to come everywhere): a slice at a time
+            packed, prev_seqs, starts = self._names(places, ids, pos)
+            c.least[lo:hi] = lats
+            c.rank[lo:hi] = array("i", [rank]) * n
+            c.site[lo:hi] = array("q", packed)
+            c.prev_seq[lo:hi] = array("q", prev_seqs)
+            if gaps is not None:
+                c.gap[lo:hi] = gaps
+                if starts is not None:
                     c.start[lo:hi] = array("d", starts)
-            elif True in better:
-                js = list(compress(range(n), better))
-                self._won(c, rank, [lo + j for j in js], js, lats, gaps, d, pos)
-        else:  # out of order or with holes: a call at a time
-            runs: list[int] = []
-            ks, js = [], []
-            for j, seq in enumerate(seqs):
-                if runs and runs[-1] + 1 == seq:
-                    runs[-1] = seq
-                elif not runs or runs[-1] != seq:  # a repeated number counts once
-                    runs += (seq, seq)
-                k = seq - base
-                lat = lats[j]
-                c.total[k] += lat
-                if lat > c.most[k]:
-                    c.most[k] = lat
-                if gaps is not None:
-                    c.gaps[k] += gaps[j]
-                if lat < c.least[k]:
-                    c.least[k] = lat
-                    ks.append(k)
-                    js.append(j)
-            c.runs += runs
-            if ks:
-                self._won(c, rank, ks, js, lats, gaps, d, pos)
-        for seq in part.uneven:
-            c.skip[seq - base] = 1
+        elif True in better:
+            js = list(compress(range(n), better))
+            self._won(c, rank, [lo + j for j in js], js, part, places, ids)
 
-    def _won(self, c: _Calls, rank: int, ks: list[int], js: list[int], lats: array, gaps: array | None, d: LateDigest,
-             pos: array) -> None:
+    def _compare_calls(self, c: _Calls, rank: int, part: GroupPart, places: Places, ids: tuple[list[int], list[int]]) -> None:
+        """:meth:`_compare` for calls out of order or with holes, a call at a time."""
+        base, lats = c.base, part.lats
+        runs: list[int] = []
+        ks, js = [], []
+        for j, seq in enumerate(part.seqs):
+            if runs and runs[-1] + 1 == seq:
+                runs[-1] = seq
+            elif not runs or runs[-1] != seq:  # a repeated number counts once
+                runs += (seq, seq)
+            k = seq - base
+            lat = lats[j]
+            if lat > c.most[k]:
+                c.most[k] = lat
+            if lat < c.least[k]:
+                c.least[k] = lat
+                ks.append(k)
+                js.append(j)
+        c.runs += runs
+        if ks:
+            self._won(c, rank, ks, js, part, places, ids)
+
+    def _names(self, places: Places, ids: tuple[list[int], list[int]], ps: list[int]) -> tuple[list[int], list[int], list[float] | None]:
+        """What names the calls at places `ps` of a rank (where it arrived last so far): per
+        call its site and its previous call's (``site | (previous site + 1) << 32``), the
+        previous call's sequence number (-1: none) and, where a profile is read, its start. In
+        C, a column at a time."""
+        sites, (here, after) = places.sites, ids
+        head = bool(ps) and ps[0] == 0  # its first call: nothing before it
+        prev = list(map(_sub, ps[1:] if head else ps, repeat(1)))
+        befores = list(map(after.__getitem__, map(sites.__getitem__, prev)))
+        seqs = list(map(places.seqs.__getitem__, prev))  # -1: a send or receive before it
+        if head:
+            befores.insert(0, 0)
+            seqs.insert(0, -1)
+        packed = list(map(_or, map(here.__getitem__, map(sites.__getitem__, ps)), befores))
+        starts = list(map(places.starts.__getitem__, ps)) if self.gap_ops is not None and places.starts is not None else None
+        return packed, seqs, starts
+
+    def _won(self, c: _Calls, rank: int, ks: list[int], js: list[int], part: GroupPart, places: Places,
+             ids: tuple[list[int], list[int]]) -> None:
         """Rank `rank` has the least latency so far at indices `ks` (its calls `js` of the
         group): it is the late one there, until a later rank comes later still."""
-        packed, prev_seqs, starts = self._names(d, list(map(pos.__getitem__, js)))
-        least, ranks, gap, site, prev, start = c.least, c.rank, c.gap, c.site, c.prev_seq, c.start
-        for k, j, s, q, t in zip(ks, js, packed, prev_seqs, starts, strict=True):
+        lats, gaps = part.lats, part.gaps
+        packed, prev_seqs, starts = self._names(places, ids, list(map(part.pos.__getitem__, js)))
+        least, ranks, site, prev, gap = c.least, c.rank, c.site, c.prev_seq, c.gap
+        if gaps is None:
+            for k, j, s, q in zip(ks, js, packed, prev_seqs, strict=True):
+                least[k] = lats[j]
+                ranks[k] = rank
+                site[k] = s
+                prev[k] = q
+            return
+        for k, j, s, q in zip(ks, js, packed, prev_seqs, strict=True):
             least[k] = lats[j]
             ranks[k] = rank
             site[k] = s
             prev[k] = q
-            if gaps is not None:
-                gap[k] = gaps[j]
+            gap[k] = gaps[j]
+        if starts is not None:
+            start = c.start
+            for k, t in zip(ks, starts, strict=True):
                 start[k] = t
+
+    def least(self, name: str) -> tuple[int, array]:
+        """The least latency any member took at each call of group `name`, over the ranks
+        added so far, from its first sequence number on: (that number, the latencies)."""
+        c = self._calls[name]
+        return c.base, c.least
 
     def step_medians(self) -> dict[int, float]:
         """Per step, the median over ranks of each rank's time in collectives there."""
         return step_medians(list(self.step_times.values()))
 
-    def result(self, threshold: LateThreshold | None = None, gap_ops: GapOps | None = None,
-               medians: dict[int, float] | None = None) -> LateRanks:
+    def result(self, medians: dict[int, float] | None = None) -> LateRanks:
         """The :class:`LateRanks` of every rank added. `medians`: the steps' median
         communication times, when the caller has them (:meth:`step_medians`)."""
         self.flush()
-        threshold = threshold or LateThreshold()
+        threshold = self.threshold
         medians = self.step_medians() if medians is None else medians
         out = LateRanks([], threshold, 0, timed=self.timed, gaps_known=self.gaps_known)
         by_step = out.by_step
@@ -342,15 +344,15 @@ class LateTally:
             out.analysed += complete.count(True)
             caused = list(map(_sub, c.total, map(_mul, count, c.least)))
             # the calls that made anyone wait (float noise aside: every member came at once)
-            waited = list(map(_and, complete, map(_gt, caused, repeat(1e-12))))
-            at = list(compress(range(len(count)), waited))
+            at = list(compress(range(len(count)), map(_and, complete, map(_gt, caused, repeat(1e-12)))))
             keys = list(zip(map(c.step.__getitem__, at), map(c.rank.__getitem__, at), strict=True))
             get = by_step.get
             for key, cause in zip(keys, map(caused.__getitem__, at), strict=True):
                 by_step[key] = get(key, 0.0) + cause
-            # the ones worth naming: the caused wait is at least the longest single one
-            longest = list(map(_sub, c.most, c.least))
-            for j in compress(range(len(at)), map(_ge, map(longest.__getitem__, at), repeat(floor))):
+            # the ones worth naming: the longest single wait is the threshold's seconds or more
+            # (``most`` holds the latencies of at least that many seconds only: the others are 0)
+            most, least = c.most, c.least
+            for j in compress(range(len(at)), map(_ge, map(_sub, map(most.__getitem__, at), map(least.__getitem__, at)), repeat(floor))):
                 i = at[j]
                 found.setdefault(keys[j], []).append((caused[i], name, i))
         by_rank = out.caused_by_rank
@@ -364,8 +366,8 @@ class LateTally:
             late = [self._call(name, i, cause) for cause, name, i in kept[:CALLS_KEPT]]
             entry = LateRank(step, r, late[0], by_step[(step, r)], late)
             w = late[0]
-            if gap_ops is not None and w.gap_s is not None and w.start_s is not None:
-                entry.gap_top = gap_ops(r, w.start_s - w.gap_s, w.start_s)
+            if self.gap_ops is not None and w.gap_s is not None and w.start_s is not None:
+                entry.gap_top = self.gap_ops(r, w.start_s - w.gap_s, w.start_s)
             out.entries.append(entry)
         out.entries.sort(key=lambda e: (-e.worst.caused_s, e.step, e.rank))
         return out
@@ -388,7 +390,8 @@ class LateTally:
             after = CallSite(p_op, None if c.prev_seq[i] < 0 else c.prev_seq[i], p_source, _module(p_module))
         gap = others = start = None
         if c.gaps_known:
-            gap, start = c.gap[i], c.start[i]
+            gap = c.gap[i]
+            start = c.start[i] if c.start else None
             others = (c.gaps[i] - gap) / (count - 1)
         return LateCall(c.label, seq, op, caused, c.most[i] - c.least[i], count - 1, _module(module), source, gap, others,
                         after, CallSite(op, seq, source, _module(module)), start)

@@ -35,14 +35,14 @@ import statistics
 from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from itertools import chain, compress, repeat
+from itertools import accumulate, chain, compress
 from math import fsum
 from operator import and_ as _and, gt as _gt, mul as _mul
 from typing import Any
 
 from commdebug.analysis.check import who
 from commdebug.analysis.late import GapOps, LateRanks, LateThreshold
-from commdebug.analysis.late_digest import LateDigest, late_digest, step_medians, step_times
+from commdebug.analysis.late_digest import Known, LateDigest, late_digest, step_medians, step_times
 from commdebug.analysis.late_tally import LateTally
 from commdebug.analysis.traffic import Imbalance, ImbalanceTally
 from commdebug.formats.readers import iter_ranks
@@ -243,7 +243,8 @@ def rank_digest(view: RankView) -> RankDigest:
     s.timed = len(events) if all_timed else sum(timed)
     t_lats = lats if all_timed else list(compress(lats, timed))
     ops: list[OpStats] = []
-    for op in dict.fromkeys(ops_col):  # first call first
+    kinds = dict.fromkeys(ops_col)
+    for op in kinds:  # first call first
         mine = list(map(op.__eq__, ops_col))
         o = OpStats(op, mine.count(True), sum(compress(sizes, mine)))
         if not all_timed:
@@ -293,7 +294,7 @@ def rank_digest(view: RankView) -> RankDigest:
     return RankDigest(s, ops, times[0], times[1], notes, paired, list(op_ids), paired_sums, infos, a2a,
                       late_digest(view.rank, events, times=times, lats=lats, seqs=seqs, ops=ops_col, names=names,
                                   steps=t_steps if all_timed else None, timed=timed, masks=masks,
-                                  paired={name: (seqs_of, lats_of) for name, seqs_of, lats_of, _ in paired}))
+                                  known={name: Known(seqs_of, lats_of) for name, seqs_of, lats_of, _ in paired}, kinds=kinds))
 
 
 
@@ -313,9 +314,9 @@ def report(ranks: Iterable[RankView | RankDigest], *, chosen: str = "all", late_
     [(2, 3, 2.41)]
     """
     stats: list[RankStats] = []
-    late = LateTally()
+    late = LateTally(late_threshold, gap_ops)
     ops: dict[str, OpStats] = {}
-    stragglers = _Stragglers(every_member=chosen != "all")
+    stragglers = _Stragglers(late, every_member=chosen != "all")
     step_times: dict[int, tuple[array, array]] = {}  # rank -> (its steps, its time at each)
     notes: dict[str, list[int]] = {}  # a rank's note -> the ranks that have it: said once
     a2a = ImbalanceTally()
@@ -345,7 +346,7 @@ def report(ranks: Iterable[RankView | RankDigest], *, chosen: str = "all", late_
     unknown = stragglers.finish(stats, ops)  # group names
     medians = step_medians(list(step_times.values()))
     _worst_steps(stats, step_times, medians)
-    found = late.result(late_threshold, gap_ops, medians)
+    found = late.result(medians)
     if found.analysed:
         for s in stats:
             if s.timed:
@@ -379,35 +380,24 @@ def _worst_steps(stats: list[RankStats], step_times: dict[int, tuple[array, arra
         s.worst_steps = [StepExcess(step, excess) for excess, step in over[:WORST_STEPS]]
 
 
-class _GroupCalls:
-    """Per sequence number of one group: the least latency any rank saw, how many ranks timed
-    the call, and its op; integer arrays from ``base`` on."""
+class _GroupOps:
+    """Per sequence number of one group: the op of the call (the first rank's that timed it), as
+    an id; an integer array from ``base`` on (-1: not seen)."""
 
-    __slots__ = ("base", "least", "count", "op")
+    __slots__ = ("base", "op")
 
     def __init__(self, base: int) -> None:
         self.base = base
-        self.least, self.count, self.op = array("d"), array("i"), array("i")
+        self.op = array("i")
 
-    def add(self, seq: int, latency: float, op: int) -> None:
-        i = seq - self.base
-        if i < 0:  # a rank that kept older calls (events dropped elsewhere): grow at the front
-            self.least = array("d", [_INF]) * -i + self.least
-            self.count = array("i", [0]) * -i + self.count
-            self.op = array("i", [-1]) * -i + self.op
-            self.base, i = seq, 0
-        while i >= len(self.least):
-            self.least.append(_INF)
-            self.count.append(0)
-            self.op.append(-1)
-        if latency < self.least[i]:
-            self.least[i] = latency
-        self.count[i] += 1
-        if self.op[i] < 0:
-            self.op[i] = op
-
-
-_INF = float("inf")
+    def cover(self, first: int, last: int) -> None:
+        """Make room for sequence numbers first..last."""
+        if first < self.base:  # a rank that kept older calls (events dropped elsewhere): grow at the front
+            self.op = array("i", [-1]) * (self.base - first) + self.op
+            self.base = first
+        grow = last - self.base + 1 - len(self.op)
+        if grow > 0:
+            self.op.extend(array("i", [-1]) * grow)
 
 
 class _Stragglers:
@@ -416,15 +406,18 @@ class _Stragglers:
     The straggler time of a rank's calls of one op on one group is the sum of their latencies
     minus the sum of the calls' least latencies on any member. Per rank it keeps, per group, the
     spans of sequence numbers it timed (usually one) and the exact sum (:func:`math.fsum`) of
-    its latencies per op; per group, one array entry per call (least latency, ranks that timed
-    it, op). At the end each span's least latencies are summed exactly too (once per distinct
-    span: the members of a group time the same calls). Exact sums of equal values are equal, so
-    a rank that took the least latency on every call has exactly 0, never float noise; the
-    positive parts are then summed per rank and per op (no cancellation left)."""
+    its latencies per op; per group, the op of each call. The least latency of each call is the
+    late-rank analysis's (:class:`~commdebug.analysis.late_tally.LateTally` compares every
+    member's calls as it merges them), and how many ranks timed it is counted from the spans.
+    At the end each span's least latencies are summed exactly too (once per distinct span: the
+    members of a group time the same calls). Exact sums of equal values are equal, so a rank
+    that took the least latency on every call has exactly 0, never float noise; the positive
+    parts are then summed per rank and per op (no cancellation left)."""
 
-    def __init__(self, every_member: bool = False) -> None:
+    def __init__(self, late: LateTally, every_member: bool = False) -> None:
+        self.late = late  # its least latency of each call
         self.every_member = every_member  # a call's least needs every member of its group timing it
-        self.groups: dict[str, _GroupCalls] = {}
+        self.groups: dict[str, _GroupOps] = {}
         self.sizes: dict[str, int] = {}  # 0: unknown
         self.labels: dict[str, str] = {}  # how reports name the group
         self.op_ids: dict[str, int] = {}
@@ -440,7 +433,7 @@ class _Stragglers:
         self.ranks[rank] = (spans, sums)
         op_ids = self.op_ids
         ids = [op_ids.setdefault(op, len(op_ids)) for op in d.op_names]
-        for (name, seqs, lats, local), own in zip(d.paired, d.paired_sums, strict=True):
+        for (name, seqs, _, local), own in zip(d.paired, d.paired_sums, strict=True):
             for op, total in own.items():
                 sums[(name, ids[op])] = total
             info = d.groups.get(name)
@@ -450,57 +443,69 @@ class _Stragglers:
             first, n = seqs[0], len(seqs)
             calls = self.groups.get(name)
             if calls is None:
-                calls = self.groups[name] = _GroupCalls(first)
+                calls = self.groups[name] = _GroupOps(first)
             runs = spans.setdefault(name, [])
-            lo = first - calls.base
-            if seqs[-1] - first != n - 1 or lo < 0 or any(map(_gt, seqs, seqs[1:])):
-                for seq, latency, op in zip(seqs, lats, local, strict=True):
-                    calls.add(seq, latency, ids[op])
+            if seqs[-1] - first != n - 1 or first < calls.base or any(map(_gt, seqs, seqs[1:])):
+                calls.cover(min(seqs), max(seqs))
+                at = calls.op
+                for seq, op in zip(seqs, local, strict=True):
+                    if at[seq - calls.base] < 0:
+                        at[seq - calls.base] = ids[op]
                     if runs and runs[-1][1] + 1 == seq:
                         runs[-1][1] = seq
                     else:
                         runs.append([seq, seq])
                 continue
+            calls.cover(first, seqs[-1])
+            lo = first - calls.base
             hi = lo + n
-            if len(calls.least) < hi:
-                grow = hi - len(calls.least)
-                calls.least.extend(array("d", [_INF]) * grow)
-                calls.count.extend(array("i", [0]) * grow)
-                calls.op.extend(array("i", [-1]) * grow)
-            calls.least[lo:hi] = array("d", map(min, calls.least[lo:hi], lats))
-            calls.count[lo:hi] = array("i", map(_add, calls.count[lo:hi], repeat(1, n)))
-            mine = array("i", map(ids.__getitem__, local))
-            if -1 in calls.op[lo:hi]:
+            if -1 in calls.op[lo:hi]:  # calls first seen here take this rank's ops
+                mine = array("i", map(ids.__getitem__, local))
                 calls.op[lo:hi] = array("i", (o if o >= 0 else m for o, m in zip(calls.op[lo:hi], mine, strict=True)))
             if runs and runs[-1][1] + 1 == first:
                 runs[-1][1] = seqs[-1]
             else:
                 runs.append([first, seqs[-1]])
 
-    def _least(self, name: str, runs: tuple[tuple[int, ...], ...], op: int) -> float | None:
+    def _least(self, name: str, runs: tuple[tuple[int, ...], ...], op: int, counts: array | None) -> float | None:
         """The exact sum of the least latencies of `op`'s calls in `runs` of group `name`; None
-        when some member's latency is not known (``every_member``) for one of them."""
+        when some member's latency is not known (``every_member``) for one of them. `counts`:
+        how many ranks timed each call of the group (from its ops' ``base``; ``every_member``
+        only)."""
         calls = self.groups[name]
         base, size = calls.base, self.sizes.get(name, 0)
-        parts, counts = [], []
+        least_base, least = self.late.least(name)
+        parts, many = [], []
         for first, last in runs:
             lo, hi = first - base, last - base + 1
             ops = calls.op[lo:hi]
-            if ops.count(op) == hi - lo:
-                parts.append(calls.least[lo:hi])
-                counts.append(calls.count[lo:hi])
-            else:
-                parts.append(array("d", compress(calls.least[lo:hi], map(op.__eq__, ops))))
-                counts.append(array("i", compress(calls.count[lo:hi], map(op.__eq__, ops))))
-        if self.every_member and (size <= 0 or min(chain.from_iterable(counts), default=size) < size):
+            them = least[first - least_base:last - least_base + 1]
+            every = ops.count(op) == hi - lo
+            parts.append(them if every else array("d", compress(them, map(op.__eq__, ops))))
+            if counts is not None:
+                many.append(counts[lo:hi] if every else array("i", compress(counts[lo:hi], map(op.__eq__, ops))))
+        if self.every_member and (size <= 0 or min(chain.from_iterable(many), default=size) < size):
             return None
         return fsum(chain.from_iterable(parts))
+
+    def _counts(self) -> dict[str, array]:
+        """Per group, how many ranks timed each call (from its ops' ``base`` on), from the
+        ranks' spans (a rank that timed a number twice counts twice)."""
+        diffs = {name: [0] * (len(calls.op) + 1) for name, calls in self.groups.items()}
+        for spans, _ in self.ranks.values():
+            for name, runs in spans.items():
+                diff, base = diffs[name], self.groups[name].base
+                for first, last in runs:
+                    diff[first - base] += 1
+                    diff[last - base + 1] -= 1
+        return {name: array("i", accumulate(diff[:-1])) for name, diff in diffs.items()}
 
     def finish(self, stats: list[RankStats], ops: dict[str, OpStats]) -> set[str]:
         """Fill each rank's and op's ``straggler_s``; return the groups whose calls' least
         latency was unknown (their ranks' and ops' figures are None)."""
         names = {i: op for op, i in self.op_ids.items()}
         by_rank = {s.rank: s for s in stats}
+        counts = self._counts() if self.every_member else {}
         least: dict[tuple[str, tuple[tuple[int, ...], ...], int], float | None] = {}
         per_op: dict[str, list[float]] = {}
         unknown_ops: set[str] = set()
@@ -512,7 +517,7 @@ class _Stragglers:
             for (name, op), total in sums.items():
                 key = (name, tuple(map(tuple, spans[name])), op)
                 if key not in least:
-                    least[key] = self._least(*key)
+                    least[key] = self._least(*key, counts.get(name))
                 floor = least[key]
                 if floor is None:
                     unknown.add(name)
@@ -527,10 +532,6 @@ class _Stragglers:
         for name in self.op_ids:
             ops[name].straggler_s = None if name in unknown_ops else fsum(per_op.get(name, []))
         return unknown
-
-
-def _add(a: int, b: int) -> int:
-    return a + b
 
 
 def report_path(path: str | os.PathLike, *, late_threshold: LateThreshold | None = None) -> Report:
