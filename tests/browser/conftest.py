@@ -63,6 +63,18 @@ def open_ready(page, page_file: Path):
     return page
 
 
+@pytest.fixture(scope="module")
+def page_file(job, tmp_path_factory) -> Path:
+    """The folder page of the test module's own `job` fixture (a synthetic rank folder), written once."""
+    return ranks_page_file(tmp_path_factory, job.folder)
+
+
+@pytest.fixture
+def ranks_page(page, page_file):
+    """The test module's folder page, open and ready."""
+    return open_ready(page, page_file)
+
+
 class Viewer:
     """The viewer page under test: opens dumps and finds its parts by their stable ids."""
 

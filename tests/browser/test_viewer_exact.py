@@ -20,8 +20,6 @@ from ranks_job import write_job
 import commdebug
 from commdebug.units import format_duration
 
-from .conftest import open_ready, ranks_page_file
-
 ROOT = Path(__file__).resolve().parents[2]
 HEATMAP = '[data-testid="rank-step-heatmap"]'
 
@@ -33,16 +31,6 @@ def cli(*args: str) -> str:
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
     return write_job(tmp_path_factory.mktemp("job64") / "job", 64)
-
-
-@pytest.fixture(scope="module")
-def page_file(job, tmp_path_factory):
-    return ranks_page_file(tmp_path_factory, job.folder)
-
-
-@pytest.fixture
-def ranks_page(page, page_file):
-    return open_ready(page, page_file)
 
 
 def latencies(job, rank: int) -> dict[tuple[int, str], list[float]]:

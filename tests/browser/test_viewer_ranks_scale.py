@@ -14,8 +14,6 @@ from ranks_job import write_job
 
 import commdebug
 
-from .conftest import open_ready, ranks_page_file
-
 HEATMAP = '[data-testid="rank-step-heatmap"]'
 LABEL = '[data-testid="heatmap-row-label"]'
 DURATION = re.compile(r"^\d+(\.\d+)? (s|ms|us|ns)$")
@@ -24,16 +22,6 @@ DURATION = re.compile(r"^\d+(\.\d+)? (s|ms|us|ns)$")
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
     return write_job(tmp_path_factory.mktemp("job1024") / "job", 1024)
-
-
-@pytest.fixture(scope="module")
-def page_file(job, tmp_path_factory):
-    return ranks_page_file(tmp_path_factory, job.folder)
-
-
-@pytest.fixture
-def ranks_page(page, page_file):
-    return open_ready(page, page_file)
 
 
 def own_cells(path, step):
