@@ -105,3 +105,6 @@ diff = subprocess.run([sys.executable, "-m", "commdebug", "diff", "eager.json", 
                       cwd=folder, capture_output=True, text=True, env=env)
 print(f"$ commdebug diff eager.json compiled.json   (exit {diff.returncode})")
 print(diff.stdout, end="")
+for dump in folder.iterdir():  # the two dumps were only for the diff
+    dump.unlink()
+folder.rmdir()

@@ -19,6 +19,7 @@ import functools
 import json
 import os
 import shutil
+import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -27,6 +28,7 @@ from typing import Any
 __all__ = ["ChildRecording", "start_child"]
 
 SETTINGS = "settings.json"
+PREFIX = "commdebug-run-"  # the folder's name: PREFIX, then <pid>@<host> of the process that made it, "-", a random part
 
 # The start-up module every child runs. Plain standard library until it knows the process is
 # one to record: importing commdebug imports torch (seconds), which multiprocessing's helper
@@ -88,7 +90,8 @@ class ChildRecording:
         self._saved: dict[str, str | None] = {}
 
     def __enter__(self) -> ChildRecording:
-        self._folder = tempfile.mkdtemp(prefix="commdebug-run-")
+        _sweep(Path(tempfile.gettempdir()))
+        self._folder = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}@{socket.gethostname()}-")
         Path(self._folder, "sitecustomize.py").write_text(SITECUSTOMIZE, encoding="utf-8")
         Path(self._folder, SETTINGS).write_text(json.dumps(self.settings), encoding="utf-8")
         path = os.environ.get("PYTHONPATH")
@@ -118,6 +121,28 @@ class ChildRecording:
     def _set(self, name: str, value: str) -> None:
         self._saved.setdefault(name, os.environ.get(name))
         os.environ[name] = value
+
+
+def _sweep(tmp: Path) -> None:
+    """Remove the folders that runs killed with SIGKILL left in `tmp` (nothing in a process can
+    run at SIGKILL to remove its own): those whose maker no longer runs on this host. A live
+    maker's folder, another host's (a shared TMPDIR), another user's and one named otherwise
+    are left alone."""
+    try:
+        entries = list(tmp.glob(f"{PREFIX}*@*-*"))
+    except OSError:
+        return
+    here = socket.gethostname()
+    for folder in entries:
+        pid, _, host = folder.name[len(PREFIX):].rpartition("-")[0].partition("@")
+        if host != here or not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except (OverflowError, OSError):  # another user's process (PermissionError), or no such number
+            continue
 
 
 def start_child(settings_file: str) -> None:

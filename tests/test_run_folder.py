@@ -1,0 +1,57 @@
+"""`commdebug run`'s folder for its children's start-up hook: removed when the run ends, and,
+where a run was killed with SIGKILL (nothing runs then to remove it), by the next run on the
+host, never while the run that made it is alive or when another host made it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from commdebug.launch.children import PREFIX, ChildRecording
+
+ROOT = Path(__file__).resolve().parents[1]
+
+HOLD = """
+import sys, time
+from commdebug.launch.children import ChildRecording
+recording = ChildRecording(sys.argv[1], {}).__enter__()
+print(recording._folder, flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_killed_runs_folder_is_removed_by_the_next_run_and_no_one_elses(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}
+    killed = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path / "out")], stdout=subprocess.PIPE, text=True, env=env)
+    live = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path / "out")], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert killed.stdout is not None and live.stdout is not None
+        killed_folder, live_folder = Path(killed.stdout.readline().strip()), Path(live.stdout.readline().strip())
+        assert killed_folder.name.startswith(f"{PREFIX}{killed.pid}@{socket.gethostname()}-"), killed_folder
+        assert (killed_folder / "sitecustomize.py").exists() and (live_folder / "sitecustomize.py").exists()
+        killed.send_signal(signal.SIGKILL)
+        killed.wait(timeout=30)
+        assert killed_folder.exists()  # SIGKILL: nothing ran to remove it
+        elsewhere = tmp_path / f"{PREFIX}{killed.pid}@another-host-abc123"  # a shared TMPDIR: not ours to judge
+        old_style = tmp_path / f"{PREFIX}x1y2z3w4"
+        for folder in (elsewhere, old_style):
+            folder.mkdir()
+
+        with ChildRecording(tmp_path / "out", {}) as recording:
+            assert recording._folder is not None
+            own = Path(recording._folder)
+            assert own.name.startswith(f"{PREFIX}{os.getpid()}@") and (own / "sitecustomize.py").exists()
+            assert not killed_folder.exists(), "the killed run's folder is left"
+            assert live_folder.exists(), "a live run's folder was removed"
+            assert elsewhere.exists() and old_style.exists()
+        assert not own.exists(), "the run's own folder is left after it ended"
+    finally:
+        for proc in (killed, live):
+            proc.kill()
+            proc.wait(timeout=30)
