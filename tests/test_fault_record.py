@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -151,6 +152,23 @@ def test_the_record_survives_a_faulthandler_enabled_later_which_still_writes_to_
     check = cli("check", str(out))
     assert check.returncode == 1
     assert f"[ended] rank 0 ended by SIGABRT (a native abort), main thread at {FAULTY}:{FAULTY_LINE} in crash, without a final dump" in check.stdout
+
+
+def test_a_stack_overflow_is_recorded_on_the_handlers_own_stack(tmp_path):
+    """The C stack overflows in the main thread (no faulthandler, so no alternate stack of its
+    own): the record is still written, and the job still dies of SIGSEGV."""
+    assert AVAILABLE, BUILD
+    line = next(i for i, text in enumerate(FAULTY.read_text().splitlines(), 1) if "OVERFLOW_LINE" in text)
+    bare = subprocess.run([sys.executable, str(FAULTY), "overflow"], capture_output=True, text=True, cwd=tmp_path,
+                          env=_env(), timeout=DEADLINE_S)
+    run = subprocess.run([sys.executable, "-m", "commdebug", "run", "--out", "out", "--", str(FAULTY), "out/rank0.jsonl", "overflow"],
+                         capture_output=True, text=True, cwd=tmp_path, env=_env(), timeout=DEADLINE_S)
+    assert run.returncode == bare.returncode == -signal.SIGSEGV, run.stderr[-2000:]
+    records = list((tmp_path / "out").glob("*.fault"))
+    assert len(records) == 1, sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert "signal: 11" in records[0].read_text()
+    check = cli("check", str(tmp_path / "out"))
+    assert f"[ended] rank 0 ended by SIGSEGV (a segmentation fault), main thread at {FAULTY}:{line} in crash" in check.stdout, check.stdout
 
 
 # ---------------------------------------------------------------- records written here

@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 static const int fatal_signals[] = {SIGSEGV, SIGFPE, SIGABRT, SIGBUS, SIGILL};
+#define ALT_STACK_SIZE (256 * 1024)  /* the handler's stack after an overflow: the stack dumper's frames and buffers */
 #define N_SIGNALS ((int)(sizeof(fatal_signals) / sizeof(fatal_signals[0])))
 
 static struct sigaction previous[N_SIGNALS];  /* what was installed before us, put back on a signal */
@@ -143,6 +144,19 @@ arm(PyObject *module, PyObject *args)
     record_path = new_path;
     if (!installed) {
         interpreter = PyInterpreterState_Get();
+        /* A stack overflow leaves the overflowing thread no stack to run a handler on: without an
+           alternate stack the kernel kills the process and nothing is written. The arming thread
+           (the main thread, where deep recursion usually is) gets one unless it has one already
+           (faulthandler's); it is never freed, as a handler may be running on it. */
+        stack_t current;
+        if (sigaltstack(NULL, &current) == 0 && (current.ss_flags & SS_DISABLE)) {
+            stack_t mine;
+            memset(&mine, 0, sizeof(mine));
+            mine.ss_size = ALT_STACK_SIZE;
+            mine.ss_sp = malloc(mine.ss_size);
+            if (mine.ss_sp != NULL && sigaltstack(&mine, NULL) != 0)
+                free(mine.ss_sp);
+        }
         struct sigaction action;
         memset(&action, 0, sizeof(action));
         action.sa_handler = on_fatal_signal;

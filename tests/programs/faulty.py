@@ -1,11 +1,13 @@
 """One gloo rank (a world of 1) that dies of SIGABRT, for the fault record tests.
 
-    python faulty.py [STREAM_FILE] [after]
+    python faulty.py [STREAM_FILE] [after] [overflow]
 
 It records one all_reduce; with STREAM_FILE (the rank's stream under `commdebug run`) it waits
 until the stream holds that call, without marking a step (so the rank's record keeps the pid name it
 got before the rank was known); with ``after`` it enables faulthandler itself, to stderr, as
-torch's elastic ``@record`` and torchtitan's trainer do once the program runs. Then it aborts.
+torch's elastic ``@record`` and torchtitan's trainer do once the program runs. Then it aborts;
+with ``overflow`` it first overflows its C stack (a SIGSEGV where no stack is left to run a
+handler on, but an alternate one).
 """
 
 import faulthandler
@@ -25,6 +27,12 @@ def free_port() -> int:
 
 
 def crash() -> None:
+    if "overflow" in sys.argv:  # the C stack overflows (no Python frame limit): a SIGSEGV with no stack left
+        sys.setrecursionlimit(10**8)
+        nested: list = []
+        for _ in range(10**6):
+            nested = [nested]
+        repr(nested)  # OVERFLOW_LINE
     os.abort()  # ABORT_LINE
 
 
@@ -32,7 +40,7 @@ os.environ["MASTER_ADDR"] = "127.0.0.1"
 os.environ["MASTER_PORT"] = str(free_port())
 dist.init_process_group("gloo", rank=0, world_size=1)
 dist.all_reduce(torch.ones(4))
-stream = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1] != "after" else None
+stream = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1] not in ("after", "overflow") else None
 deadline = time.monotonic() + 60
 
 
