@@ -12,7 +12,7 @@ read files with :func:`load` (one dump, with its module tree), :func:`read` (our
 Recorder's) and :func:`iter_ranks` (a folder, a rank at a time); analyse with :func:`check`,
 :func:`report`, :func:`summarize`, :func:`trace_predictions` and :func:`rank_modules`; word a
 ``check`` finding as the command line does with :func:`describe_finding` and
-:func:`describe_side`; write with :func:`write_output`. The viewer package uses nothing else. Every name loads on first
+:func:`describe_side`, and how a rank ended with :func:`rank_ending`; write with :func:`write_output`. The viewer package uses nothing else. Every name loads on first
 use: ``import commdebug`` imports neither torch nor the analyses, so the offline verbs start
 in milliseconds, and torch loads with :class:`CommDebugMode` (recording).
 """
@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # for type checkers; at run time each name loads on first use
     from commdebug.model.rank_view import RankView
     from commdebug.model.trace import PHASES, CollectiveEvent, Trace
     from commdebug.render.check import describe_finding, describe_side
+    from commdebug.render.endings import rank_ending
 
 # name -> module it is loaded from on first use: only recording (CommDebugMode) imports torch, so
 # `import commdebug` and every offline verb (check, report, view, ...) start without it
@@ -60,13 +61,15 @@ _LAZY = {
     "traffic_path": "commdebug.analysis.traffic",
     "describe_finding": "commdebug.render.check",
     "describe_side": "commdebug.render.check",
+    "rank_ending": "commdebug.render.endings",
 }
 
 # a literal list (not built from _LAZY): type checkers and linters read it as written;
 # tests/test_no_torch.py checks the two agree
 __all__ = ["CommDebugMode", "Trace", "CollectiveEvent", "RankView", "load", "read", "iter_ranks", "to_dump_dict",
            "from_dump_dict", "PHASES", "write_output", "CommDebugError", "DumpError", "__version__", "check", "report",
-           "summarize", "trace_predictions", "rank_modules", "traffic_path", "describe_finding", "describe_side"]
+           "summarize", "trace_predictions", "rank_modules", "traffic_path", "describe_finding", "describe_side",
+           "rank_ending"]
 
 
 def __getattr__(name: str) -> Any:

@@ -98,6 +98,7 @@ def test_an_aborted_rank_is_named_by_its_signal_and_line_in_check_report_watch_a
     page_rank = index["ranks"][1]
     assert page_rank["meta"]["fault"]["words"] == cause
     assert f"ended by {cause}, without a final dump" in page_rank["notes"]
+    assert page_rank["ending"].startswith(f"ended by {cause}, without a final dump; only its stream is left: it stops in step ")
     assert index["check"]["findings"][0]["message"] == data["findings"][0]["message"]
 
     for out in (check.stdout, report.stdout, watch.stdout, json.dumps(index)):

@@ -227,11 +227,14 @@ def ranks_data(folder: Any) -> tuple[dict[str, Any], list[str]]:
             flat = flat_keys[pairs] = tuple(v for step, op in pairs for v in (step, op_index[op]))
         return flat
 
+    # how each rank ended, worded as ``commdebug check`` words it (its stream, fault record, error)
+    endings = {s.rank: commdebug.rank_ending(s) for s in found.check.rank_summaries}
     ranks = []
     for r in found.ranks:
         entry: dict[str, Any] = {"rank": r.rank, "file": r.file, "format": r.format,
                                  "meta": {k: r.metadata[k] for k in _META if k in r.metadata},
-                                 "events": r.events, "tree": r.has_tree, "notes": list(r.notes)}
+                                 "events": r.events, "tree": r.has_tree, "notes": list(r.notes),
+                                 "ending": endings.get(r.rank)}
         if r.has_tree:
             entry.update(collectives=r.collectives, bytes=r.total_bytes, seconds=r.total_seconds,
                          blocks={"counts": blocks.add(r.counts or ()), "bytes": blocks.add(r.bytes or ()),

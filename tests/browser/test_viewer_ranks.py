@@ -193,9 +193,9 @@ def test_summary_counts_collectives_per_rank_and_says_how_the_rank_ended(viewer,
     assert index["check"]["collectives"] == 2 * per_rank  # the page must not show the sum
     page = viewer.open_ranks(tmp_path / "job")
     expect(page.locator("#check-collectives")).to_have_text(str(per_rank))
-    expect(page.locator("#meta-ended")).to_have_text("not recorded")
+    expect(page.locator("#meta-ended")).to_have_text("ending not recorded")
     page.select_option("#rank-select", label="1")
-    expect(page.locator("#meta-ended")).to_have_text("SIGTERM")
+    expect(page.locator("#meta-ended")).to_have_text("ended by SIGTERM")
 
 
 def test_a_rank_a_fatal_signal_ended_says_the_signal_and_the_programs_line(viewer, tmp_path):
@@ -214,9 +214,9 @@ def test_a_rank_a_fatal_signal_ended_says_the_signal_and_the_programs_line(viewe
         '  File "/job/train.py", line 40 in train_step\n')
     words = "SIGABRT (a native abort), main thread at /job/train.py:40 in train_step, without a final dump"
     page = viewer.open_ranks(tmp_path / "job")
-    expect(page.locator("#meta-ended")).to_have_text("not recorded")  # rank 0: a synthetic dump, no ending
+    expect(page.locator("#meta-ended")).to_have_text("ending not recorded")  # rank 0: a synthetic dump, no ending
     page.select_option("#rank-select", label="1")
-    expect(page.locator("#meta-ended")).to_have_text(words)
+    expect(page.locator("#meta-ended")).to_have_text(f"ended by {words}; its last dump was written by the hang watchdog")
     expect(page.locator("#summary p.note", has_text=f"ended by {words}")).to_have_count(1)
     expect(page.locator("#check-status")).to_have_text("1 finding")
     assert "SIGKILL" not in page.locator("#summary").inner_text()

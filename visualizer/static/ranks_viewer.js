@@ -175,13 +175,6 @@ class RanksViewer extends BaseViewer {
   }
 
   renderSummary() {
-    // a fatal signal before any final dump (its fault record, worded by commdebug's reader),
-    // else the final dump's ended_by; a signal after the final dump is among the rank's notes
-    const endedBy = (meta) => {
-      const fault = isObj(meta.fault) && !meta.fault.after_final_dump ? meta.fault : null;
-      if (fault) return `${str(fault.words)}, without a final dump`;
-      return meta.ended_by == null ? "not recorded" : str(meta.ended_by);
-    };
     const {index, check, rank} = this;
     const perRank = (c) => {
       const span = isObj(c.collectives_per_rank) ? c.collectives_per_rank : {};
@@ -199,7 +192,8 @@ class RanksViewer extends BaseViewer {
       fact("check-status", "check", findings.length ? counted(findings.length, "finding") : "consistent"),
       fact("meta-rank", "showing rank", str(rank.rank)),
       fact("meta-host", "host", str(meta.hostname ?? "—")),
-      fact("meta-ended", "ended by", endedBy(meta)),
+      // worded in Python as `commdebug check` words it (its stream, its fault record, its error)
+      fact("meta-ended", "ending", rank.ending == null ? "not recorded" : str(rank.ending)),
       fact("total-collectives", "collectives", fmtCount(optNum(rank.collectives))),
       fact("total-bytes", "bytes", rank.bytes == null ? "not recorded" : fmtBytes(rank.bytes)),
       fact("total-time", "time", rank.seconds == null ? "not timed" : fmtSeconds(rank.seconds)),
