@@ -33,14 +33,17 @@ def test_a_killed_runs_folder_is_removed_by_the_next_run_and_no_one_elses(tmp_pa
     try:
         assert killed.stdout is not None and live.stdout is not None
         killed_folder, live_folder = Path(killed.stdout.readline().strip()), Path(live.stdout.readline().strip())
-        assert killed_folder.name.startswith(f"{PREFIX}{killed.pid}@{socket.gethostname()}-"), killed_folder
+        assert killed_folder.name.startswith(f"{PREFIX}{killed.pid}@{socket.gethostname()}+"), killed_folder
         assert (killed_folder / "sitecustomize.py").exists() and (live_folder / "sitecustomize.py").exists()
         killed.send_signal(signal.SIGKILL)
         killed.wait(timeout=30)
         assert killed_folder.exists()  # SIGKILL: nothing ran to remove it
-        elsewhere = tmp_path / f"{PREFIX}{killed.pid}@another-host-abc123"  # a shared TMPDIR: not ours to judge
+        here, _, namespace = killed_folder.name[len(PREFIX):].rpartition("-")[0].partition("@")[2].partition("+")
+        # a shared TMPDIR: another host's, or another container's of the same host name: not ours to judge
+        elsewhere = tmp_path / f"{PREFIX}{killed.pid}@another-host+{namespace}-abc123"
+        other_container = tmp_path / f"{PREFIX}{killed.pid}@{here}+{int(namespace) + 1}-abc123"
         old_style = tmp_path / f"{PREFIX}x1y2z3w4"
-        for folder in (elsewhere, old_style):
+        for folder in (elsewhere, other_container, old_style):
             folder.mkdir()
 
         with ChildRecording(tmp_path / "out", {}) as recording:
@@ -49,7 +52,7 @@ def test_a_killed_runs_folder_is_removed_by_the_next_run_and_no_one_elses(tmp_pa
             assert own.name.startswith(f"{PREFIX}{os.getpid()}@") and (own / "sitecustomize.py").exists()
             assert not killed_folder.exists(), "the killed run's folder is left"
             assert live_folder.exists(), "a live run's folder was removed"
-            assert elsewhere.exists() and old_style.exists()
+            assert elsewhere.exists() and other_container.exists() and old_style.exists()
         assert not own.exists(), "the run's own folder is left after it ended"
     finally:
         for proc in (killed, live):

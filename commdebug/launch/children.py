@@ -28,7 +28,7 @@ from typing import Any
 __all__ = ["ChildRecording", "start_child"]
 
 SETTINGS = "settings.json"
-PREFIX = "commdebug-run-"  # the folder's name: PREFIX, then <pid>@<host> of the process that made it, "-", a random part
+PREFIX = "commdebug-run-"  # the folder's name: PREFIX, <pid>@<host>+<pid namespace> of the process that made it, "-", a random part
 
 # The start-up module every child runs. Plain standard library until it knows the process is
 # one to record: importing commdebug imports torch (seconds), which multiprocessing's helper
@@ -91,7 +91,7 @@ class ChildRecording:
 
     def __enter__(self) -> ChildRecording:
         _sweep(Path(tempfile.gettempdir()))
-        self._folder = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}@{socket.gethostname()}-")
+        self._folder = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}@{_machine()}-")
         Path(self._folder, "sitecustomize.py").write_text(SITECUSTOMIZE, encoding="utf-8")
         Path(self._folder, SETTINGS).write_text(json.dumps(self.settings), encoding="utf-8")
         path = os.environ.get("PYTHONPATH")
@@ -123,16 +123,26 @@ class ChildRecording:
         os.environ[name] = value
 
 
+def _machine() -> str:
+    """Where a pid means this process's neighbours: the host name, and the pid namespace (two
+    containers that share a host name and a temporary folder number their processes apart)."""
+    try:
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:  # not Linux
+        namespace = 0
+    return f"{socket.gethostname()}+{namespace}"
+
+
 def _sweep(tmp: Path) -> None:
     """Remove the folders that runs killed with SIGKILL left in `tmp` (nothing in a process can
     run at SIGKILL to remove its own): those whose maker no longer runs on this host. A live
-    maker's folder, another host's (a shared TMPDIR), another user's and one named otherwise
-    are left alone."""
+    maker's folder, another host's or container's (a shared TMPDIR), another user's and one
+    named otherwise are left alone."""
     try:
         entries = list(tmp.glob(f"{PREFIX}*@*-*"))
     except OSError:
         return
-    here = socket.gethostname()
+    here = _machine()
     for folder in entries:
         pid, _, host = folder.name[len(PREFIX):].rpartition("-")[0].partition("@")
         if host != here or not pid.isdigit() or int(pid) == os.getpid():
