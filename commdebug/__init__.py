@@ -12,9 +12,10 @@ read files with :func:`load` (one dump, with its module tree), :func:`read` (our
 Recorder's) and :func:`iter_ranks` (a folder, a rank at a time); analyse with :func:`check`,
 :func:`report`, :func:`summarize`, :func:`trace_predictions` and :func:`rank_modules`; word a
 ``check`` finding as the command line does with :func:`describe_finding` and
-:func:`describe_side`, and how a rank ended with :func:`rank_ending`; write with :func:`write_output`. The viewer package uses nothing else. Every name loads on first
-use: ``import commdebug`` imports neither torch nor the analyses, so the offline verbs start
-in milliseconds, and torch loads with :class:`CommDebugMode` (recording).
+:func:`describe_side`, and how a rank ended with :func:`rank_ending`; write with
+:func:`write_output`. The viewer package uses nothing else. Every name loads on first use:
+``import commdebug`` imports neither torch nor the analyses, so the offline verbs start in
+milliseconds, and torch loads with :class:`CommDebugMode` (recording).
 """
 
 from typing import TYPE_CHECKING, Any

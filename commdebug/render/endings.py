@@ -35,7 +35,13 @@ def error_line(text: str, most: int = ENDING_CHARS) -> str:
 def rank_ending(s: RankSummary) -> str:
     """How one rank's recording ended, from ``check``'s summary of it: its final dump's
     ``ended_by``; a fatal signal, where its fault record says so; or, for a rank that left only
-    its stream, what is known (still running, or ended with the cause not recorded)."""
+    its stream, what is known (still running, or ended with the cause not recorded). The words
+    ``commdebug check`` prints after "rank N: " and the folder page's "ending".
+
+    >>> result = commdebug.check(commdebug.iter_ranks("traces/"))      # doctest: +SKIP
+    >>> [commdebug.rank_ending(s) for s in result.rank_summaries]      # doctest: +SKIP
+    ['ended by exit', 'ended by SIGSEGV (a segmentation fault), main thread at train.py:14 in load_batch, ...']
+    """
     fault = s.fault if s.fault is not None and not s.fault.get("after_final_dump") else None
     if s.stream_step is not None and not s.final:
         torn = ", its last chunk torn" if s.stream_torn else ""
