@@ -33,7 +33,9 @@ from array import array
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from difflib import SequenceMatcher
-from itertools import groupby
+from functools import partial
+from itertools import compress, groupby
+from operator import is_
 from typing import Any, cast
 
 from commdebug.analysis.findings import Change, Finding, Side, who
@@ -42,6 +44,7 @@ __all__ = ["UNKNOWN_STEP", "Interner", "Parting", "GroupSites", "BranchNotes", "
            "once_note", "site"]
 
 UNKNOWN_STEP = -1  # Flight Recorder dumps record no steps
+_is_none = partial(is_, None)
 
 SideOf = Callable[[list[int], int, int], Side]  # (ranks, signature id, call-site id) -> Side
 
@@ -65,9 +68,11 @@ class Interner:
         (a rank's ten thousand calls have a few dozen distinct values)."""
         values = list(values)
         found = list(map(self.ids.get, values))
-        if None in found:
-            return [self(v) if i is None else i for v, i in zip(values, found, strict=True)]
-        return cast("list[int]", found)  # no None in it, as just asked
+        if None not in found:
+            return cast("list[int]", found)  # no None in it, as just asked
+        for value in dict.fromkeys(compress(values, map(_is_none, found))):  # the new ones, first seen first
+            self(value)
+        return list(map(self.ids.__getitem__, values))
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from array import array
 from bisect import bisect_right
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from itertools import compress, count, repeat
+from itertools import compress, repeat
 from operator import (
     add as _add,
     and_ as _and,
@@ -19,10 +19,11 @@ from operator import (
 )
 from typing import NamedTuple
 
+from commdebug.analysis.divergence import Interner
 from commdebug.model.columns import GROUP_NAME, IS_NOT_NONE, LATENCY, OP, SEQ, SPLITS, START, STEP
 from commdebug.model.trace import CollectiveEvent
 
-__all__ = ["GroupPart", "Known", "Places", "Site", "LateDigest", "late_digest", "intern_sites", "step_times", "step_medians"]
+__all__ = ["GroupPart", "Known", "Places", "Site", "LateDigest", "late_digest", "step_times", "step_medians"]
 
 Site = tuple[str, "str | None", "str | None"]  # (op, module, source line): what names a call
 _SITE = itemgetter(*(CollectiveEvent._fields.index(f) for f in ("op", "module", "source")))  # an event's Site, in C
@@ -118,21 +119,6 @@ def step_medians(per_rank: Sequence[tuple[array, array]]) -> dict[int, float]:
     return {step: float(statistics.median(ts)) for step, ts in by_step.items() if len(ts) > 1}
 
 
-def intern_sites(sites: Sequence[Site]) -> tuple[list[int], list[Site]]:
-    """Each call's site as an id into a table of the distinct ones, first seen first.
-
-    >>> intern_sites([("all_reduce", "m", "a.py:3"), ("barrier", None, "a.py:4"), ("all_reduce", "m", "a.py:3")])
-    ([0, 1, 0], [('all_reduce', 'm', 'a.py:3'), ('barrier', None, 'a.py:4')])
-    """
-    ids: dict[Site, int] = {}
-    seen = list(map(ids.setdefault, sites, count()))  # an id is the place it was first seen at
-    table = list(ids)
-    if len(table) == len(seen):
-        return list(range(len(seen))), table
-    dense = dict(zip(ids.values(), range(len(table)), strict=True))
-    return list(map(dense.__getitem__, seen)), table
-
-
 def late_digest(rank: int, events: list[CollectiveEvent], *, times: tuple[array, array] | None = None,
                 lats: list[float | None] | None = None, seqs: list[int | None] | None = None, ops: list[str] | None = None,
                 names: list[str] | None = None, steps: list[int] | None = None, timed: list[bool] | None = None,
@@ -196,7 +182,8 @@ def late_digest(rank: int, events: list[CollectiveEvent], *, times: tuple[array,
         groups.append(GroupPart(name, info.label, info.size, g_seqs, g_lats,
                                 None if gaps is None else array("d", list(compress(gaps, mine))), have.steps, pos, run, uneven))
     if sites is None or table is None:
-        sites, table = intern_sites(list(map(_SITE, events)))
+        interned = Interner()
+        sites, table = interned.many(map(_SITE, events)), interned.values
     numbers = seqs if None not in seqs else [-1 if q is None else q for q in seqs]
     return LateDigest(rank, groups, Places(sites, table, numbers, starts, steps), times[0], times[1], True)  # type: ignore[arg-type]
 

@@ -26,8 +26,9 @@ from operator import (
 )
 from typing import NamedTuple
 
+from commdebug.analysis.divergence import Interner
 from commdebug.analysis.late import CALLS_KEPT, CallSite, GapOps, LateCall, LateRank, LateRanks, LateThreshold
-from commdebug.analysis.late_digest import GroupPart, LateDigest, Places, Site, step_medians
+from commdebug.analysis.late_digest import GroupPart, LateDigest, Places, step_medians
 
 __all__ = ["LateTally", "BATCH", "PENDING"]
 
@@ -105,8 +106,7 @@ class LateTally:
         self._calls: dict[str, _Calls] = {}  # by group, made by its first member
         # the same, in the order their first sums were taken: the order the waits are summed in
         self.groups: dict[str, _Calls] = {}
-        self.sites: list[Site] = []  # (op, module, source) by id
-        self._site_ids: dict[Site, int] = {}
+        self.sites = Interner()  # (op, module, source) by id
         self.step_times: dict[int, tuple[array, array]] = {}
         self.timed = False
         self.gaps_known = True
@@ -126,7 +126,7 @@ class LateTally:
         assert places is not None  # a digest with groups has them
         if places.starts is None:
             self.gaps_known = False
-        here = [self._site(site) for site in places.table]  # the rank's site ids -> ours
+        here = self.sites.many(places.table)  # the rank's site ids -> ours
         after = [(i + 1) << 32 for i in here]  # the same, as a previous call's part of a packed site
         for part in d.groups:
             self._compare(d.rank, part, places, (here, after))
@@ -177,14 +177,6 @@ class LateTally:
             total[seq - base] += lats[j]
             if gaps is not None:
                 sums[seq - base] += gaps[j]
-
-    def _site(self, site: Site) -> int:
-        """Our id of a site, named once for every rank."""
-        i = self._site_ids.get(site)
-        if i is None:
-            i = self._site_ids[site] = len(self.sites)
-            self.sites.append(site)
-        return i
 
     def _compare(self, rank: int, part: GroupPart, places: Places, ids: tuple[list[int], list[int]]) -> None:
         """A member's calls against its group members' before it: the least and the largest
@@ -378,7 +370,7 @@ class LateTally:
 
     def _call(self, name: str, i: int, caused: float) -> LateCall:
         c = self.groups[name]
-        sites = self.sites
+        sites = self.sites.values
         packed = c.site[i]
         op, module, source = sites[packed & 0xFFFFFFFF]
         prev = (packed >> 32) - 1
