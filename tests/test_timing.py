@@ -239,6 +239,52 @@ def test_async_timing_on_nccl_registers_no_completion_hook_unless_asked(monkeypa
     assert calls == ["timing", "hook"]
 
 
+def test_on_nccl_the_clock_stops_before_the_recorders_own_work(world, monkeypatch):
+    """On an idle GPU a CUDA event's time is when the host recorded it: on an H100 the recorder's
+    work between issuing and waiting read as communication (361 us for a call the program's own
+    events timed at 134 us). Where the wait returns at once (NCCL), the end event is recorded
+    before the recorder records the call; elsewhere after, so that a hang in the wait is in the
+    dump. The fake backend stands in for NCCL here, a timer that logs for CUDA events."""
+    import commdebug.capture.recorder as recorder
+    import commdebug.capture.timing as timing
+
+    log: list[tuple[str, int]] = []
+    comm = CommDebugMode(timing="sync")
+
+    class Timer(timing.SyncTimer):  # CUDA events as a log of when each was recorded
+        def __init__(self, on_cuda: bool, early: bool = False) -> None:
+            super().__init__(on_cuda=False, early=early)
+            self.on_cuda = True
+
+        def start(self):
+            self.host_start = 0.0
+
+        def stop(self, wait):
+            wait()
+            log.append(("end event", len(comm.trace.events)))
+
+        def finish(self):
+            log.append(("synchronize", len(comm.trace.events)))
+            self.seconds = 1e-4
+            return self.seconds
+
+    monkeypatch.setattr(recorder, "SyncTimer", Timer)
+    monkeypatch.setattr(recorder, "on_cuda", lambda args: True)
+    for backend, expected in (("nccl", [("end event", 0), ("synchronize", 1)]), ("gloo", [("end event", 1), ("synchronize", 1)])):
+        log.clear()
+        monkeypatch.setattr(timing, "_backend_name", lambda pg, backend=backend: backend)
+        with comm:  # a functional collective the program never waits for: only the mode did
+            torch.ops._c10d_functional.all_reduce(torch.ones(4), "sum", dist.group.WORLD.group_name)
+            assert comm.in_flight() == [], backend  # not left in flight
+        assert log == expected, backend
+        assert comm.trace.events[0].latency_s == 1e-4
+    monkeypatch.setattr(timing, "_backend_name", lambda pg: "nccl")
+    monkeypatch.setenv("TORCH_NCCL_BLOCKING_WAIT", "1")  # NCCL's wait then blocks the host
+    assert timing.waits_on_stream(None) is False
+    monkeypatch.setenv("TORCH_NCCL_BLOCKING_WAIT", "0")
+    assert timing.waits_on_stream(None) is True
+
+
 def test_step_window_outside_runs_without_the_mode(world):
     from torch.utils._python_dispatch import _get_current_dispatch_mode
 
@@ -292,6 +338,10 @@ def test_environment_variables_and_their_errors(monkeypatch):
     with pytest.raises(ConfigError, match=r"COMMDEBUG_VERBOSE: verbose must be true or false, got 'loud'"):
         CommDebugMode()
     monkeypatch.delenv("COMMDEBUG_VERBOSE")
+    # read elsewhere, no options: the docs tell users to set them, so they are no typo
+    monkeypatch.setenv("COMMDEBUG_RUN_ID", "job-7")
+    monkeypatch.setenv("COMMDEBUG_NCCL_COMPLETION_HOOK", "1")
+    assert CommDebugMode().options.timing == "sync"
     monkeypatch.setenv("COMMDEBUG_TIMNG", "sync")
     with pytest.raises(ConfigError, match="unknown environment variable COMMDEBUG_TIMNG"):
         CommDebugMode()

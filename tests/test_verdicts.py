@@ -394,3 +394,27 @@ def test_a_short_rank_is_shown_with_its_own_last_call(tmp_path):
     assert short and short[0].source == "other_script.py:7" and short[0].last_call
     assert "     rank 3 (last call on the group): " in render_check(result)
     assert missing.to_dict()["sides"][-1]["last_call"] is True
+
+
+NCCL_FR = ROOT / "tests" / "data" / "fr_nccl"
+
+
+def test_a_real_nccl_dump_whose_pg_status_lags_its_entries_is_consistent(tmp_path):
+    """A real NCCL dump (H100, NCCL 2.28, tests/data/fr_nccl/README.md): pg_status says 3
+    collectives completed, the entries say all 18 did. It was called unfinished at seq 3."""
+    result = check_path(NCCL_FR)
+    assert result.consistent, result.findings
+    text = render_check(result)
+    assert text.startswith("consistent: 1 rank, 1 group, 18 collectives per rank\n"), text
+    assert "unfinished" not in text, text
+    view = load_rank(NCCL_FR / "fr_trace_0")
+    assert [e.in_flight for e in view.events] == [False] * 18
+    assert [e.latency_s is not None for e in view.events] == [True] * 3 + [False] * 15  # only retired work has a duration
+
+    # an entry that says it is still running, past what pg_status counts, is unfinished
+    data = pickle.loads((NCCL_FR / "fr_trace_0").read_bytes())
+    data["entries"][-1]["state"] = "started"
+    (tmp_path / "fr_trace_0").write_bytes(pickle.dumps(data))
+    result = check_path(tmp_path)
+    assert not result.consistent
+    assert "reduce_scatter #17 on default_pg[1] at " in render_check(result) and "(unfinished)" in render_check(result)

@@ -17,7 +17,7 @@ from typing import Any
 from commdebug import ops as _ops
 from commdebug.errors import CommDebugError
 
-__all__ = ["Options", "ConfigError", "ENV_PREFIX", "TIMING_MODES", "SESSION_OPTIONS", "canonical_ops", "check_option"]
+__all__ = ["Options", "ConfigError", "ENV_PREFIX", "NCCL_HOOK_ENV", "TIMING_MODES", "SESSION_OPTIONS", "canonical_ops", "check_option"]
 
 ENV_PREFIX = "COMMDEBUG_"
 TIMING_MODES = ("off", "sync", "async")
@@ -239,8 +239,10 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     return values
 
 
-# variables read by the launcher (commdebug run and the start-up hook), not by the mode
-_LAUNCHER_VARS = frozenset({"COMMDEBUG_OUT", "COMMDEBUG_HANG_TIMEOUT", "COMMDEBUG_HTML"})
+# variables that are no option: read by the launcher (commdebug run and the start-up hook), the
+# run id (metadata.py), and the opt-in to NCCL's completion hook (timing.py)
+NCCL_HOOK_ENV = "COMMDEBUG_NCCL_COMPLETION_HOOK"
+_LAUNCHER_VARS = frozenset({"COMMDEBUG_OUT", "COMMDEBUG_HANG_TIMEOUT", "COMMDEBUG_HTML", "COMMDEBUG_RUN_ID", NCCL_HOOK_ENV})
 
 
 # ---- config files -----------------------------------------------------------------------------

@@ -27,6 +27,7 @@ class GroupResolver:
         # where torch 2.13 can abort the process (docs/ranks.md).
         self._pgs: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
         self._crosses: dict[str, bool] = {}
+        self._stream_waits: dict[str, bool] = {}
 
     def crosses_nodes(self, group: GroupInfo, peer: int | None, rank: int, per_node: int) -> bool:
         """Whether a collective leaves the node: its group (or, for send/recv, its peer) spans
@@ -43,6 +44,15 @@ class GroupResolver:
     def pg(self, name: str) -> Any:
         """The ProcessGroup object of a group resolved before, or None."""
         return self._pgs.get(name)
+
+    def waits_on_stream(self, name: str) -> bool:
+        """Whether a wait on the group returns at once on the host, having made the current
+        CUDA stream wait (NCCL): :func:`commdebug.capture.timing.waits_on_stream`, once per group."""
+        if name not in self._stream_waits:
+            from commdebug.capture.timing import waits_on_stream
+
+            self._stream_waits[name] = waits_on_stream(self.pg(name))
+        return self._stream_waits[name]
 
     def resolve(self, spec_group: int | Literal["legacy"] | None, args: tuple) -> GroupInfo:
         if type(spec_group) is int and spec_group < len(args):  # the common case, cached

@@ -118,6 +118,13 @@ class InFlight:
         if entry is not None:
             self._ended(entry, error)
 
+    def finished(self, index: int) -> None:
+        """The mode itself waited for collective ``index`` to finish (``timing='sync'``)."""
+        with self._lock:
+            entry = self._drop(index)
+        if entry is not None:
+            self.done(entry[2], entry[3])
+
     def failed(self, index: int, error: BaseException) -> None:
         """The collective raised where the mode itself waited for it (``timing='sync'``)."""
         with self._lock:

@@ -353,7 +353,8 @@ class Recorder(Stepping, TorchDispatchMode):
                 # and pipeline schedules, and gloo's sends have no future to time them by.
                 self._note("p2p", "timing='sync' does not time send/recv: waiting on each would change the program's order and can deadlock it")
             else:
-                timer = SyncTimer(on_cuda(args))
+                cuda = on_cuda(args)
+                timer = SyncTimer(cuda, early=cuda and self._groups.waits_on_stream(group.name))
         nvtx = options.nvtx and on_cuda(args)
         if nvtx:
             torch.cuda.nvtx.range_push(nvtx_label(spec.op, _ops.tensor_bytes(_ops.pick(spec.inputs, args, kwargs, None))[0], group, fqn))
@@ -369,6 +370,11 @@ class Recorder(Stepping, TorchDispatchMode):
                 raise
             if timer is not None:
                 timer.issued()
+                try:  # where the wait returns at once (NCCL), the clock stops before our own work (timing.py)
+                    timer.stop_early(lambda: wait_until_finished(out, spec, args, kwargs))
+                except Exception as e:
+                    self._flight.failed(self._record_collective(name, spec, args, kwargs, out, group, peer, fqn, phase, start_s).index, e)
+                    raise
             event = self._record_collective(name, spec, args, kwargs, out, group, peer, fqn, phase, start_s)
             if timer is not None:
                 try:
@@ -376,6 +382,7 @@ class Recorder(Stepping, TorchDispatchMode):
                 except Exception as e:
                     self._flight.failed(event.index, e)
                     raise
+                self._flight.finished(event.index)  # the mode's own wait goes around the wrapped ones
                 event = self.trace.update_event(event.index, latency_s=timer.seconds) or event
         finally:
             if nvtx:
@@ -526,28 +533,21 @@ class Recorder(Stepping, TorchDispatchMode):
 
     def _join_timing(self) -> None:
         """Give asynchronously timed events their NCCL durations (step boundaries, exit, reads)."""
-        if self._async is None:
-            return
+        if self._async is not None:
+            self._async.join(self._timed)
 
-        def apply(index: int, started_at: float | None, seconds: float | None) -> None:
-            start_s = None if started_at is None else started_at - self._t0_wall
-            event = self.trace.update_event(index, start_s=start_s, latency_s=seconds)
-            if event is not None and self._listeners:
-                self._emit(event)
-
-        self._async.join(apply)
+    def _timed(self, index: int, started_at: float | None, seconds: float | None) -> None:
+        event = self.trace.update_event(index, start_s=None if started_at is None else started_at - self._t0_wall, latency_s=seconds)
+        if event is not None and self._listeners:
+            self._emit(event)
 
     def _finish_timing(self) -> None:
         if self._async is None:
             return
-        self._join_timing()
-        self._async.__exit__()
-        if self._listeners:  # never timed (not reported by NCCL): log them without a time
-            for index in sorted(self._async.pending.values()):
-                pos = index - self.trace.events_dropped
-                if 0 <= pos < len(self.trace.events):
-                    self._emit(self.trace.events[pos])
-        self._async.pending.clear()
+        for index in self._async.close(self._timed):  # never timed (not reported by NCCL): logged without a time
+            pos = index - self.trace.events_dropped
+            if self._listeners and 0 <= pos < len(self.trace.events):
+                self._emit(self.trace.events[pos])
 
     def stamp_end(self, recorded_s: float | None = None) -> None:
         """Write the recording's end into the metadata: end time, elapsed and recorded seconds, steps

@@ -5,6 +5,13 @@
   waiting for it, so queued compute before the call is not counted), the host clock on CPU
   (issuing plus waiting, without the recorder's own work in between).
   Waiting serialises communication with compute, as DeepSpeed's comms logger does.
+  On an idle GPU an event's time is when the host recorded it, so the end event must be
+  recorded before the recorder's own work, not after: on an H100 the recorder's work read as
+  communication (a one-rank 64 MiB all_reduce took 134 us by the program's own CUDA events and
+  361 us by commdebug's). Where the wait only makes the current stream wait
+  (:func:`waits_on_stream`: NCCL without blocking wait), the recorder stops the clock right after
+  issuing and records its event after; where the wait blocks the host, the event is recorded
+  first, so that a collective that hangs in the wait is in the dump.
 - :class:`AsyncTimer` does not wait. ProcessGroupNCCL times its own kernels with CUDA events
   once ``_enable_collectives_timing()`` is called and reports each finished work, with its
   sequence number, to a completion hook on its watchdog thread. The timer remembers, for each
@@ -26,7 +33,9 @@ from typing import Any, NamedTuple
 
 import torch
 
-__all__ = ["SyncTimer", "AsyncTimer", "WorkDone", "nvtx_label", "on_cuda"]
+from commdebug.capture.config import NCCL_HOOK_ENV
+
+__all__ = ["SyncTimer", "AsyncTimer", "WorkDone", "nvtx_label", "on_cuda", "waits_on_stream"]
 
 log = logging.getLogger("commdebug")
 
@@ -48,19 +57,21 @@ def nvtx_label(op: str, input_bytes: int, group: Any, module: str) -> str:
 class SyncTimer:
     """Times one collective by waiting for it, leaving out what the recorder does between
     issuing it and waiting (the event is recorded before the wait, so that a collective that
-    hangs or raises in the wait is in the dump).
+    hangs or raises in the wait is in the dump). With ``early`` (CUDA, where the wait returns at
+    once), :meth:`stop_early` stops the clock before the recorder's work instead.
 
     >>> timer = SyncTimer(on_cuda=False)
     >>> timer.start(); out = issue(); timer.issued(); record(out); timer.wait(lambda: wait(out))  # doctest: +SKIP
     >>> timer.seconds                                                                             # doctest: +SKIP
     """
 
-    __slots__ = ("on_cuda", "host_start", "seconds", "_issue_s", "_start", "_end")
+    __slots__ = ("on_cuda", "early", "host_start", "seconds", "_issue_s", "_stopped", "_start", "_end")
 
-    def __init__(self, on_cuda: bool) -> None:
-        self.on_cuda = on_cuda
+    def __init__(self, on_cuda: bool, early: bool = False) -> None:
+        self.on_cuda, self.early = on_cuda, early
         self.seconds: float | None = None
         self._issue_s = 0.0
+        self._stopped = False
         if on_cuda:
             self._start, self._end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 
@@ -74,17 +85,45 @@ class SyncTimer:
         """Just after the call that issued it returned."""
         self._issue_s = time.perf_counter() - self.host_start
 
+    def stop_early(self, wait: Callable[[], None]) -> None:
+        """Right after :meth:`issued`: if ``early``, wait with ``wait()`` and stop the clock now."""
+        if self.early:
+            self.stop(wait)
+            self._stopped = True
+
     def wait(self, wait: Callable[[], None]) -> float:
-        """Wait for the collective with ``wait()``; return (and keep) its latency in seconds."""
+        """Wait for the collective with ``wait()`` (unless :meth:`stop_early` did); return (and
+        keep) its latency in seconds."""
+        if not self._stopped:
+            self.stop(wait)
+        return self.finish()
+
+    def stop(self, wait: Callable[[], None]) -> None:
+        """Wait for the collective with ``wait()`` and stop the clock (on CUDA: record the end
+        event on the current stream, which ``wait()`` made wait for the collective)."""
         waited_from = time.perf_counter()
         wait()
         if self.on_cuda:
             self._end.record()
-            self._end.synchronize()
-            self.seconds = self._start.elapsed_time(self._end) / 1e3
         else:
             self.seconds = self._issue_s + (time.perf_counter() - waited_from)
+
+    def finish(self) -> float:
+        """After :meth:`stop`: the latency in seconds (on CUDA, once the end event has happened)."""
+        if self.on_cuda:
+            self._end.synchronize()
+            self.seconds = self._start.elapsed_time(self._end) / 1e3
+        assert self.seconds is not None
         return self.seconds
+
+
+def waits_on_stream(pg: Any) -> bool:
+    """Whether ``Work.wait()`` on group ``pg`` returns at once, having made the current CUDA
+    stream wait for the collective: NCCL's does, unless ``TORCH_NCCL_BLOCKING_WAIT`` is set."""
+    if _backend_name(pg) != "nccl":
+        return False
+    blocking = os.environ.get("TORCH_NCCL_BLOCKING_WAIT", os.environ.get("NCCL_BLOCKING_WAIT", "0"))
+    return blocking.strip().lower() not in ("1", "true", "yes", "y", "on")
 
 
 class WorkDone(NamedTuple):
@@ -117,7 +156,7 @@ def _seconds(value: Any) -> float | None:
 # collective called with async_op=False (torch.distributed's default) made the hook thread fail
 # ("getDuration only works if timing was enabled") and abort every communicator of the process,
 # and no duration reached the hook before the recording ended. It is used only when asked for.
-HOOK_ENV = "COMMDEBUG_NCCL_COMPLETION_HOOK"
+HOOK_ENV = NCCL_HOOK_ENV
 HOOK_UNSAFE = (
     "timing='async' records no latency on NCCL by default: NCCL's completion hook, which reports its own "
     "timings, aborted the process's communicators after a synchronous collective (torch 2.11, NCCL 2.28). "
@@ -175,6 +214,15 @@ class AsyncTimer:
         except Exception:
             return
         self.pending[(group, seq)] = index
+
+    def close(self, apply: Callable[[int, float | None, float | None], None]) -> list[int]:
+        """At the recording's end: :meth:`join` once more, stop taking reports, and return the
+        indexes of the events never timed, in order."""
+        self.join(apply)
+        self.__exit__()
+        untimed = sorted(self.pending.values())
+        self.pending.clear()
+        return untimed
 
     def join(self, apply: Callable[[int, float | None, float | None], None]) -> int:
         """Give every reported duration to its event: ``apply(index, started_at, seconds)``."""

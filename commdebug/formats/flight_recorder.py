@@ -16,6 +16,10 @@ recv included, though it records no entry for them: it is compared with an entry
 (a barrier after one send has ``collective_seq_id`` 3 and ``op_id`` 4). NCCL counts collectives:
 it is compared with ``collective_seq_id``. The JSON form writes these numbers as strings.
 
+An entry that says ``state: completed`` is finished, whatever ``pg_status`` says: NCCL's
+``last_completed_collective`` moves only as its watchdog retires work, and a real dump at the end
+of an H100 job (tests/data/fr_nccl) said 3 while all 18 of its entries said completed.
+
 gloo marks an op completed on its worker thread, after the caller has been released: a rank
 that dumps right after a barrier can still show it unfinished. The reader keeps, per group, the
 last sequence number the rank saw completed (``RankView.completed``) so that ``check`` can tell
@@ -160,8 +164,9 @@ def _event(index: int, e: dict[str, Any], groups: dict[str, GroupInfo], done: di
 
 def _finished(name: str, e: dict[str, Any], seq: int | None, last_completed: int | None) -> bool:
     """Whether the entry had completed when the dump was written (see the module docstring)."""
-    if last_completed is None or seq is None:
-        return e.get("state") in (None, "completed")
+    state = e.get("state")
+    if state == "completed" or last_completed is None or seq is None:
+        return state in (None, "completed")
     op_id = _int(e.get("op_id"))
     if name.startswith("gloo:") and op_id is not None:
         return op_id <= last_completed  # gloo counts every op, send/recv included
