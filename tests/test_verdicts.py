@@ -300,6 +300,23 @@ def test_an_error_ending_stays_one_short_line(tmp_path):
     assert result.rank_summaries[0].ended_by == gloo  # the data keeps all of it
 
 
+def test_a_last_call_that_raised_is_said_to_have_failed(tmp_path):
+    """A rank that died of the error its last collective raised: the ending line says the call
+    failed, not only how the rank ended (its error is in the dump)."""
+    import commdebug
+    from commdebug.model.dump import dump_text
+
+    folder = _synthetic(tmp_path, 2, lambda r: {"ended_by": "DistBackendError: NCCL communicator was aborted"} if r == 0 else {})
+    trace = commdebug.load(folder / "rank0.json")
+    trace.update_event(trace.events[-1].index, error="DistBackendError: NCCL communicator was aborted")
+    (folder / "rank0.json").write_text(dump_text(trace))
+    result = check_path(folder)
+    lines = render_check(result).splitlines()
+    assert lines[1].startswith("  rank 0: ended by DistBackendError: NCCL communicator was aborted; last ") and lines[1].endswith(" (failed)"), lines
+    assert not lines[2].endswith(" (failed)"), lines
+    assert result.to_dict()["rank_summaries"][0]["last"]["failed"] is True
+
+
 def test_flight_recorder_ranks_say_their_ending_is_unknown(tmp_path):
     text = render_check(check_path(FR / "pickle")).splitlines()
     assert text[1] == ("  ranks 0-1: ending not recorded (Flight Recorder dump); "

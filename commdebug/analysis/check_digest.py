@@ -53,6 +53,7 @@ class LastCall:
     peer: int | None = None
     p2p_seq: int | None = None
     step: int | None = None
+    failed: bool = False  # it raised (its error is in the dump): a rank's ending often names it
 
 
 @dataclass
@@ -250,7 +251,7 @@ def _summary(view: RankView, collectives: int) -> RankSummary:
     if view.events:
         e = view.events[-1]
         last = LastCall(e.op, e.group.label, e.seq, e.source, e.module if e.module != "?" else None, e.in_flight,
-                        e.peer, e.p2p_seq, e.step)
+                        e.peer, e.p2p_seq, e.step, e.error is not None)
     ended = view.metadata.get("ended_by")
     stream = view.metadata.get("stream")
     summary = RankSummary(view.rank, str(view.path), None if ended is None else str(ended), view.source_format, collectives, last)

@@ -72,7 +72,8 @@ def describe_side(side: Side) -> str:
 
 
 def describe_last(last: LastCall | None) -> str:
-    """"all_reduce #3 on default_pg[2] at train.py:9 (unfinished)"; a send names its peer."""
+    """"all_reduce #3 on default_pg[2] at train.py:9 (unfinished)", "(failed)" where it raised;
+    a send names its peer."""
     if last is None:
         return "no collective recorded"
     if last.seq is not None:
@@ -81,7 +82,7 @@ def describe_last(last: LastCall | None) -> str:
         peer = "" if last.peer is None else (f" to rank {last.peer}" if last.op == "send" else f" from rank {last.peer}")
         what = f"{last.op}{peer} on {last.group}"
     where = f" at {last.source}" if last.source else (f" in {last.module}" if last.module else "")
-    return what + where + (" (unfinished)" if last.in_flight else "")
+    return what + where + (" (failed)" if last.failed else " (unfinished)" if last.in_flight else "")
 
 
 def _endings(result: CheckResult) -> list[str]:
