@@ -396,6 +396,22 @@ def test_a_late_ranks_gap_lists_what_its_profile_ran(tmp_path):
     assert "in that gap it ran: aten::mm" in text
 
 
+def test_a_late_gpus_gap_lists_the_kernels_it_launched_there_with_their_whole_gpu_time():
+    """Recorded on an H100 (tests/data/late_h100/README.md): rank 3 queued 0.88 s of matrix
+    products in an 81 ms host gap. Counting only the kernels that ran inside the host gap said
+    80 ms (x55), a tenth of the wait; the kernels it launched there account for all of it."""
+    folder = ROOT / "tests" / "data" / "late_h100"
+    late = json.loads(cli("report", str(folder), "--json").stdout)["late_ranks"]
+    first = late[0]
+    assert (first["rank"], first["step"], first["op"], first["waited"]) == (3, 2, "all_reduce", 3)
+    assert 0.07 < first["gap_s"] < 0.1 and first["others_gap_s"] < 0.01
+    top = first["gap_top"][0]
+    assert top["name"].startswith("nvjet_") and top["on"] == "gpu" and top["count"] == 565, first["gap_top"]
+    assert 0.85 < top["total_s"] < 0.9 and abs(top["total_s"] - first["max_wait_s"]) < 0.05 * first["max_wait_s"]
+    text = cli("report", str(folder)).stdout
+    assert "    in that gap it launched on the GPU: nvjet_" in text and " 879 ms (x565)" in text, text
+
+
 def test_check_gives_no_verdict_on_traces_whose_calls_name_no_group(tmp_path):
     """A gloo job's own traces name no process group: check cannot pair a call across ranks, and
     says so (exit 2) rather than calling the job consistent."""

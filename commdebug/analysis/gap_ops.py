@@ -4,9 +4,10 @@ late ranks (:mod:`commdebug.analysis.late`).
 A late call's gap is the time between the end of the rank's previous collective and the start of
 this one, on the rank's recording clock (its events' ``start_s``). Where the rank has a profile
 (a torch.profiler trace: ``commdebug run --profile-steps`` beside its dump, or the trace itself),
-the gap is moved to the trace's clock and the profile's compute activities inside it are summed
-by name: on a GPU trace the kernels that ran then (the host gap can be short while the GPU is
-late, or long while kernels run), on a CPU trace the program's own ops.
+the gap is moved to the trace's clock and the profile's compute that belongs to it is summed by
+name: on a GPU trace the kernels launched in it, with their whole GPU time (the host gap can be
+short while the GPU is late: the call waits behind them on its stream), on a CPU trace the
+program's own ops inside it.
 
 The two clocks differ by a constant within one process: for a joined profile it is taken from
 the calls both recorded (the median of their differences), for a trace read alone the events'
@@ -15,7 +16,7 @@ again, one file each, when asked (never the whole folder a second time).
 
     >>> gaps = ProfileGaps("traces/")                   # doctest: +SKIP
     >>> gaps(3, 12.40, 13.21)                           # doctest: +SKIP
-    [{'name': 'aten::mm', 'total_s': 0.79, 'count': 12}, ...]
+    [{'name': 'aten::mm', 'total_s': 0.79, 'count': 12, 'on': 'cpu'}, ...]
 """
 
 from __future__ import annotations
@@ -49,18 +50,32 @@ def clock_offset_us(view: RankView) -> float | None:
 
 
 def ops_between(profile: Profile, start_us: float, end_us: float, top: int = GAP_TOP) -> list[dict[str, Any]]:
-    """The compute activities of ``profile`` inside [start_us, end_us] (trace clock), their time
-    there summed by name, most first: ``[{"name", "total_s", "count"}]``."""
+    """The compute of ``profile`` that belongs to the gap [start_us, end_us] (trace clock), its
+    time summed by name, most first: ``[{"name", "total_s", "count", "on"}]``.
+
+    On a CPU trace (``on: "cpu"``), the ops that ran in the gap, their time inside it. On a GPU
+    trace (``on: "gpu"``), the kernels *launched* in the gap, each with its whole GPU time: the
+    collective runs after them in stream order, so they are what held it up, however short the
+    host gap (on an H100 a rank that queued 0.88 s of matrix products spent 81 ms of host time
+    launching them, and 80 ms of them ran within those 81 ms). A kernel whose launch the trace
+    lacks counts by its time inside the gap."""
+    gpu = profile.device == "gpu"
     totals: dict[int, list[float]] = {}
-    acts = profile.compute
-    for s, e, ref in zip(acts.start, acts.end, acts.ref, strict=True):
-        if e <= start_us or s >= end_us:
+    for s, e, launched, ref in profile.compute:
+        if gpu and launched == launched:  # not NaN: its launch is known
+            if not start_us <= launched <= end_us:
+                continue
+            took = e - s
+        elif e <= start_us or s >= end_us:
             continue
+        else:
+            took = min(e, end_us) - max(s, start_us)
         cell = totals.setdefault(ref, [0.0, 0])
-        cell[0] += min(e, end_us) - max(s, start_us)
+        cell[0] += took
         cell[1] += 1
     ranked = sorted(totals.items(), key=lambda kv: (-kv[1][0], profile.names[kv[0]]))[:top]
-    return [{"name": profile.names[i], "total_s": t / 1e6, "count": int(n)} for i, (t, n) in ranked]
+    on = "gpu" if gpu else "cpu"
+    return [{"name": profile.names[i], "total_s": t / 1e6, "count": int(n), "on": on} for i, (t, n) in ranked]
 
 
 class ProfileGaps:

@@ -83,7 +83,8 @@ def late_lines(late: LateRanks | None, limit: int = LATE_ROWS) -> list[str]:
             lines.append(f"    {gap}")
         if e.gap_top:
             ops = ", ".join(f"{o.get('name')} {format_duration(o.get('total_s'))} (x{o.get('count')})" for o in e.gap_top[:GAP_OPS])
-            lines.append(f"    in that gap it ran: {ops}")
+            queued = all(o.get("on") == "gpu" for o in e.gap_top)
+            lines.append(f"    in that gap it launched on the GPU: {ops}" if queued else f"    in that gap it ran: {ops}")
     if len(late.entries) > limit:
         lines.append(f"  ... {len(late.entries) - limit:,} more (--json: late_ranks)")
     if not late.gaps_known:
