@@ -109,8 +109,12 @@ def join(view: RankView, profile: Profile) -> list[str]:
                      f"{len(mine)} events of those steps")
     if joined:
         timed = sum(1 for c, _ in pairs if profile.calls[c].latency_s is not None)
-        source = "the NCCL kernels'" if profile.device == "gpu" else "gloo's"
-        notes.append(f"steps {lo}-{hi}: {timed} collectives timed by the profile ({source} own time), not by --timing")
+        if timed:
+            source = "the NCCL kernels'" if profile.device == "gpu" else "gloo's"
+            notes.append(f"steps {lo}-{hi}: {timed} collectives timed by the profile ({source} own time), not by --timing")
+        else:  # gloo on CUDA tensors, or one NCCL rank (a copy, no NCCL kernel): seen on an H100
+            notes.append(f"steps {lo}-{hi}: the profile holds no communication kernel or backend span of its {joined} "
+                         "collectives, so it times none of them (their latencies are --timing's, where it was on)")
     return notes
 
 
