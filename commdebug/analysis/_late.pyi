@@ -1,0 +1,9 @@
+# The optional C extension (_late.c): the late-rank analysis's passes, typed for the checker.
+from array import array
+from typing import Any
+
+def columns(events: list[Any], fields: tuple[int, ...], starts: bool, steps: bool, /) -> tuple[
+    list[tuple[Any, array, array, array | None, array, array, array, array, array | None, bool]],
+    list[tuple[str, str | None, str | None]], tuple[array, array] | None, int]: ...
+def merge(into: tuple[array | None, ...], lo: int, rank: int, part: tuple[array | None, ...], here: array, floor: float, /) -> None: ...
+def add_batch(sums: array, lo: int, columns: list[array], /) -> None: ...
