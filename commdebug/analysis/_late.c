@@ -3,7 +3,8 @@
  * The analysis (late.py, late_digest.py, late_tally.py beside this file) reads every timed call
  * of every rank twice: once in the worker that loaded the rank, to split its calls by group with
  * their gaps and call sites (columns()), and once in the process that merges the ranks, to
- * compare them with the other members' (merge()) and to sum them (add(), add_batch()). Done a
+ * compare them with the other members' (merge()) and to sum them (add_batch()), and once per
+ * group, to take its share of the result (settle(), fold()). Done a
  * column at a time in Python that is some forty passes over ten thousand calls per rank, as
  * long as the rest of `commdebug check`; here it is one pass each.
  *
@@ -543,10 +544,176 @@ done:
     return out;
 }
 
+PyDoc_STRVAR(settle_doc,
+"settle(columns, runs, base, size, floor) -> (steps, ranks, caused, found, analysed, partial)\n\n"
+"A group's share of the result. `columns`: its (total d, least d, most d, step i, rank i,\n"
+"skip b); `runs`: every member's spans of sequence numbers (first, last, first, last...)\n"
+"from `base`; `size`: its members. A call is analysed where every member timed it and it is no\n"
+"uneven all_to_all; it made the others wait where total - members x least exceeds 1e-12:\n"
+"per such call, in order, its step (i), late rank (i) and that wait (d). found: [(index,\n"
+"wait)] of those whose longest single wait (most - least) is `floor` or more. partial: the\n"
+"calls timed on some members but not all.");
+
+static PyObject *
+settle(PyObject *module, PyObject *args)
+{
+    PyObject *cols, *runs;
+    Py_ssize_t base, size;
+    double floor;
+    if (!PyArg_ParseTuple(args, "O!O!nnd", &PyTuple_Type, &cols, &PyList_Type, &runs, &base, &size, &floor))
+        return NULL;
+    if (PyTuple_GET_SIZE(cols) != 6) {
+        PyErr_SetString(PyExc_TypeError, "settle: 6 columns");
+        return NULL;
+    }
+    enum { TOTAL, LEAST, MOST, STEP, RANK, SKIP, N };
+    static const char codes[N] = {'d', 'd', 'd', 'i', 'i', 'b'};
+    static const Py_ssize_t sizes[N] = {8, 8, 8, 4, 4, 1};
+    Py_buffer v[N];
+    int got = 0;
+    for (; got < N; got++)
+        if (view_of(PyTuple_GET_ITEM(cols, got), &v[got], codes[got], sizes[got], 0, 0) < 0) {
+            release(v, got);
+            return NULL;
+        }
+    PyObject *result = NULL, *found = NULL;
+    Buf steps_out = {0}, ranks_out = {0}, caused_out = {0};
+    Py_ssize_t n = COUNT(v[LEAST], double), n_runs = PyList_GET_SIZE(runs);
+    long long *count = PyMem_Calloc((size_t)n + 1, sizeof(long long));
+    if (count == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (COUNT(v[TOTAL], double) != n || COUNT(v[MOST], double) != n || COUNT(v[STEP], int) != n || COUNT(v[RANK], int) != n
+        || COUNT(v[SKIP], char) != n || n_runs % 2) {
+        PyErr_SetString(PyExc_IndexError, "settle: columns of different lengths");
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < n_runs; k += 2) {  /* how many members' spans cover each call */
+        Py_ssize_t first = PyLong_AsSsize_t(PyList_GET_ITEM(runs, k)) - base;
+        Py_ssize_t last = PyLong_AsSsize_t(PyList_GET_ITEM(runs, k + 1)) - base;
+        if (PyErr_Occurred())
+            goto done;
+        if (first < 0 || last < first || last >= n) {
+            PyErr_SetString(PyExc_IndexError, "settle: a span out of range");
+            goto done;
+        }
+        count[first] += 1;
+        count[last + 1] -= 1;
+    }
+    const double *total = v[TOTAL].buf, *least = v[LEAST].buf, *most = v[MOST].buf;
+    const int *step = v[STEP].buf, *rank = v[RANK].buf;
+    const signed char *skip = v[SKIP].buf;
+    long long covered = 0, analysed = 0, partial = 0;
+    found = PyList_New(0);
+    if (found == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        covered += count[i];
+        if (covered != 0 && covered != size)
+            partial++;
+        if (size < 2 || covered != size || skip[i] != 0)
+            continue;
+        analysed++;
+        double caused = total[i] - (double)covered * least[i];
+        if (!(caused > 1e-12))  /* float noise aside, every member came at once */
+            continue;
+        if (buf_put(&steps_out, &step[i], sizeof(int)) < 0 || buf_put(&ranks_out, &rank[i], sizeof(int)) < 0
+            || buf_put(&caused_out, &caused, sizeof caused) < 0)
+            goto done;
+        if (most[i] - least[i] >= floor) {
+            PyObject *item = Py_BuildValue("(nd)", i, caused);
+            if (item == NULL || PyList_Append(found, item) < 0) {
+                Py_XDECREF(item);
+                goto done;
+            }
+            Py_DECREF(item);
+        }
+    }
+    result = Py_BuildValue("(NNNOLL)", buf_array(&steps_out, "i"), buf_array(&ranks_out, "i"), buf_array(&caused_out, "d"), found,
+                           analysed, partial);
+done:
+    release(v, N);
+    PyMem_Free(count);
+    PyMem_Free(steps_out.data);
+    PyMem_Free(ranks_out.data);
+    PyMem_Free(caused_out.data);
+    Py_XDECREF(found);
+    return result;
+}
+
+PyDoc_STRVAR(fold_doc,
+"fold(sums, steps, ranks, caused, ints) -> None\n\n"
+"sums[(step, rank)] = sums.get((step, rank), 0.0) + wait, for each (step i, rank i, wait d)\n"
+"in order; a rank's int taken from the list `ints` where it holds it (shared by the keys).");
+
+static PyObject *
+fold(PyObject *module, PyObject *args)
+{
+    PyObject *sums, *steps_obj, *ranks_obj, *caused_obj, *ints;
+    if (!PyArg_ParseTuple(args, "O!OOOO!", &PyDict_Type, &sums, &steps_obj, &ranks_obj, &caused_obj, &PyList_Type, &ints))
+        return NULL;
+    Py_buffer v[3];
+    static const char codes[3] = {'i', 'i', 'd'};
+    static const Py_ssize_t sizes[3] = {4, 4, 8};
+    PyObject *objs[3] = {steps_obj, ranks_obj, caused_obj};
+    int got = 0;
+    for (; got < 3; got++)
+        if (view_of(objs[got], &v[got], codes[got], sizes[got], 0, 0) < 0) {
+            release(v, got);
+            return NULL;
+        }
+    Py_ssize_t n = COUNT(v[2], double), n_ints = PyList_GET_SIZE(ints);
+    if (COUNT(v[0], int) != n || COUNT(v[1], int) != n) {
+        release(v, 3);
+        PyErr_SetString(PyExc_IndexError, "fold: columns of different lengths");
+        return NULL;
+    }
+    const int *steps = v[0].buf, *ranks = v[1].buf;
+    const double *caused = v[2].buf;
+    PyObject *out = NULL;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *step = PyLong_FromLong(steps[k]), *rank;
+        if (ranks[k] >= 0 && ranks[k] < n_ints)
+            rank = Py_NewRef(PyList_GET_ITEM(ints, ranks[k]));
+        else
+            rank = PyLong_FromLong(ranks[k]);
+        PyObject *key = (step && rank) ? PyTuple_Pack(2, step, rank) : NULL;
+        Py_XDECREF(step);
+        Py_XDECREF(rank);
+        if (key == NULL)
+            goto done;
+        PyObject *had = PyDict_GetItemWithError(sums, key);
+        double sum = 0.0;
+        if (had != NULL) {
+            sum = PyFloat_AsDouble(had);
+            if (sum == -1.0 && PyErr_Occurred()) {
+                Py_DECREF(key);
+                goto done;
+            }
+        } else if (PyErr_Occurred()) {
+            Py_DECREF(key);
+            goto done;
+        }
+        PyObject *value = PyFloat_FromDouble(sum + caused[k]);
+        int bad = value == NULL || PyDict_SetItem(sums, key, value) < 0;
+        Py_XDECREF(value);
+        Py_DECREF(key);
+        if (bad)
+            goto done;
+    }
+    out = Py_NewRef(Py_None);
+done:
+    release(v, 3);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"columns", columns, METH_VARARGS, columns_doc},
     {"merge", merge, METH_VARARGS, merge_doc},
     {"add_batch", add_batch, METH_VARARGS, add_batch_doc},
+    {"settle", settle, METH_VARARGS, settle_doc},
+    {"fold", fold, METH_VARARGS, fold_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -6,8 +6,19 @@ latency of each call so far (and where the rank took it, it arrived last: its ra
 what names the call are read from its digest there and then, so no digest is kept), and the
 largest one, only from ranks that took one of at least the threshold's seconds (no other call
 can be listed). The sums over the members, of the latencies and of the gaps, are taken a batch
-of members at a time (:data:`BATCH`, a column across them in C); only those two columns of a
-member wait for its batch."""
+of members at a time (:data:`BATCH`, a column across them); only those two columns of a member
+wait for its batch.
+
+Once every member of a group was added (its size is known and that many ranks brought calls on
+it), its share of the result is taken and its columns freed but the least latencies: per call
+that made anyone wait, 16 bytes (step, late rank, wait caused), not the 65 of its columns. Those
+shares are summed into the result in the order the groups were first summed in, whenever they
+were settled, so each (step, rank)'s wait is the same sum, to the bit, as if every group had
+waited for the end. A rank that brings calls on a group already settled (more members than the
+group's size, which a consistent job never has) has those calls counted as left out.
+
+Where :mod:`commdebug.analysis._late` is built, each member's comparison and sums are one pass
+in C; else the same operations in Python, in the same order (the same bits)."""
 
 from __future__ import annotations
 
@@ -138,6 +149,7 @@ class LateTally:
         self._analysed = self._partial = 0
         self._summed = 0  # the groups summed so far, the first ones of ``groups``
         self._result: LateRanks | None = None
+        self._ints: list[int] = []  # 0, 1, 2...: the ranks' numbers, one object each for every (step, rank) key
 
     def add(self, d: LateDigest) -> None:
         """One rank's digest: its calls compared with its group members' before it at once, its
@@ -148,6 +160,8 @@ class LateTally:
             self.step_times[d.rank] = (d.step_list, d.step_times)
         if not d.groups:
             return
+        if d.rank >= len(self._ints):
+            self._ints += range(len(self._ints), d.rank + 1)
         if d.groups[0].gaps is None:  # no start times (all its groups alike)
             self.gaps_known = False
         here = array("i", self.sites.many(d.table))  # the rank's site ids -> ours
@@ -374,30 +388,39 @@ class LateTally:
         at the end."""
         c = self._calls[name]
         size = c.size or len(c.ranks)
+        floor = self.threshold.seconds
+        if _late is not None:  # the same, in one pass in C
+            steps, ranks, caused, worth, analysed, partial = _late.settle((c.total, c.least, c.most, c.step, c.rank, c.skip), c.runs,
+                                                                           c.base, size, floor)
+            found = [((c.step[i], c.rank[i]), cause, name, i, c.most[i] - c.least[i], self._call(name, i, cause)) for i, cause in worth]
+            c.settled = _Settled(steps, ranks, caused, found, analysed, partial)
+        else:
+            c.settled = self._settle_python(name, c, size, floor)
+        for column, kind, _ in c.columns:
+            if column != "least":
+                setattr(c, column, array(kind))
+
+    def _settle_python(self, name: str, c: _Calls, size: int, floor: float) -> _Settled:
+        """:meth:`_settle`'s share, a column at a time in Python."""
         count = _counts(c.runs, c.base, len(c.least))
         complete = list(map(_eq, count, repeat(size)))
         if True in c.skip:
             complete = list(map(_and, complete, map(_eq, c.skip, repeat(0))))
         partial = len(count) - count.count(0) - count.count(size)
-        found: list[tuple[tuple[int, int], float, str, int, float, LateCall]] = []
         if size < 2:
-            c.settled = _Settled(array("i"), array("i"), array("d"), found, 0, partial)
-        else:
-            caused = list(map(_sub, c.total, map(_mul, count, c.least)))
-            # the calls that made anyone wait (float noise aside: every member came at once)
-            at = list(compress(range(len(count)), map(_and, complete, map(_gt, caused, repeat(1e-12)))))
-            steps, ranks = array("i", map(c.step.__getitem__, at)), array("i", map(c.rank.__getitem__, at))
-            # the ones worth naming: the longest single wait is the threshold's seconds or more
-            # (``most`` holds the latencies of at least that many seconds only: the others are 0)
-            most, least = c.most, c.least
-            for j in compress(range(len(at)), map(_ge, map(_sub, map(most.__getitem__, at), map(least.__getitem__, at)),
-                                                  repeat(self.threshold.seconds))):
-                i = at[j]
-                found.append(((steps[j], ranks[j]), caused[i], name, i, most[i] - least[i], self._call(name, i, caused[i])))
-            c.settled = _Settled(steps, ranks, array("d", map(caused.__getitem__, at)), found, complete.count(True), partial)
-        for column, kind, _ in c.columns:
-            if column != "least":
-                setattr(c, column, array(kind))
+            return _Settled(array("i"), array("i"), array("d"), [], 0, partial)
+        caused = list(map(_sub, c.total, map(_mul, count, c.least)))
+        # the calls that made anyone wait (float noise aside: every member came at once)
+        at = list(compress(range(len(count)), map(_and, complete, map(_gt, caused, repeat(1e-12)))))
+        steps, ranks = array("i", map(c.step.__getitem__, at)), array("i", map(c.rank.__getitem__, at))
+        # the ones worth naming: the longest single wait is the threshold's seconds or more
+        # (``most`` holds the latencies of at least that many seconds only: the others are 0)
+        most, least = c.most, c.least
+        found = []
+        for j in compress(range(len(at)), map(_ge, map(_sub, map(most.__getitem__, at), map(least.__getitem__, at)), repeat(floor))):
+            i = at[j]
+            found.append(((steps[j], ranks[j]), caused[i], name, i, most[i] - least[i], self._call(name, i, caused[i])))
+        return _Settled(steps, ranks, array("d", map(caused.__getitem__, at)), found, complete.count(True), partial)
 
     def _sum_settled(self) -> None:
         """The settled groups' shares added to the result's sums, in the order of ``groups`` (the
@@ -410,8 +433,11 @@ class LateTally:
             self._summed += 1
             self._analysed += s.analysed
             self._partial += s.partial
-            for key, cause in zip(zip(s.steps, s.ranks, strict=True), s.caused, strict=True):
-                by_step[key] = get(key, 0.0) + cause
+            if _late is not None:
+                _late.fold(by_step, s.steps, s.ranks, s.caused, self._ints)
+            else:
+                for key, cause in zip(zip(s.steps, map(self._ints.__getitem__, s.ranks), strict=True), s.caused, strict=True):
+                    by_step[key] = get(key, 0.0) + cause
             for key, cause, name, i, longest, call in s.found:
                 found.setdefault(key, []).append((cause, name, i, longest, call))
             order[self._summed - 1].settled = _Settled(array("i"), array("i"), array("d"), [], s.analysed, s.partial)
