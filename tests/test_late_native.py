@@ -12,7 +12,6 @@ import json
 from pathlib import Path
 
 import pytest
-from synthetic import write_rank_dumps
 
 import commdebug.analysis.late_digest as late_digest_module
 import commdebug.analysis.late_tally as late_tally_module
@@ -22,6 +21,8 @@ from commdebug.analysis.report import report
 from commdebug.formats.readers import load_rank
 from commdebug.model.rank_view import RankView
 from commdebug.model.trace import CollectiveEvent, GroupInfo
+
+from synthetic import write_rank_dumps
 
 RANKS, LATE = 16, {1: (5, 0.3), 2: (12, 0.2)}  # step -> (the rank planted late there, seconds)
 
