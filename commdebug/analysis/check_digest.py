@@ -16,7 +16,7 @@ from typing import Any
 
 from commdebug.analysis.divergence import UNKNOWN_STEP
 from commdebug.analysis.findings import Finding, Side
-from commdebug.analysis.late_digest import Known, LateDigest, late_digest
+from commdebug.analysis.late_digest import LATE_IN_C, Known, LateDigest, late_digest
 from commdebug.model.columns import (
     CALL,
     GROUP_NAME,
@@ -171,10 +171,11 @@ def rank_digest(view: RankView) -> RankDigest:
                     specials.append(finding)
     names = list(map(GROUP_NAME, events))
     with_seq = list(map(IS_NOT_NONE, seqs_all))
-    lats = list(map(LATENCY, events))
-    # the late-rank analysis takes the groups' columns made here where they are its own: every
-    # call timed, each group's calls in call order (and the site of every call: each has a number)
-    late_masks: dict[str, list[bool]] | None = {} if None not in lats else None
+    # the late-rank analysis in Python takes the groups' columns made here where they are its own:
+    # every call timed, each group's calls in call order (and the site of every call: each has a
+    # number); the C one reads the events
+    lats = list(map(LATENCY, events)) if not LATE_IN_C else None
+    late_masks: dict[str, list[bool]] | None = {} if lats is not None and None not in lats else None
     known: dict[str, Known] = {}
     calls: dict[tuple, int] = {}
     groups = []
@@ -219,7 +220,7 @@ def rank_digest(view: RankView) -> RankDigest:
     if isinstance(fault, dict) and fault.get("after_final_dump"):  # the gloo teardown abort: a note on a complete dump
         notes.append(ending_note(view.metadata) or "")
     late = late_digest(rank, events, lats=lats, seqs=seqs_all, ops=ops, names=names, masks=late_masks, known=known, table=table,
-                       kinds=kinds)
+                       kinds=kinds, starts=False)
     return RankDigest(rank, int(view.metadata.get("world_size") or 0), notes, specials, list(calls), groups,
                       idle, completed, _summary(view, issued), late)
 

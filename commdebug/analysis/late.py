@@ -24,10 +24,11 @@ are no late rank; the pairs are ordered by the sum, the whole wait caused.
 
 Memory does not grow with the number of ranks: per group, per sequence number, flat arrays of
 the least latency, the latency sum and maximum, the gap sum, the step, and the current late
-rank's number, gap, start, call site and previous call; per rank, its table of call sites
+rank's number, gap, start, call site and previous call, until every member of the group was
+added (then a few bytes per call that made anyone wait); per rank, its table of call sites
 (tuples shared between ranks), its spans of sequence numbers and its time per step. A rank's
 :class:`LateDigest` (made by :func:`late_digest` in the worker that read it) holds the same
-columns for its own calls.
+columns for its own calls, as flat arrays.
 
 The analysis is in three parts: the results (here), one rank's digest
 (:mod:`commdebug.analysis.late_digest`) and the merge of the digests

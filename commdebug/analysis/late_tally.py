@@ -6,12 +6,24 @@ latency of each call so far (and where the rank took it, it arrived last: its ra
 what names the call are read from its digest there and then, so no digest is kept), and the
 largest one, only from ranks that took one of at least the threshold's seconds (no other call
 can be listed). The sums over the members, of the latencies and of the gaps, are taken a batch
-of members at a time (:data:`BATCH`, a column across them in C); only those two columns of a
-member wait for its batch."""
+of members at a time (:data:`BATCH`, a column across them); only those two columns of a member
+wait for its batch.
+
+Once every member of a group was added (its size is known and that many ranks brought calls on
+it), its share of the result is taken and its columns freed but the least latencies: per call
+that made anyone wait, 16 bytes (step, late rank, wait caused), not the 65 of its columns. Those
+shares are summed into the result in the order the groups were first summed in, whenever they
+were settled, so each (step, rank)'s wait is the same sum, to the bit, as if every group had
+waited for the end. A rank that brings calls on a group already settled (more members than the
+group's size, which a consistent job never has) has those calls counted as left out.
+
+Where :mod:`commdebug.analysis._late` is built, each member's comparison and sums are one pass
+in C; else the same operations in Python, in the same order (the same bits)."""
 
 from __future__ import annotations
 
 from array import array
+from collections.abc import Iterable
 from itertools import accumulate, compress, repeat
 from operator import (
     add as _add,
@@ -21,14 +33,18 @@ from operator import (
     gt as _gt,
     lt as _lt,
     mul as _mul,
-    or_ as _or,
     sub as _sub,
 )
 from typing import NamedTuple
 
 from commdebug.analysis.divergence import Interner
 from commdebug.analysis.late import CALLS_KEPT, CallSite, GapOps, LateCall, LateRank, LateRanks, LateThreshold
-from commdebug.analysis.late_digest import GroupPart, LateDigest, Places, step_medians
+from commdebug.analysis.late_digest import GroupPart, LateDigest, step_medians
+
+try:  # the passes in C: optional (setup.py), the same results without it
+    import commdebug.analysis._late as _late
+except ImportError:  # pragma: no cover - no C compiler at install
+    _late = None  # type: ignore[assignment]
 
 __all__ = ["LateTally", "BATCH", "PENDING"]
 
@@ -39,28 +55,30 @@ _INF = float("inf")
 
 # a group's per-call columns: name, array type, value before any member brought the call
 _COLUMNS = (("least", "d", _INF), ("total", "d", 0.0), ("most", "d", 0.0), ("gaps", "d", 0.0), ("step", "i", -1),
-            ("skip", "b", 0), ("rank", "i", -1), ("gap", "d", 0.0), ("site", "q", 0), ("prev_seq", "q", -1))
+            ("skip", "b", 0), ("rank", "i", -1), ("gap", "d", 0.0), ("site", "i", 0), ("prev_site", "i", -1),
+            ("prev_seq", "q", -1))
 _START = ("start", "d", 0.0)  # only where a profile can tell what the late rank ran in its gap (GapOps)
 
 
 class _Calls:
     """One group's calls, by sequence number from ``base``: the analysis's flat arrays."""
 
-    __slots__ = ("base", "label", "size", "ranks", "runs", "gaps_known", "columns", *(c[0] for c in _COLUMNS), _START[0])
+    __slots__ = ("base", "label", "size", "ranks", "runs", "gaps_known", "columns", "settled", *(c[0] for c in _COLUMNS), _START[0])
 
     def __init__(self, base: int, label: str, size: int, starts: bool) -> None:
         self.base, self.label, self.size = base, label, size
         self.ranks: set[int] = set()  # the members seen (the group's size when it is unknown)
         self.runs: list[int] = []  # first, last, first, last...: every rank's spans of sequence numbers
         self.gaps_known = True
+        self.settled: _Settled | None = None  # its share of the result, once every member was added
         self.columns = (*_COLUMNS, _START) if starts else _COLUMNS
         # least, total, most: of the members' latencies (most: of those that took the threshold's seconds
         # or more somewhere); gaps: their sum; the step; whether to skip the call (an uneven all_to_all);
-        # the member with the least latency so far: its rank, gap, call site and its previous call's
-        # (site | (previous site + 1) << 32), the previous call's number, its start
+        # the member with the least latency so far: its rank, gap, call site, its previous call's
+        # site (-1: none) and number (-1: none, or a send or receive), its start
         self.least, self.total, self.most, self.gaps = array("d"), array("d"), array("d"), array("d")
         self.step, self.skip = array("i"), array("b")
-        self.rank, self.gap, self.site, self.prev_seq = array("i"), array("d"), array("q"), array("q")
+        self.rank, self.gap, self.site, self.prev_site, self.prev_seq = array("i"), array("d"), array("i"), array("i"), array("q")
         self.start = array("d")
 
     def cover(self, first: int, last: int) -> list[int]:
@@ -83,6 +101,19 @@ class _Calls:
                 getattr(self, name).extend(array(kind, [empty]) * grow)
             new += (have, end)
         return new
+
+
+class _Settled(NamedTuple):
+    """A group's share of the result, taken once every member was added (and its columns but
+    ``least`` freed): per call that made anyone wait, in sequence order, its step, its late rank
+    and the wait caused; the calls worth naming; how many calls were analysed and left out."""
+
+    steps: array  # i
+    ranks: array  # i
+    caused: array  # d
+    found: list[tuple[tuple[int, int], float, str, int, float, LateCall]]  # (step, rank), caused, group, index, longest wait, the call
+    analysed: int
+    partial: int
 
 
 class _Share(NamedTuple):
@@ -112,6 +143,13 @@ class LateTally:
         self.gaps_known = True
         self._pending: dict[str, list[_Share]] = {}  # group -> members whose sums wait for the batch
         self._waiting = 0
+        # the settled groups' shares, summed in the order of ``groups`` as far as every group is settled
+        self._by_step: dict[tuple[int, int], float] = {}
+        self._found: dict[tuple[int, int], list[tuple[float, str, int, float, LateCall]]] = {}
+        self._analysed = self._partial = 0
+        self._summed = 0  # the groups summed so far, the first ones of ``groups``
+        self._result: LateRanks | None = None
+        self._ints: list[int] = []  # 0, 1, 2...: the ranks' numbers, one object each for every (step, rank) key
 
     def add(self, d: LateDigest) -> None:
         """One rank's digest: its calls compared with its group members' before it at once, its
@@ -122,19 +160,31 @@ class LateTally:
             self.step_times[d.rank] = (d.step_list, d.step_times)
         if not d.groups:
             return
-        places = d.places
-        assert places is not None  # a digest with groups has them
-        if places.starts is None:
+        if d.rank >= len(self._ints):
+            self._ints += range(len(self._ints), d.rank + 1)
+        if d.groups[0].gaps is None:  # no start times (all its groups alike)
             self.gaps_known = False
-        here = self.sites.many(places.table)  # the rank's site ids -> ours
-        after = [(i + 1) << 32 for i in here]  # the same, as a previous call's part of a packed site
+        here = array("i", self.sites.many(d.table))  # the rank's site ids -> ours
+        complete = []
         for part in d.groups:
-            self._compare(d.rank, part, places, (here, after))
+            c = self._calls.get(part.name)
+            if c is not None and c.settled is not None:  # more members than the group's size: left out
+                self._partial += len(part.seqs)
+                continue
+            c = self._compare(d.rank, part, here)
             batch = self._pending.setdefault(part.name, [])
             batch.append(_Share(part.seqs[0], part.lats, part.gaps, None if part.run else part.seqs))
             self._waiting += 1
             if len(batch) >= min(part.size or BATCH, BATCH):
                 self._flush(part.name)
+            if c.size and len(c.ranks) >= c.size:
+                complete.append(part.name)
+        for name in complete:  # its last batch can take no other member: summed now, and the group settled
+            if name in self._pending:
+                self._flush(name)
+            self._settle(name)
+        if complete:
+            self._sum_settled()
         if self._waiting > PENDING:
             self.flush()
 
@@ -154,12 +204,12 @@ class LateTally:
             for p in batch:
                 self._sum(c, p)
             return
-        # members with the same calls (the same run of sequence numbers): summed across them first
+        # members with the same calls (the same run of sequence numbers): summed across them first,
+        # left to right (the same sums in C and in Python), then added to the calls' sums
         lo = first - c.base
-        hi = lo + n
-        c.total[lo:hi] = array("d", map(_add, c.total[lo:hi], map(sum, zip(*(p.lats for p in batch), strict=True))))
+        _add_batch(c.total, lo, [p.lats for p in batch])
         if p0.gaps is not None:
-            c.gaps[lo:hi] = array("d", map(_add, c.gaps[lo:hi], map(sum, zip(*(p.gaps for p in batch), strict=True))))
+            _add_batch(c.gaps, lo, [p.gaps for p in batch])  # type: ignore[misc]
 
     @staticmethod
     def _sum(c: _Calls, p: _Share) -> None:
@@ -167,10 +217,9 @@ class LateTally:
         first, lats, gaps, seqs = p
         if seqs is None:
             lo = first - c.base
-            hi = lo + len(lats)
-            c.total[lo:hi] = array("d", map(_add, c.total[lo:hi], lats))
+            _add_batch(c.total, lo, [lats])
             if gaps is not None:
-                c.gaps[lo:hi] = array("d", map(_add, c.gaps[lo:hi], gaps))
+                _add_batch(c.gaps, lo, [gaps])
             return
         base, total, sums = c.base, c.total, c.gaps
         for j, seq in enumerate(seqs):
@@ -178,11 +227,11 @@ class LateTally:
             if gaps is not None:
                 sums[seq - base] += gaps[j]
 
-    def _compare(self, rank: int, part: GroupPart, places: Places, ids: tuple[list[int], list[int]]) -> None:
+    def _compare(self, rank: int, part: GroupPart, here: array) -> _Calls:
         """A member's calls against its group members' before it: the least and the largest
         latency of each, and where it is the least so far (it arrived last), its rank and what
-        names the call. `ids`: the rank's site ids as ours, plain and shifted (:meth:`add`)."""
-        seqs, lats, gaps, pos = part.seqs, part.lats, part.gaps, part.pos
+        names the call. `here`: the rank's site ids as ours."""
+        seqs, lats, gaps = part.seqs, part.lats, part.gaps
         n = len(seqs)
         c = self._calls.get(part.name)
         if c is None:
@@ -197,9 +246,6 @@ class LateTally:
         base = c.base
         if new:  # the calls first seen here take this rank's steps
             steps = part.steps
-            if steps is None:
-                assert places.steps is not None  # a part without its steps has them in its places
-                steps = array("q", map(places.steps.__getitem__, pos))
             if part.run:
                 for a, b in zip(new[::2], new[1::2], strict=True):
                     a, b = max(a, first - base), min(b, last - base + 1)
@@ -213,10 +259,16 @@ class LateTally:
         for seq in part.uneven:
             c.skip[seq - base] = 1
         if not part.run:  # out of order or with holes: a call at a time
-            self._compare_calls(c, rank, part, places, ids)
-            return
+            self._compare_calls(c, rank, part, here)
+            return c
         c.runs += (first, last)
-        lo, hi = first - base, first - base + n
+        lo = first - base
+        starts = part.starts if self.gap_ops is not None else None
+        if _late is not None:  # the same comparisons, in one pass in C
+            _late.merge((c.least, c.most, c.rank, c.site, c.prev_site, c.prev_seq, c.gap, c.start if starts is not None else None),
+                        lo, rank, (lats, gaps, part.sites, part.prev_sites, part.prev_seqs, starts), here, self.threshold.seconds)
+            return c
+        hi = lo + n
         if max(lats) >= self.threshold.seconds:  # it may have waited long enough for a late rank to be named
             worse = list(map(_gt, lats, c.most[lo:hi]))
             if False not in worse:
@@ -227,20 +279,22 @@ class LateTally:
                     most[lo + j] = lats[j]
         better = list(map(_lt, lats, c.least[lo:hi]))
         if False not in better:  # the first member here (or the last to come everywhere): a slice at a time
-            packed, prev_seqs, starts = self._names(places, ids, pos)
+            ids = [*here, -1]  # ours, and -1 for none (a first call's previous site)
             c.least[lo:hi] = lats
             c.rank[lo:hi] = array("i", [rank]) * n
-            c.site[lo:hi] = array("q", packed)
-            c.prev_seq[lo:hi] = array("q", prev_seqs)
+            c.site[lo:hi] = array("i", map(ids.__getitem__, part.sites))
+            c.prev_site[lo:hi] = array("i", map(ids.__getitem__, part.prev_sites))
+            c.prev_seq[lo:hi] = part.prev_seqs
             if gaps is not None:
                 c.gap[lo:hi] = gaps
                 if starts is not None:
-                    c.start[lo:hi] = array("d", starts)
+                    c.start[lo:hi] = starts
         elif True in better:
             js = list(compress(range(n), better))
-            self._won(c, rank, [lo + j for j in js], js, part, places, ids)
+            self._won(c, rank, [lo + j for j in js], js, part, here)
+        return c
 
-    def _compare_calls(self, c: _Calls, rank: int, part: GroupPart, places: Places, ids: tuple[list[int], list[int]]) -> None:
+    def _compare_calls(self, c: _Calls, rank: int, part: GroupPart, here: array) -> None:
         """:meth:`_compare` for calls out of order or with holes, a call at a time."""
         base, lats = c.base, part.lats
         runs: list[int] = []
@@ -260,49 +314,30 @@ class LateTally:
                 js.append(j)
         c.runs += runs
         if ks:
-            self._won(c, rank, ks, js, part, places, ids)
+            self._won(c, rank, ks, js, part, here)
 
-    def _names(self, places: Places, ids: tuple[list[int], list[int]], ps: list[int]) -> tuple[list[int], list[int], list[float] | None]:
-        """What names the calls at places `ps` of a rank (where it arrived last so far): per
-        call its site and its previous call's (``site | (previous site + 1) << 32``), the
-        previous call's sequence number (-1: none) and, where a profile is read, its start. In
-        C, a column at a time."""
-        sites, (here, after) = places.sites, ids
-        head = bool(ps) and ps[0] == 0  # its first call: nothing before it
-        prev = list(map(_sub, ps[1:] if head else ps, repeat(1)))
-        befores = list(map(after.__getitem__, map(sites.__getitem__, prev)))
-        seqs = list(map(places.seqs.__getitem__, prev))  # -1: a send or receive before it
-        if head:
-            befores.insert(0, 0)
-            seqs.insert(0, -1)
-        packed = list(map(_or, map(here.__getitem__, map(sites.__getitem__, ps)), befores))
-        starts = list(map(places.starts.__getitem__, ps)) if self.gap_ops is not None and places.starts is not None else None
-        return packed, seqs, starts
-
-    def _won(self, c: _Calls, rank: int, ks: list[int], js: list[int], part: GroupPart, places: Places,
-             ids: tuple[list[int], list[int]]) -> None:
+    def _won(self, c: _Calls, rank: int, ks: list[int], js: list[int], part: GroupPart, here: array) -> None:
         """Rank `rank` has the least latency so far at indices `ks` (its calls `js` of the
-        group): it is the late one there, until a later rank comes later still."""
-        lats, gaps = part.lats, part.gaps
-        packed, prev_seqs, starts = self._names(places, ids, list(map(part.pos.__getitem__, js)))
-        least, ranks, site, prev, gap = c.least, c.rank, c.site, c.prev_seq, c.gap
-        if gaps is None:
-            for k, j, s, q in zip(ks, js, packed, prev_seqs, strict=True):
-                least[k] = lats[j]
-                ranks[k] = rank
-                site[k] = s
-                prev[k] = q
-            return
-        for k, j, s, q in zip(ks, js, packed, prev_seqs, strict=True):
+        group): it is the late one there, until a later rank comes later still. What names
+        each call is copied from the same place of the rank's columns."""
+        ids = [*here, -1]  # ours, and -1 for none (a first call's previous site)
+        lats, gaps, sites, prev_sites, prev_seqs = part.lats, part.gaps, part.sites, part.prev_sites, part.prev_seqs
+        least, ranks, site, prev, prev_seq, gap = c.least, c.rank, c.site, c.prev_site, c.prev_seq, c.gap
+        for k, j in zip(ks, js, strict=True):
             least[k] = lats[j]
             ranks[k] = rank
-            site[k] = s
-            prev[k] = q
+            site[k] = ids[sites[j]]
+            prev[k] = ids[prev_sites[j]]
+            prev_seq[k] = prev_seqs[j]
+        if gaps is None:
+            return
+        for k, j in zip(ks, js, strict=True):
             gap[k] = gaps[j]
-        if starts is not None:
+        starts = part.starts
+        if self.gap_ops is not None and starts is not None:
             start = c.start
-            for k, t in zip(ks, starts, strict=True):
-                start[k] = t
+            for k, j in zip(ks, js, strict=True):
+                start[k] = starts[j]
 
     def least(self, name: str) -> tuple[int, array]:
         """The least latency any member took at each call of group `name`, over the ranks
@@ -315,47 +350,30 @@ class LateTally:
         return step_medians(list(self.step_times.values()))
 
     def result(self, medians: dict[int, float] | None = None) -> LateRanks:
-        """The :class:`LateRanks` of every rank added. `medians`: the steps' median
-        communication times, when the caller has them (:meth:`step_medians`)."""
+        """The :class:`LateRanks` of every rank added (once, after the last :meth:`add`; a
+        second call gives the same). `medians`: the steps' median communication times, when
+        the caller has them (:meth:`step_medians`)."""
+        if self._result is not None:
+            return self._result
         self.flush()
+        for name, c in self.groups.items():
+            if c.settled is None:
+                self._settle(name)
+        self._sum_settled()
         threshold = self.threshold
         medians = self.step_medians() if medians is None else medians
-        out = LateRanks([], threshold, 0, timed=self.timed, gaps_known=self.gaps_known)
-        by_step = out.by_step
-        floor = threshold.seconds
-        found: dict[tuple[int, int], list[tuple[float, str, int]]] = {}
-        for name, c in self.groups.items():
-            size = c.size or len(c.ranks)
-            count = _counts(c.runs, c.base, len(c.least))
-            complete = list(map(_eq, count, repeat(size)))
-            if True in c.skip:
-                complete = list(map(_and, complete, map(_eq, c.skip, repeat(0))))
-            out.partial += len(count) - count.count(0) - count.count(size)
-            if size < 2:
-                continue
-            out.analysed += complete.count(True)
-            caused = list(map(_sub, c.total, map(_mul, count, c.least)))
-            # the calls that made anyone wait (float noise aside: every member came at once)
-            at = list(compress(range(len(count)), map(_and, complete, map(_gt, caused, repeat(1e-12)))))
-            keys = list(zip(map(c.step.__getitem__, at), map(c.rank.__getitem__, at), strict=True))
-            get = by_step.get
-            for key, cause in zip(keys, map(caused.__getitem__, at), strict=True):
-                by_step[key] = get(key, 0.0) + cause
-            # the ones worth naming: the longest single wait is the threshold's seconds or more
-            # (``most`` holds the latencies of at least that many seconds only: the others are 0)
-            most, least = c.most, c.least
-            for j in compress(range(len(at)), map(_ge, map(_sub, map(most.__getitem__, at), map(least.__getitem__, at)), repeat(floor))):
-                i = at[j]
-                found.setdefault(keys[j], []).append((caused[i], name, i))
+        out = self._result = LateRanks([], threshold, self._analysed, timed=self.timed, gaps_known=self.gaps_known,
+                                       partial=self._partial)
+        out.by_step = by_step = self._by_step
         by_rank = out.caused_by_rank
         for (_, r), cause in by_step.items():
             by_rank[r] = by_rank.get(r, 0.0) + cause
-        for (step, r), calls in found.items():
+        for (step, r), calls in self._found.items():
             limit = threshold.limit(medians.get(step))
-            kept = sorted((x for x in calls if self._longest(x[1], x[2]) >= limit), key=lambda x: (-x[0], x[1], x[2]))
+            kept = sorted((x for x in calls if x[3] >= limit), key=lambda x: (-x[0], x[1], x[2]))
             if not kept:
                 continue
-            late = [self._call(name, i, cause) for cause, name, i in kept[:CALLS_KEPT]]
+            late = [x[4] for x in kept[:CALLS_KEPT]]
             entry = LateRank(step, r, late[0], by_step[(step, r)], late)
             w = late[0]
             if self.gap_ops is not None and w.gap_s is not None and w.start_s is not None:
@@ -364,16 +382,71 @@ class LateTally:
         out.entries.sort(key=lambda e: (-e.worst.caused_s, e.step, e.rank))
         return out
 
-    def _longest(self, name: str, i: int) -> float:
-        c = self.groups[name]
-        return c.most[i] - c.least[i]
+    def _settle(self, name: str) -> None:
+        """Group `name`'s share of the result (:class:`_Settled`), taken from its columns, which
+        are then freed but ``least`` (:meth:`least` reads it): once every member was added, or
+        at the end."""
+        c = self._calls[name]
+        size = c.size or len(c.ranks)
+        floor = self.threshold.seconds
+        if _late is not None:  # the same, in one pass in C
+            steps, ranks, caused, worth, analysed, partial = _late.settle((c.total, c.least, c.most, c.step, c.rank, c.skip), c.runs,
+                                                                           c.base, size, floor)
+            found = [((c.step[i], c.rank[i]), cause, name, i, c.most[i] - c.least[i], self._call(name, i, cause)) for i, cause in worth]
+            c.settled = _Settled(steps, ranks, caused, found, analysed, partial)
+        else:
+            c.settled = self._settle_python(name, c, size, floor)
+        for column, kind, _ in c.columns:
+            if column != "least":
+                setattr(c, column, array(kind))
+
+    def _settle_python(self, name: str, c: _Calls, size: int, floor: float) -> _Settled:
+        """:meth:`_settle`'s share, a column at a time in Python."""
+        count = _counts(c.runs, c.base, len(c.least))
+        complete = list(map(_eq, count, repeat(size)))
+        if True in c.skip:
+            complete = list(map(_and, complete, map(_eq, c.skip, repeat(0))))
+        partial = len(count) - count.count(0) - count.count(size)
+        if size < 2:
+            return _Settled(array("i"), array("i"), array("d"), [], 0, partial)
+        caused = list(map(_sub, c.total, map(_mul, count, c.least)))
+        # the calls that made anyone wait (float noise aside: every member came at once)
+        at = list(compress(range(len(count)), map(_and, complete, map(_gt, caused, repeat(1e-12)))))
+        steps, ranks = array("i", map(c.step.__getitem__, at)), array("i", map(c.rank.__getitem__, at))
+        # the ones worth naming: the longest single wait is the threshold's seconds or more
+        # (``most`` holds the latencies of at least that many seconds only: the others are 0)
+        most, least = c.most, c.least
+        found = []
+        for j in compress(range(len(at)), map(_ge, map(_sub, map(most.__getitem__, at), map(least.__getitem__, at)), repeat(floor))):
+            i = at[j]
+            found.append(((steps[j], ranks[j]), caused[i], name, i, most[i] - least[i], self._call(name, i, caused[i])))
+        return _Settled(steps, ranks, array("d", map(caused.__getitem__, at)), found, complete.count(True), partial)
+
+    def _sum_settled(self) -> None:
+        """The settled groups' shares added to the result's sums, in the order of ``groups`` (the
+        order the waits of a (step, rank) are summed in, so that the sums do not depend on when
+        each group was settled), up to the first group not settled yet."""
+        order = list(self.groups.values())
+        by_step, found = self._by_step, self._found
+        get = by_step.get
+        while self._summed < len(order) and (s := order[self._summed].settled) is not None:
+            self._summed += 1
+            self._analysed += s.analysed
+            self._partial += s.partial
+            if _late is not None:
+                _late.fold(by_step, s.steps, s.ranks, s.caused, self._ints)
+            else:
+                for key, cause in zip(zip(s.steps, map(self._ints.__getitem__, s.ranks), strict=True), s.caused, strict=True):
+                    by_step[key] = get(key, 0.0) + cause
+            for key, cause, name, i, longest, call in s.found:
+                found.setdefault(key, []).append((cause, name, i, longest, call))
+            order[self._summed - 1].settled = _Settled(array("i"), array("i"), array("d"), [], s.analysed, s.partial)
 
     def _call(self, name: str, i: int, caused: float) -> LateCall:
-        c = self.groups[name]
+        c = self._calls[name]
         sites = self.sites.values
-        packed = c.site[i]
-        op, module, source = sites[packed & 0xFFFFFFFF]
-        prev = (packed >> 32) - 1
+        op, module, source = sites[c.site[i]]
+        prev = c.prev_site[i]
         seq = c.base + i
         count = len(c.ranks) if not c.size else c.size
         after = None
@@ -387,6 +460,19 @@ class LateTally:
             others = (c.gaps[i] - gap) / (count - 1)
         return LateCall(c.label, seq, op, caused, c.most[i] - c.least[i], count - 1, _module(module), source, gap, others,
                         after, CallSite(op, seq, source, _module(module)), start)
+
+
+def _add_batch(sums: array, lo: int, columns: list[array]) -> None:
+    """Per index k, the columns' values added left to right, then added to ``sums[lo + k]``:
+    in C where it is built, else the same additions in Python."""
+    if _late is not None:
+        _late.add_batch(sums, lo, columns)
+        return
+    across: Iterable[float] = columns[0]
+    for column in columns[1:]:
+        across = map(_add, across, column)
+    hi = lo + len(columns[0])
+    sums[lo:hi] = array("d", map(_add, sums[lo:hi], across))
 
 
 def _module(module: str | None) -> str | None:
