@@ -72,8 +72,8 @@ def describe_side(side: Side) -> str:
 
 
 def describe_last(last: LastCall | None) -> str:
-    """"all_reduce #3 on default_pg[2] at train.py:9 (unfinished)", "(failed)" where it raised;
-    a send names its peer."""
+    """"all_reduce #3 on default_pg[2] at train.py:9 (unfinished)", "(failed)" where it raised
+    without hanging first; a send names its peer."""
     if last is None:
         return "no collective recorded"
     if last.seq is not None:
@@ -82,7 +82,8 @@ def describe_last(last: LastCall | None) -> str:
         peer = "" if last.peer is None else (f" to rank {last.peer}" if last.op == "send" else f" from rank {last.peer}")
         what = f"{last.op}{peer} on {last.group}"
     where = f" at {last.source}" if last.source else (f" in {last.module}" if last.module else "")
-    return what + where + (" (failed)" if last.failed else " (unfinished)" if last.in_flight else "")
+    # a hang that a timeout ended is both: unfinished says more (the ending names the error)
+    return what + where + (" (unfinished)" if last.in_flight else " (failed)" if last.failed else "")
 
 
 def _endings(result: CheckResult) -> list[str]:

@@ -105,8 +105,10 @@ def test_each_bar_is_overlaps_row_for_its_rank_and_step(viewer, profiled):
                      f"in {r['calls']} calls", f"{100 * r['overlap_ratio']:.1f}% of it overlapped"):
             assert text in b["title"], (text, b["title"])
         assert ("outside HTA's window" in b["title"]) == (not r["in_window"])
-    # the async model overlaps part of its communication, and leaves part exposed
-    assert all(b["overlapped"] > 0 and b["exposed"] > 0 for b in bars)
+    # the async model overlaps part of its communication and leaves part exposed; how much, step
+    # by step, depends on the machine's load (a loaded run once had a step with none overlapped)
+    assert all(b["overlapped"] + b["exposed"] > 0 for b in bars)
+    assert sum(b["overlapped"] for b in bars) > 0 and sum(b["exposed"] for b in bars) > 0
     # the last profiled step is outside HTA's window, and marked so
     assert {r["step"] for r in rows if not r["in_window"]} == {3}
     expect(page.locator(f'{CHART} .col-label[data-step="3"]')).to_have_text("step 3*")
