@@ -1,4 +1,4 @@
-"""Memory a CommDebugMode keeps: torch's after one step, ours after 1, 10, 100 and 300 steps.
+"""Memory a CommDebugMode keeps: torch's after one step, ours after 1, 10, 100 and 300 steps (`--steps`).
 
 Retained bytes are measured with tracemalloc as what is still allocated once the step's
 tensors are gone, i.e. what the mode holds. Ours aggregates ops and caps events, so it should
@@ -24,6 +24,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--max-events", type=int, default=1000, help="ours' event cap (default 1000; the library default is 20000)")
+    parser.add_argument("--steps", type=int, default=300, help="the longest recording, in steps; also measured at a third of it (default 300)")
     args = parser.parse_args()
 
     init_fake_world(8)
@@ -55,7 +56,8 @@ def main() -> None:
     ref = retained(ReferenceMode, 1)
     print(f"reference, 1 step: {format_bytes(ref)} retained")
     ours = {}
-    for steps in (1, 10, 100, 300):
+    long, mid = args.steps, max(1, args.steps // 3)
+    for steps in sorted({1, 10, mid, long}):
         ours[steps] = retained(lambda: CommDebugMode(max_events=args.max_events), steps)
         print(f"ours, {steps:>3} steps: {format_bytes(ours[steps])} retained")
     one = CommDebugMode()
@@ -64,7 +66,7 @@ def main() -> None:
     per_step = one.get_total_counts()
     capped_at = -(-args.max_events // per_step)
     print(f"ours/reference after 1 step  = {ours[1] / ref:.2f}")
-    print(f"ours 300 steps / 100 steps   = {ours[300] / ours[100]:.2f}   "
+    print(f"ours {long} steps / {mid} steps   = {ours[long] / ours[mid]:.2f}   "
           f"({per_step} collectives a step: the {args.max_events}-event cap is reached at step {capped_at}; "
           "ops are aggregated from step 1)")
 
