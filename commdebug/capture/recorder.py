@@ -347,15 +347,15 @@ class Recorder(Stepping, TorchDispatchMode):
             return func(*args, **kwargs)
         fqn, phase = self._where
         timer = None
+        cuda = (options.timing == "sync" or options.nvtx) and on_cuda(args)
         if options.timing == "sync":
             if spec.is_p2p:
                 # Waiting on a send before its matching receive is posted deadlocks rings
                 # and pipeline schedules, and gloo's sends have no future to time them by.
                 self._note("p2p", "timing='sync' does not time send/recv: waiting on each would change the program's order and can deadlock it")
             else:
-                cuda = on_cuda(args)
                 timer = SyncTimer(cuda, early=cuda and self._groups.waits_on_stream(group.name))
-        nvtx = options.nvtx and on_cuda(args)
+        nvtx = options.nvtx and cuda
         if nvtx:
             torch.cuda.nvtx.range_push(nvtx_label(spec.op, _ops.tensor_bytes(_ops.pick(spec.inputs, args, kwargs, None))[0], group, fqn))
         try:
