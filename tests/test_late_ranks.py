@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from ranks_job import ranks_scale, write_job
+from ranks_job import ranks_scale, shared_job, write_job
 from test_predict import fr_rank
 
 from commdebug.analysis.late import LateThreshold
@@ -53,6 +53,7 @@ def late_run(tmp_path_factory) -> Path:
     return cwd / "traces"
 
 
+@pytest.mark.proc
 @pytest.mark.timeout(DEADLINE_S + 120)
 def test_the_late_rank_is_named_first_with_the_wait_it_caused_and_the_lines_around_its_gap(late_run):
     proc = cli("report", str(late_run), "--json")
@@ -89,6 +90,7 @@ def test_the_late_rank_is_named_first_with_the_wait_it_caused_and_the_lines_arou
     assert (top[0]["rank"], top[0]["deviation"]["figure"]) == (LATE_RANK, "caused_wait_s")
 
 
+@pytest.mark.proc
 @pytest.mark.timeout(DEADLINE_S + 120)
 def test_check_names_the_worst_late_rank_in_its_header_and_keeps_its_exit_status(late_run):
     proc = cli("check", str(late_run))
@@ -100,6 +102,7 @@ def test_check_names_the_worst_late_rank_in_its_header_and_keeps_its_exit_status
     assert json.loads(cli("check", str(late_run), "--json").stdout)["late_ranks"][0]["rank"] == LATE_RANK
 
 
+@pytest.mark.proc
 @pytest.mark.timeout(DEADLINE_S + 120)
 def test_threshold_option_and_a_ranks_selection_that_leaves_members_out(late_run):
     high = json.loads(cli("report", str(late_run), "--json", "--late-threshold", "5").stdout)
@@ -114,16 +117,18 @@ def test_threshold_option_and_a_ranks_selection_that_leaves_members_out(late_run
 
 
 @pytest.fixture(scope="module")
-def jobs(tmp_path_factory) -> tuple[Path, Path, dict[int, int]]:
+def jobs(shared_run, tmp_path_factory) -> tuple[Path, Path, dict[int, int]]:
     """64 ranks of a real TP + FSDP2 run on the fake backend, every rank's latencies its own:
-    as recorded (balanced: no rank comes late), and with one late rank planted per step."""
-    out = tmp_path_factory.mktemp("jobs64")
-    balanced = write_job(out / "balanced", 64)
+    as recorded (balanced: no rank comes late; the run's shared job), and with one late rank
+    planted per step (this module's own, from the same real runs)."""
+    balanced = shared_job(shared_run, 64)
     late = {0: 3, 1: 12, 2: 55, 3: 60}  # step -> the rank that comes LATE_S late to its TP group's first call
-    write_job(out / "late", 64, late=late)
-    return balanced.folder, out / "late", late
+    out = tmp_path_factory.mktemp("jobs64") / "late"
+    write_job(out, 64, late=late)
+    return balanced.folder, out, late
 
 
+@pytest.mark.proc
 def test_a_balanced_job_lists_no_late_rank(jobs):
     balanced, _, _ = jobs
     rep = report_path(balanced)
@@ -133,6 +138,7 @@ def test_a_balanced_job_lists_no_late_rank(jobs):
     assert "late rank:" not in cli("check", str(balanced)).stdout
 
 
+@pytest.mark.proc
 def test_one_late_rank_per_step_is_named_at_its_step_with_the_group_that_waited(jobs):
     _, late_folder, late = jobs
     rep = report_path(late_folder)
@@ -149,6 +155,7 @@ def test_one_late_rank_per_step_is_named_at_its_step_with_the_group_that_waited(
     assert LateThreshold.parse("0.2").seconds == 0.2 and report_path(late_folder, late_threshold=LateThreshold(0.2)).late.entries == []
 
 
+@pytest.mark.proc
 def test_flight_recorder_durations_name_the_late_rank_and_say_the_gap_is_unknown(tmp_path):
     # rank 1 comes 300 ms late to call 2: rank 0 waits inside it (Flight Recorder's durations)
     folder = tmp_path / "fr"
@@ -163,6 +170,7 @@ def test_flight_recorder_durations_name_the_late_rank_and_say_the_gap_is_unknown
     assert text.count("the gap before a late call is unknown where dumps have no start times") == 1, text
 
 
+@pytest.mark.proc
 def test_without_timing_it_says_once_that_the_wait_needs_timing(tmp_path):
     from synthetic import write_rank_dumps
 

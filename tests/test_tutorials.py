@@ -17,6 +17,7 @@ def test_there_are_tutorials():
     assert TUTORIALS
 
 
+@pytest.mark.proc
 @pytest.mark.parametrize("script", TUTORIALS, ids=lambda p: p.name)
 def test_tutorial_runs_and_its_page_shows_real_output(script):
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=ROOT, timeout=300)

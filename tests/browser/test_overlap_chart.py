@@ -1,5 +1,5 @@
 """The folder page's exposed communication (issue 37). On a real two-rank gloo job run under
-``commdebug run --profile-steps`` (tutorials/programs/13_overlap.py), the chart has one bar per
+``commdebug run --profile-steps`` (tutorials/programs/13_overlap.py, made by tests/test_overlap.py), the chart has one bar per
 (rank, profiled step) carrying ``commdebug overlap --by step --json``'s figures exactly, drawn in
 proportion to them, the step outside HTA's window marked; with more ranks than it lists, the most
 exposed come first and the rest wait behind "Show all"; a folder without profiles has no chart."""
@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
+from test_overlap import async_profiled
 
 import commdebug
 import visualizer
 from commdebug.units import format_duration
 
 ROOT = Path(__file__).resolve().parents[2]
-PROGRAM = ROOT / "tutorials" / "programs" / "13_overlap.py"
 DEADLINE_S = 150
 SECTION = "#overlap-section"
 CHART = '[data-testid="overlap-chart"]'
@@ -40,22 +40,10 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def profiled(tmp_path_factory) -> Path:
-    """Two gloo ranks of the tutorial's async model, 4 steps, steps 1-3 profiled: the folder.
-
-    gloo in torch 2.13 sometimes aborts a rank in interpreter teardown after the program
-    finished (docs/ranks.md): accepted only when every rank said its dump was complete."""
-    cwd = tmp_path_factory.mktemp("overlap-job")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", "commdebug", "run",
-           "--out", "traces", "--profile-steps", "1-3", "--", str(PROGRAM), "--mode", "async", "--steps", "4"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                          timeout=DEADLINE_S)
-    finished = [line for line in proc.stderr.splitlines() if "commdebug: program finished (exit 0); dump complete" in line]
-    if proc.returncode != 0:
-        assert len(finished) == 2 and "SIGABRT" in proc.stderr, proc.stderr[-3000:]
-    traces = cwd / "traces"
-    assert sorted(p.name for p in traces.glob("*.profile.json.gz")) == ["rank0.profile.json.gz", "rank1.profile.json.gz"]
-    return traces
+def profiled(shared_run) -> Path:
+    """Two gloo ranks of the tutorial's async model, 4 steps, steps 1-3 profiled: the folder, the
+    run's one copy of the job (tests/test_overlap.py reads it too)."""
+    return async_profiled(shared_run)
 
 
 def step_rows(folder: Path) -> list[dict]:
