@@ -110,6 +110,10 @@ def test_start_up_carried_into_another_groups_call_is_start_up_too(way):
     assert skews[(3, "group 2[2]")].skew_s == pytest.approx(0.4, abs=0.005) and skews[(3, "group 2[2]")].after == 2
     assert skews[(1, "group 1[2]")].skew_s == pytest.approx(0.1, abs=0.005)
     assert max(late.by_step.values(), default=0.0) < 0.001
+    # under the threshold nothing is listed, and the start is still in no rank's wait caused
+    late = report(simulate(pair_then_world(), 4, 6, starts={0: 0.0, 1: 0.03, 2: 0.04, 3: 0.045})).late
+    assert late is not None and late.entries == [] and late.startup == []
+    assert max(late.by_step.values(), default=0.0) < 0.001, late.by_step
 
 
 def test_the_first_call_of_a_recording_begun_mid_run_is_nobodys(way):

@@ -64,6 +64,7 @@ class GroupPart(NamedTuple):
     prev_seqs: array  # q: that call's sequence number; -1: none, or a send or receive
     prev_groups: array  # i: that call's group, as an index into the digest's ``groups``; -1: none, untimed or unnumbered
     prev_lats: array  # d: the rank's latency in that call; -1: none, or untimed
+    ordinals: array  # q: each call's place among the rank's events (0: its first)
     starts: array | None  # d: when the rank made each call; None: not asked for, or not recorded
     run: bool  # its sequence numbers are one run, first to last (the usual case): merged a slice at a time
     uneven: tuple[int, ...]  # sequence numbers of all_to_all calls left out (uneven or unknown splits)
@@ -172,9 +173,9 @@ def _from_columns(rank: int, events: list[CollectiveEvent], found: tuple[list[tu
         kinds = set(map(OP, events)) if ops is None else ops
     uneven_ops = "all_to_all" in kinds
     groups = []
-    for info, g_seqs, g_lats, gaps, g_steps, sites, prev_sites, prev_seqs, prev_groups, prev_lats, g_starts, run in parts:
+    for info, g_seqs, g_lats, gaps, g_steps, sites, prev_sites, prev_seqs, prev_groups, prev_lats, ordinals, g_starts, run in parts:
         groups.append(GroupPart(info.name, info.label, info.size, g_seqs, g_lats, gaps, g_steps, sites, prev_sites, prev_seqs,
-                                prev_groups, prev_lats, g_starts, run, _uneven(events, info.name) if uneven_ops else ()))
+                                prev_groups, prev_lats, ordinals, g_starts, run, _uneven(events, info.name) if uneven_ops else ()))
     return LateDigest(rank, groups, table, times[0], times[1], timed > 0)
 
 
@@ -259,7 +260,7 @@ def _python_digest(rank: int, events: list[CollectiveEvent], times: tuple[array,
         groups.append(GroupPart(name, info.label, info.size, g_seqs, g_lats, None if gaps is None else array("d", list(compress(gaps, mine))),
                                 g_steps, array("i", map(sites.__getitem__, pos)), array("i", compress(before_sites, mine)),
                                 array("q", compress(before_seqs, mine)), array("i", compress(before_groups, mine)),
-                                array("d", compress(before_lats, mine)),
+                                array("d", compress(before_lats, mine)), array("q", pos),
                                 array("d", compress(starts, mine)) if keep_starts and starts is not None else None, run, uneven))
     return LateDigest(rank, groups, table, times[0], times[1], True)
 

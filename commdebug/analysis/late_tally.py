@@ -3,17 +3,17 @@ them, memory that does not grow with the number of ranks, then the listed (step,
 
 A rank's calls are compared with its group members' before it when it is added: the least
 latency of each call so far (and where the rank took it, it arrived last: its rank, gap and
-what names the call are read from its digest there and then, so no digest is kept), and the
-largest one, only from ranks that took one of at least the threshold's seconds (no other call
-can be listed). The sums over the members, of the latencies and of the gaps, are taken a batch
+what names the call and the call before it are read from its digest there and then, so no
+digest is kept), and the largest one and who took it. The sums over the members, of the latencies and of the gaps, are taken a batch
 of members at a time (:data:`BATCH`, a column across them); only those two columns of a member
 wait for its batch.
 
 Once every member of a group was added (its size is known and that many ranks brought calls on
 it), its share of the result is taken and its columns freed but the least latencies: per call
-that made anyone wait, 16 bytes (step, late rank, wait caused), not the 84 of its columns; per
-call whose longest wait reaches the threshold's seconds, a record of what the late rank did
-before it (its previous call's group, number and its latency there). Those shares are summed
+that made anyone wait, 16 bytes (step, late rank, wait caused), not the 92 of its columns; per
+call whose longest wait reaches the threshold's seconds, or that is among its late rank's first
+:data:`EARLY` calls (where start-up can carry on), a record of what the late rank did before it
+(its previous call's group, number and its latency there). Those shares are summed
 into the result in the order the groups were first summed in, whenever they were settled, so
 each (step, rank)'s wait is the same sum, to the bit, as if every group had waited for the end.
 A rank that brings calls on a group already settled (more members than the group's size, which
@@ -22,8 +22,7 @@ a consistent job never has) has those calls counted as left out.
 At the end each recorded call is walked back to its root (:mod:`commdebug.analysis.late`'s
 docstring): through the previous call of its late rank, looked up by (group, number) among the
 records, and that call's least latency. The waits of the recorded calls are then added to their
-roots' (step, rank), in the records' order; a wait whose root is start-up is added nowhere, nor
-is that of a call whose late rank was at its first call (the calls below the seconds too).
+roots' (step, rank), in the records' order; a wait whose root is start-up is added nowhere.
 
 Where :mod:`commdebug.analysis._late` is built, each member's comparison and sums are one pass
 in C; else the same operations in Python, in the same order (the same bits)."""
@@ -42,6 +41,7 @@ from operator import (
     gt as _gt,
     lt as _lt,
     mul as _mul,
+    or_ as _or,
     sub as _sub,
 )
 from typing import NamedTuple
@@ -69,6 +69,7 @@ except ImportError:  # pragma: no cover - no C compiler at install
 __all__ = ["LateTally", "BATCH", "PENDING"]
 
 BATCH = 8  # a group's members whose sums are taken together (column by column across them, in C)
+EARLY = 16  # a late rank's first calls whose waits are walked to their roots however short: start-up can carry on into them
 PENDING = 256  # (rank, group) shares waiting in unfinished batches, at most: memory stays bounded
 
 _INF = float("inf")
@@ -76,7 +77,7 @@ _INF = float("inf")
 # a group's per-call columns: name, array type, value before any member brought the call
 _COLUMNS = (("least", "d", _INF), ("total", "d", 0.0), ("most", "d", 0.0), ("gaps", "d", 0.0), ("step", "i", -1),
             ("skip", "b", 0), ("rank", "i", -1), ("gap", "d", 0.0), ("site", "i", 0), ("prev_site", "i", -1),
-            ("prev_seq", "q", -1), ("prev_group", "i", -1), ("prev_lat", "d", -1.0), ("most_rank", "i", -1))
+            ("prev_seq", "q", -1), ("prev_group", "i", -1), ("prev_lat", "d", -1.0), ("most_rank", "i", -1), ("ordinal", "q", -1))
 _START = ("start", "d", 0.0)  # only where a profile can tell what the late rank ran in its gap (GapOps)
 
 
@@ -92,15 +93,14 @@ class _Calls:
         self.gaps_known = True
         self.settled: _Settled | None = None  # its share of the result, once every member was added
         self.columns = (*_COLUMNS, _START) if starts else _COLUMNS
-        # least, total, most: of the members' latencies (most: of those that took the threshold's seconds
-        # or more somewhere); gaps: their sum; the step; whether to skip the call (an uneven all_to_all);
+        # least, total, most: of the members' latencies; gaps: their sum; the step; whether to skip the call (an uneven all_to_all);
         # the member with the least latency so far: its rank, gap, call site, its previous call's
         # site (-1: none), number (-1: none, or a send or receive), group (-1: none) and its
-        # latency there (-1: none), its start; the member that took ``most``
+        # latency there (-1: none), the call's place among its calls, its start; the member that took ``most``
         self.least, self.total, self.most, self.gaps = array("d"), array("d"), array("d"), array("d")
         self.step, self.skip = array("i"), array("b")
         self.rank, self.gap, self.site, self.prev_site, self.prev_seq = array("i"), array("d"), array("i"), array("i"), array("q")
-        self.prev_group, self.prev_lat, self.most_rank = array("i"), array("d"), array("i")
+        self.prev_group, self.prev_lat, self.most_rank, self.ordinal = array("i"), array("d"), array("i"), array("q")
         self.start = array("d")
 
     def cover(self, first: int, last: int) -> list[int]:
@@ -298,21 +298,21 @@ class LateTally:
         starts = part.starts if self.gap_ops is not None else None
         if _late is not None:  # the same comparisons, in one pass in C
             _late.merge((c.least, c.most, c.rank, c.site, c.prev_site, c.prev_seq, c.gap, c.start if starts is not None else None,
-                         c.prev_group, c.prev_lat, c.most_rank),
-                        lo, rank, (lats, gaps, part.sites, part.prev_sites, part.prev_seqs, starts, part.prev_groups, part.prev_lats),
-                        here, gids, self.threshold.seconds)
+                         c.prev_group, c.prev_lat, c.most_rank, c.ordinal),
+                        lo, rank, (lats, gaps, part.sites, part.prev_sites, part.prev_seqs, starts, part.prev_groups, part.prev_lats,
+                                   part.ordinals),
+                        here, gids)
             return c
         hi = lo + n
-        if max(lats) >= self.threshold.seconds:  # it may have waited long enough for a late rank to be named
-            worse = list(map(_gt, lats, c.most[lo:hi]))
-            if False not in worse:
-                c.most[lo:hi] = lats
-                c.most_rank[lo:hi] = array("i", [rank]) * n
-            elif True in worse:
-                most, most_rank = c.most, c.most_rank
-                for j in compress(range(n), worse):
-                    most[lo + j] = lats[j]
-                    most_rank[lo + j] = rank
+        worse = list(map(_gt, lats, c.most[lo:hi]))
+        if False not in worse:
+            c.most[lo:hi] = lats
+            c.most_rank[lo:hi] = array("i", [rank]) * n
+        elif True in worse:
+            most, most_rank = c.most, c.most_rank
+            for j in compress(range(n), worse):
+                most[lo + j] = lats[j]
+                most_rank[lo + j] = rank
         better = list(map(_lt, lats, c.least[lo:hi]))
         if False not in better:  # the first member here (or the last to come everywhere): a slice at a time
             ids = [*here, -1]  # ours, and -1 for none (a first call's previous site)
@@ -323,6 +323,7 @@ class LateTally:
             c.prev_seq[lo:hi] = part.prev_seqs
             c.prev_group[lo:hi] = array("i", map([*gids, -1].__getitem__, part.prev_groups))
             c.prev_lat[lo:hi] = part.prev_lats
+            c.ordinal[lo:hi] = part.ordinals
             if gaps is not None:
                 c.gap[lo:hi] = gaps
                 if starts is not None:
@@ -363,7 +364,7 @@ class LateTally:
         groups = [*gids, -1]
         lats, gaps, sites, prev_sites, prev_seqs = part.lats, part.gaps, part.sites, part.prev_sites, part.prev_seqs
         least, ranks, site, prev, prev_seq, gap = c.least, c.rank, c.site, c.prev_site, c.prev_seq, c.gap
-        prev_group, prev_lat = c.prev_group, c.prev_lat
+        prev_group, prev_lat, ordinal = c.prev_group, c.prev_lat, c.ordinal
         for k, j in zip(ks, js, strict=True):
             least[k] = lats[j]
             ranks[k] = rank
@@ -372,6 +373,7 @@ class LateTally:
             prev_seq[k] = prev_seqs[j]
             prev_group[k] = groups[part.prev_groups[j]]
             prev_lat[k] = part.prev_lats[j]
+            ordinal[k] = part.ordinals[j]
         if gaps is None:
             return
         for k, j in zip(ks, js, strict=True):
@@ -413,7 +415,7 @@ class LateTally:
                                        partial=self._partial)
         out.by_step = by_step = self._by_step
         found = self._found
-        roots = walk(found, self.least_at, limit, self.cut)
+        roots = walk(found, self.least_at, limit, self.cut, EARLY, threshold.seconds)  # appends the start-up roots that are no record
         chains: dict[int, list[tuple[Record, int]]] = {}  # a root's index in ``found`` -> its chain, with each call's hops from it
         for f, (kind, root, hops) in zip(found, roots, strict=True):
             if kind == CUT:
@@ -472,8 +474,8 @@ class LateTally:
         size = c.size or len(c.ranks)
         floor = self.threshold.seconds
         if _late is not None:  # the same, in one pass in C
-            steps, ranks, caused, worth, analysed, partial = _late.settle((c.total, c.least, c.most, c.step, c.rank, c.skip, c.prev_site),
-                                                                           c.runs, c.base, size, floor)
+            steps, ranks, caused, worth, analysed, partial = _late.settle(
+                (c.total, c.least, c.most, c.step, c.rank, c.skip, c.prev_site, c.ordinal), c.runs, c.base, size, floor, EARLY)
             c.settled = _Settled(steps, ranks, caused, [self._record(name, i, cause) for i, cause in worth], analysed, partial)
         else:
             c.settled = self._settle_python(name, c, size, floor)
@@ -494,9 +496,10 @@ class LateTally:
         # the calls that made anyone wait (float noise aside: every member came at once)
         at = list(compress(range(len(count)), map(_and, complete, map(_gt, caused, repeat(1e-12)))))
         # the ones recorded for their roots: the longest single wait is the threshold's seconds or
-        # more (``most`` holds the latencies of at least that many seconds only: the others are 0)
+        # more, or the call is among its late rank's first EARLY (a wait carried on from the start)
         most, least = c.most, c.least
-        worth = list(map(_ge, map(_sub, map(most.__getitem__, at), map(least.__getitem__, at)), repeat(floor)))
+        worth = list(map(_or, map(_ge, map(_sub, map(most.__getitem__, at), map(least.__getitem__, at)), repeat(floor)),
+                         map(_lt, map(c.ordinal.__getitem__, at), repeat(EARLY))))
         found = [self._record(name, i, caused[i]) for i in compress(at, worth)]
         # the others, but those of a late rank at its first call (no gap: start-up)
         rest = [i for i, w in zip(at, worth, strict=True) if not w and c.prev_site[i] >= 0]
@@ -528,7 +531,7 @@ class LateTally:
         prev_group = c.prev_group[i]
         return Record(c.step[i], c.rank[i], caused, name, c.base + i, c.most[i] - c.least[i], self._call(name, i, caused),
                       None if prev_group < 0 else self.group_ids.values[prev_group], c.prev_seq[i], c.prev_lat[i], c.most_rank[i],
-                      c.prev_site[i] < 0)
+                      c.prev_site[i] < 0, c.ordinal[i])
     def _call(self, name: str, i: int, caused: float) -> LateCall:
         c = self._calls[name]
         sites = self.sites.values
