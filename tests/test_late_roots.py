@@ -84,9 +84,11 @@ def test_a_balanced_job_lists_no_late_rank_and_its_start_up_apart(way):
     [skew] = late.startup
     assert (skew.rank, skew.after, skew.group, skew.seq, skew.step, skew.source) == (2, 0, "default_pg[4]", 0, 0, f"{SOURCE}:20")
     assert skew.skew_s == pytest.approx(0.42, abs=0.005)
-    # in no rank's wait caused, at no step
+    # in no rank's wait caused, at no step; the jitter after it (every rank left the first call
+    # together) stays whose it was
     assert all(r.caused_wait_s is not None and r.caused_wait_s < 0.001 for r in rep.ranks)
     assert max(late.by_step.values(), default=0.0) < 0.001
+    assert sum(v for (step, _), v in late.by_step.items() if step >= 1) > 1e-5
     data = rep.to_dict()
     assert data["late_ranks"] == [] and data["startup_skew"] == [
         {"rank": 2, "group": "default_pg[4]", "seq": 0, "op": "all_reduce", "source": f"{SOURCE}:20", "step": 0,
@@ -110,10 +112,13 @@ def test_start_up_carried_into_another_groups_call_is_start_up_too(way):
     assert skews[(3, "group 2[2]")].skew_s == pytest.approx(0.4, abs=0.005) and skews[(3, "group 2[2]")].after == 2
     assert skews[(1, "group 1[2]")].skew_s == pytest.approx(0.1, abs=0.005)
     assert max(late.by_step.values(), default=0.0) < 0.001
-    # under the threshold nothing is listed, and the start is still in no rank's wait caused
+    # under the threshold nothing is listed, and the start is still in no rank's wait caused;
+    # the pair calls after the first world call (both members left it together) keep their jitter
     late = report(simulate(pair_then_world(), 4, 6, starts={0: 0.0, 1: 0.03, 2: 0.04, 3: 0.045})).late
     assert late is not None and late.entries == [] and late.startup == []
     assert max(late.by_step.values(), default=0.0) < 0.001, late.by_step
+    assert late.by_step.get((0, 1), 0.0) + late.by_step.get((0, 3), 0.0) < 1e-9  # the pairs' first calls: start-up
+    assert sum(v for (step, _), v in late.by_step.items() if step >= 1) > 1e-5
 
 
 def test_the_first_call_of_a_recording_begun_mid_run_is_nobodys(way):

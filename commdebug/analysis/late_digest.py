@@ -68,6 +68,7 @@ class GroupPart(NamedTuple):
     starts: array | None  # d: when the rank made each call; None: not asked for, or not recorded
     run: bool  # its sequence numbers are one run, first to last (the usual case): merged a slice at a time
     uneven: tuple[int, ...]  # sequence numbers of all_to_all calls left out (uneven or unknown splits)
+    members: tuple[int, ...] | None = None  # the group's global ranks, where the dump names them
 
 
 class Known(NamedTuple):
@@ -175,7 +176,8 @@ def _from_columns(rank: int, events: list[CollectiveEvent], found: tuple[list[tu
     groups = []
     for info, g_seqs, g_lats, gaps, g_steps, sites, prev_sites, prev_seqs, prev_groups, prev_lats, ordinals, g_starts, run in parts:
         groups.append(GroupPart(info.name, info.label, info.size, g_seqs, g_lats, gaps, g_steps, sites, prev_sites, prev_seqs,
-                                prev_groups, prev_lats, ordinals, g_starts, run, _uneven(events, info.name) if uneven_ops else ()))
+                                prev_groups, prev_lats, ordinals, g_starts, run, _uneven(events, info.name) if uneven_ops else (),
+                                info.ranks))
     return LateDigest(rank, groups, table, times[0], times[1], timed > 0)
 
 
@@ -261,7 +263,7 @@ def _python_digest(rank: int, events: list[CollectiveEvent], times: tuple[array,
                                 g_steps, array("i", map(sites.__getitem__, pos)), array("i", compress(before_sites, mine)),
                                 array("q", compress(before_seqs, mine)), array("i", compress(before_groups, mine)),
                                 array("d", compress(before_lats, mine)), array("q", pos),
-                                array("d", compress(starts, mine)) if keep_starts and starts is not None else None, run, uneven))
+                                array("d", compress(starts, mine)) if keep_starts and starts is not None else None, run, uneven, info.ranks))
     return LateDigest(rank, groups, table, times[0], times[1], True)
 
 

@@ -29,7 +29,7 @@ Each record's walk is followed once: a walk that meets a record already walked t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from typing import NamedTuple
 
 from commdebug.analysis.late import LateCall
@@ -60,7 +60,7 @@ class Record(NamedTuple):
 
 
 def walk(records: list[Record], least_at: Callable[[str, int], float | None], limit: Callable[[int], float],
-         cut: Collection[int], early: int, floor: float) -> list[tuple[str, int, int]]:
+         cut: Collection[int], early: int, floor: float, members: Mapping[str, frozenset[int]]) -> list[tuple[str, int, int]]:
     """Per record, where its walk ends: (:data:`LATE`, :data:`STARTUP` or :data:`CUT`, the index
     of the root's record, the calls between them). `least_at(group, seq)`: a call's least
     latency (None: not known); `limit(step)`: the threshold at a step; `cut`: the ranks whose
@@ -68,7 +68,8 @@ def walk(records: list[Record], least_at: Callable[[str, int], float | None], li
     start-up can carry on into; `floor`: the threshold's seconds, the least longest wait that is
     walked back through the calls before (a shorter one is jitter, or start-up carried on). A
     start-up root that is no record (a rank's first call where nobody waited) is appended to
-    `records`."""
+    `records`. `members`: each group's ranks, where known (start-up cannot carry on from a call
+    whose group holds every member of the next: they all left it together)."""
     at = {(r.group, r.seq): k for k, r in enumerate(records)}
 
     def before(r: Record) -> int | None:
@@ -119,22 +120,32 @@ def walk(records: list[Record], least_at: Callable[[str, int], float | None], li
         for k in reversed(path):
             hops += 1
             ends[k] = (kind, root, hops)
-    _carry_start_up(records, ends, idle, before, cut, early)
+    _carry_start_up(records, ends, idle, before, cut, early, members)
     return [e for e in ends if e is not None]
 
 
 def _carry_start_up(records: list[Record], ends: list[tuple[str, int, int] | None], idle: set[int],
-                    before: Callable[[Record], int | None], cut: Collection[int], early: int) -> None:
+                    before: Callable[[Record], int | None], cut: Collection[int], early: int,
+                    members: Mapping[str, frozenset[int]]) -> None:
     """Start-up carried on: a root among its rank's first `early` calls that had no cause of its
-    own is start-up where its rank's call before it was its first, or was a call whose walk ends
-    in start-up; then so is every call whose walk ended at it. In place, until nothing changes
-    (each change turns a late root into start-up, so it ends)."""
+    own is start-up where its rank's call before it, on a group that does not hold every member
+    of this one (they did not all leave it together), was its first, or was a call whose walk
+    ends in start-up; then so is every call whose walk ended at it. In place, until nothing
+    changes (each change turns a late root into start-up, so it ends)."""
+
+    def together(r: Record) -> bool:
+        """Whether every member of `r`'s call was in the call before it too (its late rank's)."""
+        if r.prev_group == r.group:
+            return True
+        mine, theirs = members.get(r.group), members.get(r.prev_group or "")
+        return mine is not None and theirs is not None and mine <= theirs
+
     changed = True
     while changed:
         changed = False
         for k in sorted(idle, key=lambda k: records[k].ordinal):
             r = records[k]
-            if r.ordinal >= early:
+            if r.ordinal >= early or r.prev_group is None or together(r):
                 continue
             p = before(r)
             if p is not None and (e := ends[p]) is not None and e[0] in (STARTUP, CUT):

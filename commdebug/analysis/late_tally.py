@@ -166,6 +166,7 @@ class LateTally:
         self.sites = Interner()  # (op, module, source) by id
         self.group_ids = Interner()  # group names by id: what a call's previous call's group is kept as
         self.cut: set[int] = set()  # ranks whose first recorded event is not their recording's first
+        self.members: dict[str, frozenset[int]] = {}  # each group's ranks, where a dump names them
         self.step_times: dict[int, tuple[array, array]] = {}
         self.timed = False
         self.gaps_known = True
@@ -203,6 +204,8 @@ class LateTally:
                 self._partial += len(part.seqs)
                 continue
             c = self._compare(d.rank, part, here, gids)
+            if part.members and part.name not in self.members:
+                self.members[part.name] = frozenset(part.members)
             batch = self._pending.setdefault(part.name, [])
             batch.append(_Share(part.seqs[0], part.lats, part.gaps, None if part.run else part.seqs))
             self._waiting += 1
@@ -415,7 +418,8 @@ class LateTally:
                                        partial=self._partial)
         out.by_step = by_step = self._by_step
         found = self._found
-        roots = walk(found, self.least_at, limit, self.cut, EARLY, threshold.seconds)  # appends the start-up roots that are no record
+        # (appends the start-up roots that are no record)
+        roots = walk(found, self.least_at, limit, self.cut, EARLY, threshold.seconds, self.members)
         chains: dict[int, list[tuple[Record, int]]] = {}  # a root's index in ``found`` -> its chain, with each call's hops from it
         for f, (kind, root, hops) in zip(found, roots, strict=True):
             if kind == CUT:
