@@ -231,9 +231,10 @@ def test_past_the_row_limit_the_least_exposed_ranks_are_left_out_and_said(viewer
 
 
 def test_a_thousand_profiled_ranks_add_little_to_the_page(profiled):
-    """1,024 profiled ranks x 3 steps: every bar embedded, in well under a quarter of a MiB."""
+    """1,024 profiled ranks x 3 steps: every bar embedded, its exposed time's waiting part too, in
+    under a quarter of a MiB."""
     found = many_ranks(profiled, profiled_ranks=1024, bare=0)
     index, blocks = visualizer.ranks_data(found)
     block = blocks[index["overlap"]["block"]]
     assert index["overlap"]["left_out"] == [] and sum(len(r) for r in json.loads(block)) == 1024 * 3 * 7
-    assert len(block) < 200_000, len(block)
+    assert len(block) < 250_000, len(block)
