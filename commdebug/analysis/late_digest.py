@@ -94,7 +94,7 @@ class LateDigest:
     step_list: array  # the steps it timed calls in, ascending, and its time in collectives at each
     step_times: array
     timed: bool  # some call timed
-    whole: bool = True  # its first event is its recording's first (none dropped before): its first call's wait is start-up
+    whole: bool = True  # its first event is its process's first collective, as far as known: its first call's wait is start-up
 
 
 def step_times(t_steps: list[int], t_lats: list[float]) -> tuple[array, array]:
@@ -160,7 +160,9 @@ def late_digest(rank: int, events: list[CollectiveEvent], *, times: tuple[array,
             digest = _python_digest(rank, events, times, lats, seqs, ops, names, steps, timed, masks, known, table, kinds, starts)
     else:
         digest = _python_digest(rank, events, times, lats, seqs, ops, names, steps, timed, masks, known, table, kinds, starts)
-    digest.whole = not events or events[0].index == 0
+    # the recording began with the process where its first event is its first and the first call
+    # on its group (a Flight Recorder ring that wrapped, or a profile of later steps, does not)
+    digest.whole = not events or (events[0].index == 0 and events[0].seq in (None, 0))
     return digest
 
 
