@@ -176,3 +176,16 @@ def test_report_and_check_on_a_folder(tmp_path):
     assert [(t["group"], t["seq"], t["op"], t["rank"]) for t in entry["through"]] == [("default_pg[4]", 3, "all_reduce", 2)]
     assert entry["chain_caused_s"] == pytest.approx(1.5, abs=0.03) and entry["calls"][0]["through"] == entry["through"]
     assert {(s["rank"], s["group"]) for s in data["startup_skew"]} == {(1, "group 1[2]"), (2, "group 2[2]")}
+
+
+def test_a_rank_last_by_jitter_at_its_call_before_is_not_walked_back_to_it(way):
+    """Ranks 2 and 3 both work 0.3 s longer before their pair call at step 2 (rank 3 a
+    millisecond more: jitter, under the threshold), then come late together to the world call,
+    rank 3 last. The pair call made nobody wait long: the walk stops at the world call, where
+    ranks 0 and 1 waited, and does not name rank 3's millisecond at the pair call."""
+    views = simulate(pair_then_world(), 4, 6, starts=STARTS, delays={(2, 2, 0): 0.3, (3, 2, 0): 0.301, (3, 2, 1): 2e-4})
+    late = report(views).late
+    assert late is not None and [(e.step, e.rank) for e in late.entries] == [(2, 3)]
+    w = late.entries[0].worst
+    assert (w.group, w.source, w.waited, w.through) == ("default_pg[4]", f"{SOURCE}:{WORLD_LINE}", 3, ())
+    assert w.max_wait_s == pytest.approx(0.3, abs=0.01)

@@ -15,7 +15,8 @@ record, with L its late rank and P the call L made before it (on any group):
   blame passes to P's late rank, at P (P's record);
 - else, L's gap before the call exceeds the waiters' mean gap by the threshold: L's own work made
   it late here, the root;
-- else, L came last at P too: L was already late, the walk goes on at P;
+- else, L came last at P too, and someone waited the threshold's seconds for it there: L was
+  already late, the walk goes on at P;
 - else the walk ends here, for want of a cause; but among L's first calls, where P was L's first
   call or P's walk ends in start-up, the wait is start-up carried on (the rank's start made it
   late), and so is every wait whose walk ended here.
@@ -91,8 +92,8 @@ def walk(records: list[Record], least_at: Callable[[str, int], float | None], li
         gap, others = r.call.gap_s, r.call.others_gap_s
         if gap is not None and others is not None and gap - others >= limit(r.step):
             return None, LATE, False  # its own work before the call made it late
-        if p is not None and records[p].rank == r.rank:
-            return p, LATE, False  # late already: it came last at its call before too
+        if p is not None and records[p].rank == r.rank and records[p].longest >= floor:
+            return p, LATE, False  # late already: it came last at its call before too, and long enough to count
         return None, LATE, True
 
     ends: list[tuple[str, int, int] | None] = [None] * len(records)
