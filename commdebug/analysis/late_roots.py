@@ -141,8 +141,12 @@ def _carry_start_up(records: list[Record], ends: list[tuple[str, int, int] | Non
         mine, theirs = members.get(r.group), members.get(r.prev_group or "")
         return mine is not None and theirs is not None and mine <= theirs
 
+    by_root: dict[int, list[int]] = {}  # each root's records
+    for j, e in enumerate(ends):
+        if e is not None:
+            by_root.setdefault(e[1], []).append(j)
     changed = True
-    while changed:
+    while changed:  # a pass per round of changes: a root turned start-up can make another one so
         changed = False
         for k in sorted(idle, key=lambda k: records[k].ordinal):
             r = records[k]
@@ -155,14 +159,17 @@ def _carry_start_up(records: list[Record], ends: list[tuple[str, int, int] | Non
                 kind, root, hops = CUT if r.rank in cut else STARTUP, len(records), 0
                 records.append(_first_call(r))
                 ends.append((kind, root, 0))
+                by_root[root] = [root]
             else:
                 continue
-            for j, e in enumerate(ends):
-                if e is not None and e[1] == k:
-                    ends[j] = (kind, root, hops + 1 + e[2])
+            moved = by_root.pop(k, [])
+            for j in moved:
+                old = ends[j]
+                assert old is not None
+                ends[j] = (kind, root, hops + 1 + old[2])
+            by_root.setdefault(root, []).extend(moved)
             idle.discard(k)
             changed = True
-            break
 
 
 def _first_call(r: Record) -> Record:
