@@ -235,7 +235,7 @@ def _parser() -> argparse.ArgumentParser:
 
     overlap = verb("overlap", "how much of each rank's communication ran under compute and how much was exposed, from torch.profiler traces or profiled steps (commdebug run --profile-steps), by op, step, group, module, phase or line")
     overlap.add_argument("dumps", metavar="DUMPS", help="a torch.profiler trace (.json, .json.gz, .pt.trace.json), a folder of one trace per rank, or a folder a `commdebug run --profile-steps` wrote (dumps with their profiles)")
-    overlap.add_argument("--by", default="op", help="rows by one of: op, step, group, module, phase, line (module and line need the profiles joined to commdebug dumps) (default op)")
+    overlap.add_argument("--by", default="op", help="rows by one of: op, step, group, module, phase, line, unit (module: the module that issued the call; unit: the FSDP unit whose parameters it moved; module, line and unit need the profiles joined to commdebug dumps) (default op)")
     overlap.add_argument("--json", action="store_true", help="print JSON (default text)")
     overlap.add_argument("--round-us", action="store_true", help="round activity times inward to whole microseconds, as HolisticTraceAnalysis 0.5.0 does, to reproduce its figure (default: the trace's own times)")
     _quiet_option(overlap)

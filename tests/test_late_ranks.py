@@ -64,15 +64,18 @@ def test_the_late_rank_is_named_first_with_the_wait_it_caused_and_the_lines_arou
     # the three others each waited about the delay (a loaded machine adds, never takes away much)
     assert 3 * 0.6 <= first["caused_s"] <= 3 * 2.0 and 0.6 <= first["max_wait_s"] <= 2.0, first
     assert 0.6 <= first["gap_s"] <= 2.0 and first["others_gap_s"] < 0.3, first
-    assert first["after"] == {"op": "barrier", "seq": 2 * LATE_STEP, "source": f"{JOB}:{BARRIER_LINE}", "module": "Global"}
-    assert first["before"] == {"op": "all_reduce", "seq": 2 * LATE_STEP + 1, "source": f"{JOB}:{ALL_REDUCE_LINE}", "module": "Global"}
+    assert first["after"] == {"op": "barrier", "seq": 2 * LATE_STEP, "source": f"{JOB}:{BARRIER_LINE}", "module": "Global",
+                              "group": "default_pg[4]"}
+    assert first["before"] == {"op": "all_reduce", "seq": 2 * LATE_STEP + 1, "source": f"{JOB}:{ALL_REDUCE_LINE}", "module": "Global",
+                               "group": "default_pg[4]"}
     assert first["source"] == f"{JOB}:{ALL_REDUCE_LINE}" and first["seq"] == 2 * LATE_STEP + 1
     assert first["gap_top"] == []  # no profiler traces in this folder
-    # nothing else is named at its step, and after the job's start-up (step 0, where processes
-    # come to their first call at different moments) nothing comes near it
+    # nothing else is named at its step, nothing comes near it, and the job's start-up (the
+    # processes come to their first call at different moments) names no late rank: it is apart
     others = data["late_ranks"][1:]
     assert all(e["step"] != LATE_STEP for e in others), others
-    assert all(e["caused_s"] < first["caused_s"] / 4 for e in others if e["step"] != 0), others
+    assert all(e["caused_s"] < first["caused_s"] / 4 and (e["step"], e["seq"]) != (0, 0) for e in others), others
+    assert all((s["step"], s["seq"], s["op"]) == (0, 0, "barrier") for s in data["startup_skew"]), data["startup_skew"]
     caused = {r["rank"]: r["caused_wait_s"] for r in data["ranks"]}
     assert caused[LATE_RANK] >= first["caused_s"] and max(caused, key=caused.get) == LATE_RANK
     # the other columns stay what they were: ranks 0-2 waited (straggler time), rank 3 did not
@@ -82,7 +85,7 @@ def test_the_late_rank_is_named_first_with_the_wait_it_caused_and_the_lines_arou
     text = cli("report", str(late_run)).stdout
     assert f"  step {LATE_STEP}, rank {LATE_RANK}: made 3 ranks wait " in text, text
     gap_line = text.splitlines()[text.splitlines().index(next(line for line in text.splitlines() if line.startswith(f"  step {LATE_STEP}, rank {LATE_RANK}:"))) + 1]
-    assert gap_line.startswith("    before it: ") and f"since barrier #{2 * LATE_STEP} at {JOB}:{BARRIER_LINE} ended" in gap_line, gap_line
+    assert gap_line.startswith("    before it: ") and f"since barrier #{2 * LATE_STEP} on default_pg[4] at {JOB}:{BARRIER_LINE} ended" in gap_line, gap_line
     assert "listed where a rank waited over 50.0 ms and 10% of the step's median communication time" in text
 
     # --top ranks by it too: the late rank is the one furthest from the median, by the wait it caused

@@ -124,6 +124,7 @@ class CheckResult:
             "notes": self.notes,
             "rank_summaries": [r.to_dict() for r in self.rank_summaries],
             "late_ranks": [] if self.late is None else self.late.to_dict(),
+            "startup_skew": [] if self.late is None else self.late.startup_to_dict(),
         }
 
 

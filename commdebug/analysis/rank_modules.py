@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from commdebug.analysis.check import CheckResult, check
-from commdebug.analysis.overlap import OverlapRow, step_rows
+from commdebug.analysis.overlap import OverlapRow, call_times, split_waits, step_rows
+from commdebug.analysis.overlap_wait import CallTimes, Pieces, WaitInputs, least_lengths
 from commdebug.analysis.traffic import ImbalanceTally, PeerTally, Traffic
 from commdebug.errors import DumpError
 from commdebug.formats.readers import job_files, rank_from_name, read_all
@@ -125,8 +126,10 @@ class RankModules:
     seconds: tuple[float | None, ...] | None = None
     step_ops: StepOps | None = None  # per (step, op); Flight Recorder ranks have them too
     # per profiled step (a profile beside the dump, or a profiler trace): compute, overlapped and
-    # exposed communication (commdebug.analysis.overlap.step_rows); None without a profile
+    # exposed communication, the exposed time split into waiting and transfer where every member
+    # of its calls was profiled (commdebug.analysis.overlap.step_rows); None without a profile
     overlap: list[OverlapRow] | None = None
+    overlap_waits: WaitInputs | None = None  # what that split needs, until every rank is read
 
 
 @dataclass
@@ -184,6 +187,7 @@ def rank_modules(folder: str | os.PathLike, *, ranks: Selection = ALL, steps: Se
     shared: dict[tuple, tuple] = {}  # equal tuples stored once
     peers: PeerTally | None = None  # made when a chosen rank has pair traffic
     a2a = ImbalanceTally()
+    profiled: list[CallTimes] = []  # every profiled rank's calls, chosen or not: each call's least length is over all
 
     def one(values: list) -> tuple:
         t = tuple(values)
@@ -222,12 +226,18 @@ def rank_modules(folder: str | os.PathLike, *, ranks: Selection = ALL, steps: Se
                     numbers = _numbers(data, path, tree, one)
                     numbers.step_ops = ops
                     if numbers.overlap is not None and not steps.everything:  # the page's per-step sections agree
+                        waits = numbers.overlap_waits
+                        if waits is not None:
+                            waits.rows = [p for o, p in zip(numbers.overlap, waits.rows, strict=True) if o.key in steps]
                         numbers.overlap = [o for o in numbers.overlap if o.key in steps]
                     found.append(numbers)
                 ending = ending_note(data.metadata)
                 if ending is not None:  # a fatal signal, or no final dump: said on the page with the rank
                     found[-1].notes.append(ending)
                 tally(rank, data.events, ops)
+            if data.profile is not None:
+                chosen = found[-1].overlap_waits if rank in ranks and found and found[-1].rank == rank else None
+                profiled.append(chosen.calls if chosen is not None else call_times(data.profile, data.events))
             if isinstance(data, RankView):
                 yield data
             else:
@@ -242,6 +252,10 @@ def rank_modules(folder: str | os.PathLike, *, ranks: Selection = ALL, steps: Se
             raise DumpError(f"{errors[0]}{more}")
         raise DumpError(f"{root}: no rank dump here has a module tree (commdebug dumps do)")
     found.sort(key=lambda r: r.rank)
+    split_waits([(None, r.overlap, r.overlap_waits) for r in found if r.overlap is not None and r.overlap_waits is not None],
+                least_lengths(profiled))
+    for r in found:
+        r.overlap_waits = None
     traffic = None if peers is None else Traffic(peers.rows(), a2a.rows())
     return FolderModules(root, tree, found, result, errors, ranks.describe(), steps.describe(), left_out, traffic)
 
@@ -294,10 +308,14 @@ def _numbers(trace: Trace, path: Path, tree: ModuleTree, one: Any) -> RankModule
             seconds[i] = math.fsum(acc[i])  # exact: the page rounds once, for display
     totals = trace.totals()
     notes = _notes(trace)
-    return RankModules(
+    numbers = RankModules(
         rank, path.name, str(trace.metadata.get("format") or "commdebug"), dict(trace.metadata), len(trace.events), notes, has_tree=True,
         collectives=totals["collectives"], total_bytes=totals["bytes"] if trace.bytes_recorded else None,
         total_seconds=None if seconds is None else seconds[tree.index(GLOBAL)],
         counts=one(counts), bytes=one(nbytes), seconds=None if seconds is None else one(seconds),
-        overlap=None if trace.profile is None else step_rows(rank, trace.profile),
     )
+    if trace.profile is not None:
+        pieces: list[Pieces] = []
+        numbers.overlap = step_rows(rank, trace.profile, pieces=pieces)
+        numbers.overlap_waits = WaitInputs(call_times(trace.profile, trace.events), Pieces(), pieces)
+    return numbers

@@ -200,6 +200,7 @@ class Report:
             "notes": self.notes,
             "all_to_all_imbalance": [i.to_dict() for i in self.imbalance],
             "late_ranks": [] if self.late is None else self.late.to_dict(),
+            "startup_skew": [] if self.late is None else self.late.startup_to_dict(),
             "late_analysis": None if self.late is None else {
                 "threshold": self.late.threshold.to_dict(), "timed": self.late.timed, "calls_analysed": self.late.analysed,
                 "calls_partial": self.late.partial, "gaps_known": self.late.gaps_known},

@@ -115,7 +115,8 @@ def render_report(rep: Report, top: int | None = None) -> str:
         lines += ["straggler: time spent in calls beyond the fastest rank's time for the same call (group, sequence number);",
                   "a rank with little of it arrived last and made the others wait."]
         if any(r.caused_wait_s is not None for r in rep.ranks):
-            lines.append("caused: the wait a rank made the others spend in the calls where it arrived last (late ranks, above).")
+            lines.append("caused: the wait a rank made the others spend where it arrived last by its own work, with the waits it passed on "
+                         "through other ranks (late ranks, above); start-up apart.")
     lines.extend(f"note: {n}" for n in rep.notes)
     return "\n".join(lines) + "\n"
 
