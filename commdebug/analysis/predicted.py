@@ -24,6 +24,7 @@ from commdebug.estimate.calibrate import is_nccl_tests_file
 from commdebug.estimate.cluster import Cluster, ClusterError
 from commdebug.estimate.presets import PRESETS
 from commdebug.estimate.timed import TimedJob, timed_calls
+from commdebug.formats.folders import Dumps, dumps_name
 from commdebug.formats.readers import iter_ranks
 from commdebug.model.trace import GLOBAL, Trace
 
@@ -204,12 +205,13 @@ def compare_measured(job: TimedJob, cluster: Any = None, *, by: Iterable[str] = 
     return Comparison(resolved, ordered, total, job.ranks, job.untimed, unpredicted, sources, sorted(notes))
 
 
-def timed_job(path: str | os.PathLike) -> TimedJob:
-    """The timed calls of a dump or folder of ranks, ours or Flight Recorder's."""
-    return timed_calls(iter_ranks(path), source=os.fspath(path))
+def timed_job(path: Dumps) -> TimedJob:
+    """The timed calls of a dump or folder of ranks (a folder of per-node folders, or several
+    folders), ours or Flight Recorder's."""
+    return timed_calls(iter_ranks(path), source=dumps_name(path))
 
 
-def compare_path(path: str | os.PathLike, cluster: Any = None, *, by: Iterable[str] = COMPARE_BY,
+def compare_path(path: Dumps, cluster: Any = None, *, by: Iterable[str] = COMPARE_BY,
                  ranks_per_node: int | None = None) -> Comparison | None:
     """:func:`compare_measured` on a dump or folder of ranks; None when none of its calls was
     timed. A cluster is needed then: the argument, else the dump's own, else an error."""
@@ -218,7 +220,7 @@ def compare_path(path: str | os.PathLike, cluster: Any = None, *, by: Iterable[s
         return None
     comparison = compare_measured(job, cluster, by=by, ranks_per_node=ranks_per_node)
     if comparison is None:
-        raise ClusterError(f"{os.fspath(path)}: no cluster to predict on: give --cluster NAME|FILE (presets: {', '.join(PRESETS)})")
+        raise ClusterError(f"{dumps_name(path)}: no cluster to predict on: give --cluster NAME|FILE (presets: {', '.join(PRESETS)})")
     return comparison
 
 
