@@ -92,6 +92,9 @@ def test_a_node_folder_alone_is_consistent_among_its_ranks_and_names_the_others(
     assert out.startswith("commdebug summary by op: ranks 2-3 of 4 on node1,") and note in out
     frame = json.loads(run(capsys, "watch", node1, "--once", "--json")[1])
     assert (frame["missing"], frame["elsewhere"], frame["over"]) == ([], [0, 1], True)  # never "no stream yet" from them
+    # measured beside predicted: each call's least latency is over the ranks present, and it says so
+    estimate = json.loads(run(capsys, "estimate", node1, "--cluster", "h100-ib400", "--json")[1])
+    assert estimate["ranks"] == 2 and estimate["notes"][0].startswith(note[len("note: "):] + "; each call's measured time is its least")
 
 
 def test_a_rank_missing_from_its_own_nodes_folder_is_still_a_rank_without_a_dump(job, capsys):

@@ -11,10 +11,13 @@ Each rank counts its events from its own start, and ranks start hundreds of mill
 2. **Blocking collectives**: no member of an all_reduce, all_gather, reduce_scatter,
    all_to_all or barrier can finish before every member has joined it. So for every call
    timed on several ranks, the last member's start is before every member's end: on a true
-   clock ``max(start) <= min(end)``. Each pair of clocks gets bounds from that (a call that one
-   host joined last says how far ahead the other host's clock can be), and, within the
-   bounds, the estimate that makes the members' ends agree (they finish within moments of
-   each other: the median over calls, robust to a rank the scheduler woke late).
+   clock ``max(start) <= min(end)``. Each clock's offset from the others gets bounds from
+   that (a call that one host joined last says how far ahead the other host's clock can be)
+   and is taken in the middle of them, so it is off by half their width at most. A clock
+   whose calls contradict the others' (a clock stepped during the run, or times that are not
+   comparable) is placed where the members' ends agree instead (they finish within moments of
+   each other: the median over calls, robust to a rank the scheduler woke late), and bounds no
+   other clock.
 
 A *clock* is a host when every dump has ``start_wall_s`` (its ranks share it exactly), else a
 rank (each one's ``start_time`` is off by up to a millisecond). The first rank's clock is the
@@ -47,8 +50,6 @@ __all__ = ["ClockDigest", "HostClock", "Clocks", "clock_digest", "align_clocks",
 CALLS_PER_GROUP = 256  # blocking calls per group a rank keeps for the alignment, at most
 _ROUNDS = 4  # refinements of the offsets; each uses the last one's consensus ends
 
-Call = tuple[str, int]  # (group name, sequence number)
-Member = tuple[int, float, float]  # (rank, start, end) on its clock, in wall seconds
 
 
 @dataclass
@@ -117,8 +118,9 @@ class HostClock:
 
     @property
     def uncertainty_s(self) -> float | None:
-        """How far the true offset can be from ``offset_s``, by the bounds (None: unbounded)."""
-        if self.low_s is None or self.high_s is None:
+        """How far the true offset can be from ``offset_s``, by the bounds (None: unbounded, or
+        bounds that contradict each other)."""
+        if self.low_s is None or self.high_s is None or self.low_s > self.high_s:
             return None
         return max(self.offset_s - self.low_s, self.high_s - self.offset_s, 0.0)
 
@@ -150,36 +152,52 @@ class Clocks:
 
 
 def align_clocks(digests: Iterable[ClockDigest]) -> Clocks:
-    """The :class:`Clocks` of the ranks' digests (see the module docstring)."""
+    """The :class:`Clocks` of the ranks' digests (see the module docstring). Work grows with
+    the (call, clock) pairs of the calls shared by several clocks, not with their product:
+    each call is first reduced to, per clock, its members' latest start and earliest end."""
     ranks = sorted(digests, key=lambda d: d.rank)
     if not ranks or any(d.start_wall_s is None for d in ranks):
         return Clocks({d.rank: 0.0 for d in ranks}, "own starts", "rank")
     per = "host" if all(d.exact for d in ranks) else "rank"
-    clock_of = {d.rank: (f"host {d.host}" if per == "host" else f"rank {d.rank}") for d in ranks}
-    members_of: dict[str, list[int]] = {}
+    names = {d.rank: (f"host {d.host}" if per == "host" else f"rank {d.rank}") for d in ranks}
+    clocks = list(dict.fromkeys(names[d.rank] for d in ranks))  # the first rank's clock first: the reference
+    index = {name: i for i, name in enumerate(clocks)}
+    # per call: per clock, (its members' latest start, earliest end) on the wall clock
+    calls: dict[tuple[str, int], dict[int, list[float]]] = {}
     for d in ranks:
-        members_of.setdefault(clock_of[d.rank], []).append(d.rank)
-    start = {d.rank: float(d.start_wall_s or 0.0) for d in ranks}
-    calls: dict[Call, list[Member]] = {}
-    for d in ranks:
+        k, base = index[names[d.rank]], float(d.start_wall_s or 0.0)
         for name, (seqs, starts, ends) in d.calls.items():
-            for seq, s, e in zip(seqs, starts, ends, strict=True):
-                calls.setdefault((name, seq), []).append((d.rank, start[d.rank] + s, start[d.rank] + e))
-    # only calls whose members read more than one clock say anything about the clocks
-    shared = {key: m for key, m in calls.items() if len({clock_of[r] for r, _, _ in m}) > 1}
-    reference = clock_of[ranks[0].rank]
-    offset = dict.fromkeys(members_of, 0.0)
+            for seq, st, en in zip(seqs, starts, ends, strict=True):
+                cell = calls.setdefault((name, seq), {}).setdefault(k, [-math.inf, math.inf])
+                cell[0] = max(cell[0], base + st)
+                cell[1] = min(cell[1], base + en)
+    # only calls timed on more than one clock say anything about the clocks
+    shared = [tuple((k, c[0], c[1]) for k, c in by_clock.items()) for by_clock in calls.values() if len(by_clock) > 1]
+    offset = [0.0] * len(clocks)
+    bad: set[int] = set()
+    trusted = shared
     if shared:
-        for _ in range(_ROUNDS):
-            offset = _refine(shared, offset, clock_of, reference)
-    out = []
-    for clock, rs in members_of.items():
-        low, high, n = _bounds(clock, shared, offset, clock_of)
-        if low is not None and high is not None and low <= high and clock != reference:
-            offset[clock] = min(max(offset[clock], low), high)  # the ends' estimate, kept within what the calls allow
-        out.append(HostClock(_host(ranks, rs), tuple(rs), offset[clock],
-                             None if clock == reference else low, None if clock == reference else high, n))
-    aligned = {r: start[r] + offset[clock_of[r]] for r in start}
+        for _ in range(2):  # first where the ends agree (robust to a few odd calls), to judge the clocks by
+            offset = _ends_estimates(shared, offset)
+        # a clock whose times contradict most others' (it "ends" calls before most members began them):
+        # its calls would bound every clock it shares them with, so the others are bounded without it
+        bad = _contradicting(shared, offset)
+        trusted = [c for c in (tuple(m for m in call if m[0] not in bad) for call in shared) if len(c) > 1]
+        for _ in range(_ROUNDS if len(clocks) > 2 else 1):  # two clocks: one pass is exact
+            low, high, _ = _bounds(trusted, offset)
+            for k in range(1, len(clocks)):  # each clock in the middle of what the calls allow, the reference at 0
+                if k not in bad and low[k] <= high[k] and math.isfinite(low[k]) and math.isfinite(high[k]):
+                    offset[k] = (low[k] + high[k]) / 2
+    low, high, used = _bounds(trusted, offset)  # what bounds each clock: the trusted calls; an odd clock, its own
+    odd = _bounds(shared, offset)
+    for k in bad:
+        low[k], high[k], used[k] = odd[0][k], odd[1][k], odd[2][k]
+    members: dict[int, list[int]] = {}
+    for d in ranks:
+        members.setdefault(index[names[d.rank]], []).append(d.rank)
+    out = [HostClock(_host(ranks, members[k]), tuple(members[k]), offset[k], None if k == 0 or not used[k] else low[k],
+                     None if k == 0 or not used[k] else high[k], used[k]) for k in range(len(clocks))]
+    aligned = {d.rank: float(d.start_wall_s or 0.0) + offset[index[names[d.rank]]] for d in ranks}
     origin = min(aligned.values())
     return Clocks({r: t - origin for r, t in aligned.items()}, "calls" if shared else "start times", per, out, origin, len(shared))
 
@@ -189,33 +207,49 @@ def _host(ranks: list[ClockDigest], members: list[int]) -> str | None:
     return hosts.pop() if len(hosts) == 1 else None
 
 
-def _refine(shared: dict[Call, list[Member]], offset: dict[str, float], clock_of: dict[int, str], reference: str) -> dict[str, float]:
-    """One round: each clock's offset to the median over its calls of (the call's consensus end
-    minus its members' ends on that clock), the reference's held at 0."""
-    moves: dict[str, list[float]] = {}
-    for members in shared.values():
-        consensus = statistics.median(e + offset[clock_of[r]] for r, _, e in members)
-        for r, _, e in members:
-            moves.setdefault(clock_of[r], []).append(consensus - e)
-    new = {c: statistics.median(moves[c]) if c in moves else v for c, v in offset.items()}
-    anchor = new[reference]
-    return {c: v - anchor for c, v in new.items()}
+def _bounds(shared: list[tuple[tuple[int, float, float], ...]], offset: list[float]) -> tuple[list[float], list[float], list[int]]:
+    """Per clock, the offsets every call it shares allows, the other clocks at their `offset`
+    (on a true clock the last member's start is before every member's end: max(their starts) <=
+    my earliest end + x, and my latest start + x <= min(their ends)), and how many calls."""
+    n = len(offset)
+    low, high, used = [-math.inf] * n, [math.inf] * n, [0] * n
+    for call in shared:
+        starts = sorted(((s + offset[k], k) for k, s, _ in call), reverse=True)[:2]  # the two latest starts
+        ends = sorted((e + offset[k], k) for k, _, e in call)[:2]  # the two earliest ends
+        for k, s, e in call:
+            their_start = starts[0][0] if starts[0][1] != k else starts[1][0]
+            their_end = ends[0][0] if ends[0][1] != k else ends[1][0]
+            low[k] = max(low[k], their_start - e)
+            high[k] = min(high[k], their_end - s)
+            used[k] += 1
+    return low, high, used
 
 
-def _bounds(clock: str, shared: dict[Call, list[Member]], offset: dict[str, float],
-            clock_of: dict[int, str]) -> tuple[float | None, float | None, int]:
-    """The offsets of `clock` that every call it shares allows, the other clocks at their
-    `offset`: the last member's start is before every member's end (on a true clock)."""
-    low, high, n = -math.inf, math.inf, 0
-    for members in shared.values():
-        mine = [(s, e) for r, s, e in members if clock_of[r] == clock]
-        others = [(s + offset[clock_of[r]], e + offset[clock_of[r]]) for r, s, e in members if clock_of[r] != clock]
-        if not mine or not others:
-            continue
-        n += 1
-        # max(their starts) <= min(my ends) + x and max(my starts) + x <= min(their ends)
-        low = max(low, max(s for s, _ in others) - min(e for _, e in mine))
-        high = min(high, min(e for _, e in others) - max(s for s, _ in mine))
-    if not n:
-        return None, None, 0
-    return low, high, n
+def _ends_estimates(shared: list[tuple[tuple[int, float, float], ...]], offset: list[float]) -> list[float]:
+    """Per clock, the offset that makes its ends agree with the others' (each call's median end
+    over its clocks, at their `offset`): the median over the calls it shares; the reference
+    (clock 0) stays at 0."""
+    moves: list[list[float]] = [[] for _ in offset]
+    for call in shared:
+        consensus = statistics.median(e + offset[k] for k, _, e in call)
+        for k, _, e in call:
+            moves[k].append(consensus - e)
+    new = [statistics.median(m) if m else x for m, x in zip(moves, offset, strict=True)]
+    return [x - new[0] for x in new]
+
+
+def _contradicting(shared: list[tuple[tuple[int, float, float], ...]], offset: list[float]) -> set[int]:
+    """The clocks that, at `offset`, contradict most members in a quarter of their calls or more: they end a
+    call before the median member began it, or begin it after the median member ended it
+    (impossible on a true clock: the last member's start is before every member's end)."""
+    calls, against = [0] * len(offset), [0] * len(offset)
+    for call in shared:
+        if len(call) < 3:
+            continue  # two clocks: no majority to side with
+        mid_start = statistics.median(s + offset[k] for k, s, _ in call)
+        mid_end = statistics.median(e + offset[k] for k, _, e in call)
+        for k, s, e in call:
+            calls[k] += 1
+            if e + offset[k] < mid_start or s + offset[k] > mid_end:
+                against[k] += 1
+    return {k for k in range(len(offset)) if calls[k] and against[k] * 4 > calls[k]}

@@ -18,7 +18,9 @@ for Perfetto (ui.perfetto.dev) and chrome://tracing.
   time as the model adds it up (serially). Calls of unknown group size are left off it; calls
   with no recorded time are on it. Measured tracks never carry predicted spans;
 - flows (``ph`` ``s``/``t``/``f``, Chrome trace flow events) link the timed calls of one
-  collective, the same (group name, sequence number), across the ranks in the trace: Perfetto
+  collective, the same (group name, sequence number), across the ranks in the trace, for the
+  ops no member can finish before every member joined (all_reduce, all_gather, reduce_scatter,
+  all_to_all, barrier: a broadcast's root may leave before the others arrive): Perfetto
   draws an arrow from the rank that arrived first to the one that arrived last. Arrival is told
   by latency (the first to arrive waited longest, the last waited least), which needs no
   clock; each arrow's point on a call is where that rank was known to be inside it: its start,
@@ -58,6 +60,7 @@ from commdebug.estimate import Cluster, predict_events, resolve_cluster
 from commdebug.model.aggregates import older_of
 from commdebug.model.rank_view import RankView
 from commdebug.model.trace import CollectiveEvent
+from commdebug.ops import needs_all
 from commdebug.units import format_duration, who
 
 __all__ = ["ChromeTrace", "RankChunk", "rank_chunk", "rank_trace_events", "trace_summary", "clock_lines"]
@@ -65,6 +68,7 @@ __all__ = ["ChromeTrace", "RankChunk", "rank_chunk", "rank_trace_events", "trace
 _US = 1e6
 # flow events of one chain share their category, name and id (how Perfetto joins them)
 _FLOW_CAT, _FLOW_NAME = "collective", "collective"
+_CLOCKS_SHOWN = 8  # clocks (hosts) printed one per line; the trace's metadata keeps every one
 _INSIDE_US = 0.001  # a flow point this far inside its call's span (a nanosecond: the file's resolution)
 
 
@@ -170,7 +174,7 @@ def rank_trace_events(view: RankView, cluster: Cluster | None = None, *, flows: 
         span[0], span[1] = min(span[0], ts), max(span[1], end)
         if e.latency_s is not None:
             yield {"ph": "X", "name": e.op, "cat": "collective", "pid": pid, "tid": tid, "ts": ts, "dur": round(end - ts, 3), "args": _args(e)}
-            if flows is not None and e.seq is not None and e.peer is None:
+            if flows is not None and e.seq is not None and needs_all(e.op):
                 flows.add(e.group.name, e.seq, pid, tid, ts, e.latency_s)
         else:
             yield {"ph": "i", "s": "t", "name": e.op, "cat": "collective", "pid": pid, "tid": tid, "ts": ts, "args": _args(e)}
@@ -334,6 +338,8 @@ def clock_lines(clocks: Clocks) -> list[str]:
     if clocks.method == "own starts":
         return ["clocks: not aligned (a dump has no wall-clock start): each rank counts from its own start"]
     precise = "its start time" if clocks.per == "host" else "its start time (to the millisecond: a dump from before start_wall_s)"
+    if clocks.per == "host" and len(clocks.clocks) == 1:  # one host, one clock: the starts place every rank exactly
+        return [f"clocks: one clock for all ranks: every rank on {_clock_name(clocks.clocks[0], 'host')}, placed by its start time"]
     if clocks.method == "start times":
         return [f"clocks: each rank placed by {precise}; no blocking call was timed on two "
                 f"{'hosts' if clocks.per == 'host' else 'ranks'} to check or refine it (record with --timing)"]
@@ -341,16 +347,25 @@ def clock_lines(clocks: Clocks) -> list[str]:
     lines = [f"clocks: one clock for all ranks: each rank placed by {precise}, each "
              f"{clocks.per}'s clock bounded and refined by {_n(clocks.calls, 'blocking call')} timed on several "
              f"{clocks.per}s (against {_clock_name(reference, clocks.per)})"]
-    for c in clocks.clocks[1:]:
+    others = clocks.clocks[1:]
+    for c in others[:_CLOCKS_SHOWN]:
         sign = "+" if c.offset_s >= 0 else "-"
         if c.low_s is None or c.high_s is None:
             how = "no call shared: its start time alone"
         elif c.low_s > c.high_s:
-            how = (f"the calls' bounds disagree by {format_duration(c.low_s - c.high_s)} (its clock drifted during the run?): "
-                   f"the ends' estimate, from {_n(c.calls, 'call')}")
+            how = (f"the calls' bounds disagree by {format_duration(c.low_s - c.high_s)} (a clock stepped during the run, or "
+                   f"times that are not comparable): placed where the ends of its {_n(c.calls, 'call')} agree")
         else:
-            how = f"within {format_duration(c.uncertainty_s)} by {_n(c.calls, 'call')}"
+            how = f"± {format_duration(c.uncertainty_s)} (bounded by {_n(c.calls, 'call')})"
         lines.append(f"  {_clock_name(c, clocks.per)}: {sign}{format_duration(abs(c.offset_s))}, {how}")
+    if len(others) > _CLOCKS_SHOWN:
+        rest = others[_CLOCKS_SHOWN:]
+        worst = max((c.uncertainty_s for c in rest if c.uncertainty_s is not None), default=None)
+        odd = sum(1 for c in rest if c.low_s is not None and c.high_s is not None and c.low_s > c.high_s)
+        lines.append(f"  ... {len(rest):,} more {clocks.per}s"
+                     + ("" if worst is None else f", the bounded ones within ± {format_duration(worst)}")
+                     + (f", {odd:,} whose calls' bounds disagree" if odd else "")
+                     + " (the trace's metadata.commdebug_clocks lists every one)")
     return lines
 
 
