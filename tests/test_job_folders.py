@@ -151,3 +151,11 @@ def test_two_runs_in_one_tree_or_one_rank_in_two_places_are_refused_naming_the_f
     (tmp_path / "empty-parent" / "node0").mkdir(parents=True)
     status, _, err = run(capsys, "check", tmp_path / "empty-parent")
     assert status == 2 and "no rank dumps in this folder" in err
+
+
+def test_a_parent_with_one_nodes_folder_yet_names_the_parent(job, capsys):
+    shutil.rmtree(job / "node1")  # node 1's folder not copied in (yet)
+    status, out, _ = run(capsys, "check", job)
+    assert status == 0 and out.startswith("consistent among ranks 0-1 of 4: 2 ranks"), out
+    assert (f"note: ranks 2-3 of 4 are not in {job} (no dump, stream or fault record of theirs): they may be on the other "
+            "nodes; read every node's folder together for the whole job (commdebug check DIR1 DIR2, or their parent folder)") in out

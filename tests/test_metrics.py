@@ -7,9 +7,13 @@ tests/test_prometheus.py; the hang signal on a real job in tests/test_watch.py."
 from __future__ import annotations
 
 import logging
+import os
 import socket
+import subprocess
+import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 import torch
@@ -116,3 +120,24 @@ def test_a_bad_push_url_is_refused(value):
 
 def test_each_local_rank_gets_its_own_port():
     assert metrics_port(9400, {"LOCAL_RANK": "3"}) == 9403 and metrics_port(9400, {}) == 9400
+
+
+def test_a_failed_push_never_changes_the_jobs_exit_status(tmp_path):
+    """`commdebug run --metrics-push` to a gateway that is not there: the program's own exit
+    status, one warning, and the final values still beside the dump."""
+    closed = free_port()  # nothing listens there
+    program = tmp_path / "job.py"
+    program.write_text("import sys, torch, torch.distributed as dist\n"
+                       f"dist.init_process_group('gloo', init_method='tcp://127.0.0.1:{free_port()}', rank=0, world_size=1)\n"
+                       "dist.all_reduce(torch.ones(4))\n"
+                       "dist.destroy_process_group()\n"
+                       "sys.exit(3)\n")
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-m", "commdebug", "run", "--out", "traces", "--metrics-push", f"127.0.0.1:{closed}",
+                           "--", str(program)], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(root)})
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    assert f"could not push rank 0's final metrics to http://127.0.0.1:{closed}" in proc.stderr
+    counted = {dict(labels)["op"]: v for (name, labels), v in samples((tmp_path / "traces" / "rank0.prom").read_text()).items()
+               if name == "commdebug_collectives_total"}
+    assert counted == {"all_reduce": 1.0}

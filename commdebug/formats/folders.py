@@ -239,7 +239,9 @@ def find_job(dumps: Dumps, *, live: bool = False, one_run: bool = True) -> JobFi
         _refuse_mixed_runs(str(paths[0]) if len(paths) == 1 else "the folders given", [(f, run_id_of(f)) for f in files])
     named = [folder for folder, _, by_name in folders if by_name]
     beside = _beside(named, set(read)) if len(named) == len(folders) else ()
-    scope = FolderScope(tuple(str(f) for f in read), frozenset(faulted), frozenset(pids), beside, files_only=not read)
+    # the folders as the user named them ("run", not its run/node0 alone): what the notes say was read
+    named_dirs = tuple(str(p) for p in paths if p.is_dir())
+    scope = FolderScope(named_dirs, frozenset(faulted), frozenset(pids), beside, files_only=not read)
     return JobFiles(files, scope)
 
 
@@ -327,7 +329,8 @@ def _refuse_two_places(files: list[Path], ranks: dict[Path, int]) -> None:
 
 def _beside(named: list[Path], read: set[Path]) -> tuple[str, ...]:
     """The folders next to the folders read (same parent) that hold rank files of their own:
-    where a node's folder's missing ranks may be. A few listings at most."""
+    where a node's folder's missing ranks may be. Bounded: a few dozen folders, each looked
+    into until its first rank file (a folder beside ``traces/`` may be anything)."""
     out: list[str] = []
     parents = {p.resolve().parent: p.parent for p in named}
     reading = {p.resolve() for p in read}
@@ -336,16 +339,24 @@ def _beside(named: list[Path], read: set[Path]) -> tuple[str, ...]:
             siblings = sorted(d for d in parent.iterdir() if d.is_dir() and not d.name.startswith("."))[:_BESIDE_MOST]
         except OSError:
             continue
-        for d in siblings:
-            if d.resolve() in reading:
-                continue
-            try:
-                files, _ = _listing(d)
-            except DumpError:
-                continue
-            if any(f.suffix != FAULT_SUFFIX for f in files):
-                out.append(str(shown / d.name))
+        out += [str(shown / d.name) for d in siblings if d.resolve() not in reading and _has_rank_files(d)]
     return tuple(out)
+
+
+def _has_rank_files(folder: Path, most: int = 2000) -> bool:
+    """Whether `folder` holds a rank file among its first `most` entries."""
+    try:
+        with os.scandir(folder) as entries:
+            for n, entry in enumerate(entries):
+                if n >= most:
+                    return False
+                name = entry.name
+                if (not name.startswith(".") and Path(name).suffix not in _NOT_DUMPS and entry.is_file()
+                        and (is_trace_name(name) or _TRAILING_NUMBER.search(name))):
+                    return True
+    except OSError:
+        pass
+    return False
 
 
 # A JSON object key "run_id" and its string value. Inside a JSON string a quote is escaped, so
