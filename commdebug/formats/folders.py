@@ -98,10 +98,10 @@ def one_file(dumps: Dumps) -> Path | None:
     return None if paths[0].is_dir() else paths[0]
 
 
-def dump_files(dumps: Dumps) -> list[Path]:
+def dump_files(dumps: Dumps, *, live: bool = False) -> list[Path]:
     """The dumps `dumps` names: one file as it is, else :func:`job_files`."""
     single = one_file(dumps)
-    return [single] if single is not None else job_files(dumps)
+    return [single] if single is not None else job_files(dumps, live=live)
 
 
 @dataclass

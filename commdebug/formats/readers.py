@@ -237,12 +237,13 @@ def _plain_unpickle(raw: bytes, p: Path) -> Any:
         raise DumpError(f"{p}: not a readable Flight Recorder pickle ({type(e).__name__}: {e})") from None
 
 
-def iter_ranks(path: Dumps, *, jobs: int | None = 1, digest: Callable[[RankView], Any] | None = None) -> Iterator[Any]:
+def iter_ranks(path: Dumps, *, live: bool = False, jobs: int | None = 1,
+               digest: Callable[[RankView], Any] | None = None) -> Iterator[Any]:
     """Each rank of a job (a folder, a folder of per-node folders, several folders, or the one
     dump a file is: :func:`~commdebug.formats.folders.dump_files`), in rank order, as a
-    RankView or its `digest` (see :func:`read_all`); ``jobs``: processes reading (None:
-    :func:`default_jobs`)."""
-    files = dump_files(path)
+    RankView or its `digest` (see :func:`read_all`); ``live``: a rank's stream where it is newer
+    than its dump; ``jobs``: processes reading (None: :func:`default_jobs`)."""
+    files = dump_files(path, live=live)
     for _, view in read_all(files, "rank", jobs=jobs, digest=digest):
         if isinstance(view, DumpError):
             raise view
