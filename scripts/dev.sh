@@ -66,6 +66,12 @@ if [ ! -x /usr/bin/chromium ]; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
 fi
+# The Prometheus tests start Debian's Prometheus, Pushgateway and node_exporter themselves.
+if [ ! -x /usr/bin/prometheus ] || [ ! -x /usr/bin/prometheus-pushgateway ] || [ ! -x /usr/bin/prometheus-node-exporter ]; then
+  echo "== installing prometheus, prometheus-pushgateway and prometheus-node-exporter with apt-get" >&2
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq prometheus prometheus-pushgateway prometheus-node-exporter >/dev/null
+fi
 
 # Parallel workers (pytest-xdist): tests that share a module's fixture stay in one worker, the
 # ones that start processes go out first (tests/conftest.py). PYTEST_WORKERS overrides how many

@@ -416,7 +416,7 @@ def test_namespace_is_the_same_whichever_spelling(tmp_path):
     assert parse(["demo", "--out-dir", "d"]).out == parse(["demo", "--out", "d"]).out == "d"
     assert parse(["run", "--", "x.py"]).noise_level == 3 and parse(["demo"]).out == "commdebug_demo"  # aliases keep the defaults
     viewer, view = parse(["viewer", "-o", "v.html"]), parse(["view", "-o", "v.html"])
-    assert (viewer.dumps, viewer.out, viewer.cluster) == (view.dumps, view.out, view.cluster) == (None, "v.html", None)
+    assert (viewer.dumps, viewer.out, viewer.cluster) == (view.dumps, view.out, view.cluster) == ([], "v.html", None)
     diff = parse(["diff", "a.json", "b.json"])
     assert (diff.before, diff.after) == ("a.json", "b.json")
 

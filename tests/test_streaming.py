@@ -99,7 +99,8 @@ def test_a_torn_last_chunk_reads_up_to_it_with_one_note(tmp_path, world):
     assert summary.returncode == 0, summary.stderr
     assert summary.stdout.count("cut short") == 1 and "all_reduce" in summary.stdout
     check = cli("check", str(tmp_path))
-    assert check.returncode == 1  # rank 0 never wrote anything: no_dump
+    # the other 7 ranks left nothing here and no dump places them on this host: not in this folder
+    assert check.returncode == 0 and check.stdout.startswith("consistent among rank 1 of 8:"), check.stdout
     assert check.stdout.count("cut short") == 1
     # a bad line before the last one is a malformed file: one line, exit 2
     stream.write_text(whole.replace('"kind":"chunk"', '"kind":"chunk",,', 1))

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from commdebug.ops import needs_all
+
 from chrome_trace_rules import validate_chrome_trace
 from synthetic import write_rank_dumps
 
@@ -71,7 +73,9 @@ def test_ranks_and_steps_keep_only_those_pids_and_steps(job, tmp_path):
     per_rank_step = sum(1 for e in full if e.get("cat") == "collective" and e["ph"] in "Xi" and e["pid"] == 0 and e["args"]["step"] == 1)
     assert len(calls) == 2 * per_rank_step
     # the summary says what was written and why the rest was left out
-    first, second = stdout.splitlines()
+    first, clocks, *per_rank, second = stdout.splitlines()
+    assert clocks.startswith("clocks: one clock for all ranks: each rank placed by its start time")  # how they were aligned
+    assert [line.split(":")[0] for line in per_rank] == ["  rank 1 (synthetic-node0)"]  # the other rank on its own clock
     assert first.startswith(f"wrote {tmp_path / 't.json'}: 2 ranks, {len(calls)} timed collectives")
     left = sum(1 for e in full if e.get("cat") == "collective" and e["ph"] in "Xi" and e["pid"] in (0, 1)) - len(calls)
     assert second == f"left out: 2 of 4 ranks (not in --ranks 0-1); {left} calls outside --steps 1"
@@ -234,8 +238,9 @@ def test_flows_of_a_timed_gloo_run_join_the_same_group_and_seq_on_both_ranks(glo
     for e in events:
         if e["ph"] in ("s", "t", "f"):
             chains.setdefault(e["id"], []).append(e)
-    timed = {(e["args"]["group"], e["args"]["seq"]) for e in spans if "seq" in e["args"] and "peer" not in e["args"]}
-    assert chains and len(chains) == len(timed)  # every timed collective of both ranks, once
+    # every timed call of an op no member finishes before all joined, once (a broadcast's root may leave first)
+    timed = {(e["args"]["group"], e["args"]["seq"]) for e in spans if "seq" in e["args"] and needs_all(e["name"])}
+    assert chains and len(chains) == len(timed) and len(timed) < len({(e["args"]["group"], e["args"].get("seq")) for e in spans})
     for points in chains.values():
         assert sorted(p["ph"] for p in points) == ["f", "s"]
         start, finish = sorted(points, key=lambda p: p["ph"] != "s")

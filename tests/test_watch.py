@@ -77,7 +77,8 @@ def test_a_stalled_rank_is_named_by_watch_metrics_and_the_debug_server(tmp_path)
 
         text = poll(scraped, deadline)
         assert text, get(f"http://127.0.0.1:{metrics}/metrics")
-        assert re.search(r"^commdebug_step 2\.0$", text, re.M) and re.search(r"^commdebug_collectives_in_flight 1\.0$", text, re.M)
+        rank0 = r'\{host="[^"]+",rank="0"\}'  # every series says whose it is
+        assert re.search(rf"^commdebug_step{rank0} 2\.0$", text, re.M) and re.search(rf"^commdebug_collectives_in_flight{rank0} 1\.0$", text, re.M)
 
         # the frontend on rank 0 asks both ranks, with no file in between
         page = poll(lambda: get(f"http://127.0.0.1:{debug}/commdebug?stall_after=5"), deadline)

@@ -280,6 +280,7 @@ def _check_data(result: Any) -> dict[str, Any]:
     """``check``'s result as the page lists it (each rank's ending is in its own entry's meta),
     each finding and side with the ``text`` the command line prints for it."""
     data = {k: v for k, v in result.to_dict().items() if k != "rank_summaries"}
+    data["among"] = result.among  # "among ranks 2-3 of 4": a node's folder, the others elsewhere
     for f, d in zip(result.findings, data["findings"], strict=True):
         d["text"] = commdebug.describe_finding(f)
         for side, sd in zip(f.sides, d["sides"], strict=True):

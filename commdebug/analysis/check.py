@@ -20,7 +20,9 @@ sequence number and reports the first place they part:
   sizes (an MoE layer's are uneven by design);
 - ``unmatched``: a send with no matching receive, or a receive with no send, by (group, sender,
   receiver, point-to-point sequence), or the two sides' sizes differ;
-- ``no_dump``: a rank of the job left no dump;
+- ``no_dump``: a rank of the job left no dump in its folder (a rank that the dumps present
+  place on another node, and that left nothing here, is *not in this folder*: no finding; the
+  verdict covers the ranks present and says so: :mod:`commdebug.model.presence`);
 - ``ended``: a rank's process ended without a final dump: a fatal signal its fault record
   names, or a stream whose process this host knows is gone (the run failed, whatever its
   collectives say; a fatal signal after a final dump is a note).
@@ -52,7 +54,6 @@ a gigabyte.
 
 from __future__ import annotations
 
-import os
 from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -74,8 +75,10 @@ from commdebug.analysis.divergence import (
 from commdebug.analysis.findings import Change, Finding, Side, ranks_text, who
 from commdebug.analysis.late import LateRanks
 from commdebug.analysis.late_tally import LateTally
-from commdebug.formats.readers import iter_ranks
+from commdebug.formats.folders import Dumps, find_job
+from commdebug.formats.selection import read_views
 from commdebug.model.fault import CAUSE_NOT_RECORDED, fault_words
+from commdebug.model.presence import Absence, FolderScope, Placement, absence
 from commdebug.model.rank_view import RankView
 from commdebug.model.trace import CollectiveEvent
 from commdebug.ops import shape_rule
@@ -95,10 +98,17 @@ class CheckResult:
     notes: list[str] = field(default_factory=list)
     rank_summaries: list[RankSummary] = field(default_factory=list)
     late: LateRanks | None = None  # who made the others wait (timed jobs); never a finding
+    absence: Absence | None = None  # the job's ranks not in the files read
 
     @property
     def consistent(self) -> bool:
         return not self.findings
+
+    @property
+    def among(self) -> str:
+        """"among ranks 2-3 of 4" when the verdict covers only the ranks present (a node's
+        folder), else ""."""
+        return "" if self.absence is None else self.absence.among()
 
     @property
     def compared(self) -> bool:
@@ -117,6 +127,9 @@ class CheckResult:
         return {
             "consistent": self.consistent,
             "ranks": len(self.ranks),
+            "world_size": self.absence.world_size if self.absence is not None else len(self.ranks),
+            "ranks_present": sorted(self.ranks),
+            "ranks_absent": [] if self.absence is None else list(self.absence.elsewhere),
             "groups": self.groups,
             "collectives": self.collectives,
             "collectives_per_rank": {"min": low, "max": high},
@@ -155,7 +168,9 @@ class _Group:
 
 
 class _Checker:
-    def __init__(self) -> None:
+    def __init__(self, scope: FolderScope | None = None) -> None:
+        self.scope = scope
+        self.placements: dict[int, Placement] = {}
         self.sigs = Interner()  # (op, size, dtype)
         self.ctxs = Interner()  # (module, source)
         self.patterns = Interner()  # a step's call-site ids on one group
@@ -182,6 +197,7 @@ class _Checker:
         d = view if isinstance(view, RankDigest) else rank_digest(view)
         rank = d.rank
         self.ranks.append(rank)
+        self.placements[rank] = d.placement
         self.world_size = max(self.world_size, d.world_size)
         for note in d.notes:  # the same note on a thousand ranks is said once
             self.rank_notes.setdefault(note, []).append(rank)
@@ -293,14 +309,17 @@ class _Checker:
             self._group_findings(g)
         self._p2p_findings()
         self.findings[0:0] = _ended(self.summaries)
-        if self.world_size:
-            absent = sorted(set(range(self.world_size)) - set(self.ranks))
-            if absent:
-                self.findings.insert(0, Finding("no_dump", "", None, f"{who(absent)} of {self.world_size} left no dump", [Side(absent)]))
+        away = absence(self.world_size, self.placements, self.scope)
+        if away.here:
+            self.findings.insert(0, Finding("no_dump", "", None, f"{who(away.here)} of {self.world_size} left no dump",
+                                            [Side(list(away.here))]))
         notes = [f"{who(ranks)}: {note}" for note, ranks in self.rank_notes.items()] + self.notes + self.branches.lines(self.ctxs)
+        said = away.note()
+        if said is not None:  # first: every figure after it covers the ranks present
+            notes.insert(0, said)
         late = self.late.result() if self.late.timed else None
         return CheckResult(self.findings, sorted(self.ranks), len(self.groups), self.collectives, notes,
-                           sorted(self.summaries, key=lambda s: s.rank), late)
+                           sorted(self.summaries, key=lambda s: s.rank), late, away)
 
     def _settle(self, g: _Group) -> None:
         """Unfinished collectives that another member completed: not a hang, a note.
@@ -558,15 +577,25 @@ def _append(g: _Group, pos: int, sig: int, ctx: int, step: int, in_flight: bool)
     g.flight.append(1 if in_flight else 0)
 
 
-def check(ranks: Iterable[RankView | RankDigest]) -> CheckResult:
+def check(ranks: Iterable[RankView | RankDigest], scope: FolderScope | None = None) -> CheckResult:
     """Check the ranks' collectives for consistency (see the module docstring); each rank as
-    its view or its :func:`rank_digest`."""
-    checker = _Checker()
+    its view or its :func:`rank_digest`. `scope`: what the reader saw around the files
+    (:attr:`commdebug.formats.folders.JobFiles.scope`), which tells a rank on another node's
+    folder from one that left nothing in its own.
+
+    >>> job = find_job("run/node1")                                             # doctest: +SKIP
+    >>> result = check(read_views(job.files, digest=rank_digest), job.scope)   # doctest: +SKIP
+    >>> result.among                                                           # doctest: +SKIP
+    'among ranks 2-3 of 4'
+    """
+    checker = _Checker(scope)
     for view in ranks:
         checker.add(view)
     return checker.result()
 
 
-def check_path(path: str | os.PathLike) -> CheckResult:
-    """:func:`check` over a folder of rank dumps (ours or Flight Recorder's)."""
-    return check(iter_ranks(path, digest=rank_digest))
+def check_path(path: Dumps) -> CheckResult:
+    """:func:`check` over a folder of rank dumps (ours or Flight Recorder's), a folder of
+    per-node folders, several folders, or one dump."""
+    job = find_job(path)
+    return check(read_views(job.files, digest=rank_digest), job.scope)

@@ -32,17 +32,19 @@ worker processes), so a folder of large traces is never in memory at once.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from commdebug.analysis.overlap_wait import CallKey, CallTimes, Pieces, WaitInputs, least_lengths, split
 from commdebug.errors import CommDebugError, DumpError
 from commdebug.model.profile import Activities, Profile
 from commdebug.model.rank_view import RankView
 from commdebug.model.trace import CollectiveEvent
+
+if TYPE_CHECKING:
+    from commdebug.formats.folders import Dumps
 
 __all__ = ["BY", "RankOverlap", "OverlapRow", "Overlap", "RankShare", "rank_overlap", "overlap", "overlap_path",
            "step_rows", "call_times", "split_waits", "union", "intersection_length"]
@@ -443,15 +445,17 @@ def check_by(by: str) -> str:
     return by
 
 
-def overlap_path(path: str | os.PathLike, by: str = "op", *, round_us: bool = False, jobs: int | None = 1,
+def overlap_path(path: Dumps, by: str = "op", *, round_us: bool = False, jobs: int | None = 1,
                  progress: Callable[[int, int], None] | None = None) -> Overlap:
-    """:func:`overlap` over one trace, one dump with its profile, or a folder of them."""
+    """:func:`overlap` over one trace, one dump with its profile, or a folder of them (a folder
+    of per-node folders, or several folders)."""
+    from commdebug.formats.folders import dumps_name
     from commdebug.formats.selection import iter_selected
 
     by = check_by(by)
     result = overlap(iter_selected(path, progress=progress, jobs=jobs, digest=partial(rank_overlap, by=by, round_us=round_us)), by)
     if not result.ranks:
-        raise DumpError(f"{path}: no profile to measure: give torch.profiler traces (one per rank), or record with "
+        raise DumpError(f"{dumps_name(path)}: no profile to measure: give torch.profiler traces (one per rank), or record with "
                         "`commdebug run --profile-steps A-B`, which writes rank<R>.profile.json.gz beside each dump")
     if BY[by][0] and not any(r.joined for r in result.ranks):
         raise CommDebugError(f"--by {by} needs each profile joined to its rank's commdebug dump (the trace alone knows no "

@@ -20,7 +20,6 @@ step) is tallied in the same read.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +30,8 @@ from commdebug.analysis.overlap import OverlapRow, call_times, split_waits, step
 from commdebug.analysis.overlap_wait import CallTimes, Pieces, WaitInputs, least_lengths
 from commdebug.analysis.traffic import ImbalanceTally, PeerTally, Traffic
 from commdebug.errors import DumpError
-from commdebug.formats.readers import job_files, rank_from_name, read_all
+from commdebug.formats.folders import Dumps, common_folder, find_job, rank_from_name
+from commdebug.formats.readers import read_all
 from commdebug.formats.selection import ALL, Selection
 from commdebug.model.fault import ending_note
 from commdebug.model.rank_view import RankView
@@ -162,10 +162,10 @@ class FolderModules:
         return sorted(calls, key=lambda op: (-calls[op], op))
 
 
-def rank_modules(folder: str | os.PathLike, *, ranks: Selection = ALL, steps: Selection = ALL,
+def rank_modules(folder: Dumps, *, ranks: Selection = ALL, steps: Selection = ALL,
                  progress: Callable[[int, int], None] | None = None, jobs: int | None = 1) -> FolderModules:
-    """Read every rank of `folder` (see :func:`commdebug.formats.readers.job_files`; a folder
-    mixing two runs is refused) into per-module and per-(step, op) numbers, and check the ranks
+    """Read every rank of `folder` (see :func:`commdebug.formats.folders.find_job`: a folder of
+    per-node folders, or several folders, are one job; a folder mixing two runs is refused) into per-module and per-(step, op) numbers, and check the ranks
     against each other.
 
     A file that cannot be read is left out and named in ``errors``; Flight Recorder files count
@@ -179,7 +179,8 @@ def rank_modules(folder: str | os.PathLike, *, ranks: Selection = ALL, steps: Se
     is called before the first file and after each one. ``jobs``: processes reading the files
     (None: as many as pay; :func:`commdebug.formats.readers.read_all`).
     """
-    root = Path(folder)
+    job = find_job(folder)
+    root = common_folder(folder)
     tree = ModuleTree()
     found: list[RankModules] = []
     errors: list[str] = []
@@ -205,7 +206,7 @@ def rank_modules(folder: str | os.PathLike, *, ranks: Selection = ALL, steps: Se
 
     def views() -> Iterator[RankView]:
         nonlocal left_out
-        files = job_files(root)
+        files = job.files
         if progress:
             progress(0, len(files))
         for done, (path, data) in enumerate(read_all(files, "read", jobs=jobs), 1):
@@ -243,7 +244,7 @@ def rank_modules(folder: str | os.PathLike, *, ranks: Selection = ALL, steps: Se
             else:
                 yield RankView(rank, path, dict(data.metadata), dict(data.groups), list(data.events), notes=_notes(data))
 
-    result = check(views())
+    result = check(views(), job.scope)
     if not found and left_out:
         raise DumpError(f"{root}: no rank in --ranks {ranks.describe()} (the folder has {left_out} rank dump{'s' if left_out != 1 else ''})")
     if not any(r.has_tree for r in found):

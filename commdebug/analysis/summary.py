@@ -14,16 +14,19 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 import statistics
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from commdebug.errors import CommDebugError, DumpError, missing_path
+from commdebug.errors import CommDebugError, DumpError
 from commdebug.model.aggregates import older_of
+from commdebug.model.presence import Placement, absence, placement_of
 from commdebug.model.trace import CollectiveEvent, Trace
+
+if TYPE_CHECKING:
+    from commdebug.formats.folders import Dumps
 
 __all__ = ["BY", "RankSpread", "SummaryRow", "Summary", "summarize", "summarize_ranks", "summarize_path",
            "parse_by", "rank_spread", "size_bin"]
@@ -394,17 +397,19 @@ def summarize_ranks(traces: Iterable[Trace], by: str = "op", cluster: Any = None
     return Summary(by, rows, _job_header(headers, ranks))
 
 
-def summarize_path(path: str | os.PathLike, by: str = "op", cluster: Any = None,
+def summarize_path(path: Dumps, by: str = "op", cluster: Any = None,
                    ranks_per_node: int | None = None, rank: int | None = None,
                    progress: Callable[[int, int], None] | None = None, jobs: int | None = 1) -> Summary:
     """:func:`summarize` of one dump, or :func:`summarize_ranks` of a folder of rank dumps (one
-    run's: a folder mixing runs is refused), each read when its turn comes; with ``rank``, the
-    one file of that rank in the folder (its dump, or its stream while it runs or after a kill).
+    run's: a folder mixing runs is refused; a folder of per-node folders, or several folders,
+    are one job), each read when its turn comes; with ``rank``, the one file of that rank in
+    the folder (its dump, or its stream while it runs or after a kill).
     ``progress(done, total)`` is told after each rank of a folder is read.
 
     >>> print(render_summary(summarize_path("traces/", "op")))   # doctest: +SKIP
     """
-    from commdebug.formats.readers import job_files, rank_from_name, read, read_all
+    from commdebug.formats.folders import dumps_name, find_job, one_file, rank_from_name
+    from commdebug.formats.readers import read, read_all
 
     def load(f: Path, data: object = None) -> Trace:  # data: read_all's result for f
         if isinstance(data, DumpError):
@@ -415,33 +420,41 @@ def summarize_path(path: str | os.PathLike, by: str = "op", cluster: Any = None,
         return trace
 
     by = parse_by(by)  # a bad grouping fails before any file is read
-    p = Path(path)
-    if not p.exists():
-        raise missing_path(p)
-    if not p.is_dir():
+    single = one_file(path)
+    if single is not None:
         if rank is not None:
-            raise CommDebugError(f"{p}: --rank picks one rank out of a folder; this is one dump already")
-        return summarize(load(p), by, cluster, ranks_per_node)
+            raise CommDebugError(f"{single}: --rank picks one rank out of a folder; this is one dump already")
+        return summarize(load(single), by, cluster, ranks_per_node)
+    job = find_job(path)
     if rank is not None:
-        files = {rank_from_name(f): f for f in job_files(p)}
+        files = {rank_from_name(f): f for f in job.files}
         if rank not in files:
-            raise DumpError(f"{p}: no dump or stream of rank {rank} (ranks here: {_rank_list(sorted(files))})")
+            raise DumpError(f"{dumps_name(path)}: no dump or stream of rank {rank} (ranks here: {_rank_list(sorted(files))})")
         trace = load(files[rank])
         if trace.metadata.get("rank") is None:
             trace.metadata["rank"] = rank
         return summarize(trace, by, cluster, ranks_per_node)
 
+    placements: dict[int, Placement] = {}
+
     def traces() -> Iterator[Trace]:
-        files = job_files(p)
+        files = job.files
         for done, (f, data) in enumerate(read_all(files, "read", jobs=jobs), 1):  # jobs: processes reading
             trace = load(f, data)
             if trace.metadata.get("rank") is None:  # torch's own dumps say no rank; the file name does
                 trace.metadata["rank"] = rank_from_name(f)
+            placements[int(trace.metadata["rank"])] = placement_of(trace.metadata)
             if progress is not None:
                 progress(done, len(files))
             yield trace
 
-    return summarize_ranks(traces(), by, cluster, ranks_per_node)
+    summary = summarize_ranks(traces(), by, cluster, ranks_per_node)
+    away = absence(int(summary.header.get("world_size") or 0), placements, job.scope)
+    said = away.note()
+    if said is not None:  # a node's folder: the header's "ranks 2-3 of 4" and where the others may be
+        summary.header["ranks_absent"] = list(away.elsewhere)
+        summary.header["read_notes"] = [said, *summary.header.get("read_notes", [])]
+    return summary
 
 
 def _rank_list(ranks: list[int]) -> str:

@@ -189,7 +189,8 @@ class RanksViewer extends BaseViewer {
       fact("check-groups", "groups", fmtCount(optNum(check.groups))),
       // per rank, not summed over ranks: "24", or "24–25" when ranks differ
       fact("check-collectives", "collectives per rank", perRank(check)),
-      fact("check-status", "check", findings.length ? counted(findings.length, "finding") : "consistent"),
+      // a node's folder: the verdict covers its ranks ("consistent among ranks 2-3 of 4")
+      fact("check-status", "check", (findings.length ? counted(findings.length, "finding") : "consistent") + (check.among ? ` ${str(check.among)}` : "")),
       fact("meta-rank", "showing rank", str(rank.rank)),
       fact("meta-host", "host", str(meta.hostname ?? "—")),
       // worded in Python as `commdebug check` words it (its stream, its fault record, its error)
