@@ -165,6 +165,7 @@ def test_both_ways_say_the_same(monkeypatch):
     assert everything() == native
 
 
+@pytest.mark.proc
 def test_report_and_check_on_a_folder(tmp_path):
     folder = write_views(two_d(2), tmp_path / "twod")
     done = subprocess.run([sys.executable, "-m", "commdebug", "report", str(folder), "--json"], capture_output=True, text=True,

@@ -122,6 +122,7 @@ def test_each_local_rank_gets_its_own_port():
     assert metrics_port(9400, {"LOCAL_RANK": "3"}) == 9403 and metrics_port(9400, {}) == 9400
 
 
+@pytest.mark.proc
 def test_a_failed_push_never_changes_the_jobs_exit_status(tmp_path):
     """`commdebug run --metrics-push` to a gateway that is not there: the program's own exit
     status, one warning, and the final values still beside the dump."""

@@ -53,6 +53,7 @@ def test_a_rank_that_came_early_waited_and_the_rest_is_transfer(tmp_path):
     assert "is not known" not in text
 
 
+@pytest.mark.proc
 def test_one_trace_alone_cannot_say_and_says_so_once(tmp_path):
     one = two_ranks(tmp_path) / "rank0.pt.trace.json"
     result = overlap_path(one)
@@ -179,6 +180,7 @@ def fsdp_folder(folder: Path) -> Path:
     return write_views(views, folder)
 
 
+@pytest.mark.proc
 def test_by_unit_names_the_unit_whose_parameters_moved_by_module_the_module_that_issued(tmp_path):
     folder = fsdp_folder(tmp_path)
     by_unit = overlap_path(folder, by="unit")
@@ -206,6 +208,7 @@ def test_by_unit_names_the_unit_whose_parameters_moved_by_module_the_module_that
     assert {(r["rank"], r["unit"]) for r in json.loads(done.stdout)["rows"]} == set(units)
 
 
+@pytest.mark.proc
 def test_by_unit_needs_the_dumps_and_says_so(tmp_path):
     one = two_ranks(tmp_path)
     done = subprocess.run([sys.executable, "-m", "commdebug", "overlap", str(one), "--by", "unit"], capture_output=True, text=True,

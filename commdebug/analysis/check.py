@@ -564,8 +564,7 @@ def _ended(summaries: list[RankSummary]) -> list[Finding]:
 
 
 def _append(g: _Group, pos: int, sig: int, ctx: int, step: int, in_flight: bool) -> None:
-    """Put a call at `pos` of the group's reference sequence, after unknown entries for any gap
-    (events dropped)."""
+    """Put a call at `pos` of the group's reference sequence, after unknowns for a gap (events dropped)."""
     while len(g.sig) < pos:
         g.sig.append(-1)
         g.ctx.append(-1)
