@@ -19,7 +19,7 @@ if [ ! -x .venv/bin/python ]; then
   echo "== creating .venv" >&2
   "$PYTHON" -m venv .venv
 fi
-stamp=".venv/.setup-$(cat pyproject.toml setup.py commdebug/capture/_frames.c commdebug/launch/_faults.c commdebug/analysis/_late.c scripts/dev.sh | sha1sum | cut -c1-12)"
+stamp=".venv/.setup-$(cat pyproject.toml setup.py commdebug/capture/_frames.c commdebug/launch/_faults.c commdebug/analysis/_late.c commdebug/formats/_kineto.c commdebug/formats/_kineto_json.h scripts/dev.sh | sha1sum | cut -c1-12)"
 if [ ! -f "$stamp" ]; then
   echo "== installing $TORCH_PIN and commdebug[test] into .venv" >&2
   .venv/bin/python -m pip install -q --disable-pip-version-check "$TORCH_PIN" -e ".[test]"

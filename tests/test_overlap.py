@@ -119,7 +119,7 @@ def test_a_trace_on_one_line_reads_the_same_as_kinetos_layout(tmp_path):
     from commdebug.formats.readers import load_rank
 
     one_line = tmp_path / "rank0.json"
-    one_line.write_text(json.dumps(_events(NCCL_TRACE)))  # no newlines: the splitter cannot cut it
+    one_line.write_text(json.dumps(_events(NCCL_TRACE)))  # no newline, no indent: not Kineto's layout
     fast, whole = load_rank(NCCL_TRACE), load_rank(one_line)
     assert fast.events == whole.events
     for kind in ("comm", "compute"):
