@@ -7,7 +7,6 @@ import argparse
 import json
 import os
 import sys
-import webbrowser
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -41,6 +40,8 @@ def _meter(args: argparse.Namespace) -> Any:
 
 
 def _open(path: Path) -> None:
+    import webbrowser  # only when a page is opened: its import is a tenth of a verb's start
+
     if not webbrowser.open(path.resolve().as_uri()):
         print(f"commdebug: no browser to open; open {path} yourself", file=sys.stderr)
 
@@ -350,13 +351,18 @@ def _trace(args: argparse.Namespace) -> int:
 
 def _overlap(args: argparse.Namespace) -> int:
     from commdebug.analysis.overlap import check_by, overlap_path
-    from commdebug.render.overlap import render_overlap
 
     by = check_by(args.by)  # a bad grouping fails before any file is read
     with _meter(args) as meter:
         result = overlap_path(args.dumps, by, round_us=args.round_us, jobs=args.jobs, progress=meter)
-    _show(result, render_overlap, args.json)
+    _show(result, _render_overlap, args.json)
     return OK
+
+
+def _render_overlap(result: Any) -> str:
+    from commdebug.render.overlap import render_overlap  # for text only: --json does without it
+
+    return render_overlap(result)
 
 
 def _watch(args: argparse.Namespace) -> int:
@@ -411,7 +417,8 @@ VERBS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = _parser(argv[0] if argv and argv[0] in VERBS else None).parse_args(argv)
     try:
         status = VERBS[args.verb](args)
         if not sys.stdout.closed:  # a program under `run` may have closed it

@@ -7,8 +7,9 @@ docs/cli.md is generated from :func:`_parser` (scripts/gen_cli_docs.py).
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from commdebug.errors import CommDebugError
 
@@ -74,12 +75,26 @@ late_threshold = _checked(_late_threshold, lambda t: True, "seconds, or seconds,
 
 
 def _version() -> str:
+    # imported for --version only: importlib.metadata costs more than some verbs' whole work
     from importlib.metadata import PackageNotFoundError, version
 
     try:
         return version("commdebug")
     except PackageNotFoundError:
         return "unknown (not installed)"
+
+
+class _VersionAction(argparse.Action):
+    """``--version``, the installed version looked up only when it is asked for."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, default: Any = argparse.SUPPRESS,
+                 help: str = "show program's version number and exit") -> None:
+        super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        sys.stdout.write(f"commdebug {_version()}\n")
+        parser.exit()
 
 
 def _option(parser: argparse.ArgumentParser, *names: str, hidden: tuple[str, ...] = (), **kwargs: Any) -> None:
@@ -112,15 +127,34 @@ DUMPS_HELP = ("a JSON dump, or a folder of rank dumps (rank<N>.json) of one run;
 HIDDEN_VERBS = {"viewer": "view"}
 
 
-def _parser() -> argparse.ArgumentParser:
-    from commdebug.analysis.summary import BY
+class _Unbuilt:
+    """In place of the parser of a verb the command line does not name: every call is ignored."""
 
+    def __getattr__(self, name: str) -> Any:
+        return self._ignore
+
+    def _ignore(self, *args: Any, **kwargs: Any) -> _Unbuilt:
+        return self
+
+
+def _parser(verb_only: str | None = None) -> argparse.ArgumentParser:
+    """The command line's grammar. ``verb_only``: the verb the command line names (one of
+    ``VERBS``), the only one built: argparse makes a parser for each verb and a help formatter for
+    each option, and all fifteen verbs' cost more than some verbs' whole work. The top-level
+    ``-h`` and an unknown verb need them all (None)."""
+    groupings = ""  # summary's --by choices, read where the verbs that take them are built
+    if verb_only in (None, "summary", "estimate"):
+        from commdebug.analysis.summary import BY
+
+        groupings = ", ".join(BY)
     parser = argparse.ArgumentParser(prog="commdebug", description="See every collective a PyTorch distributed program issues.",
                                      epilog="Run `commdebug VERB -h` for a verb's options. Docs: docs/cli.md.")
-    parser.add_argument("--version", action="version", version=f"commdebug {_version()}")
+    parser.add_argument("--version", action=_VersionAction)
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
 
     def verb(name: str, help: str) -> argparse.ArgumentParser:
+        if verb_only not in (None, name):
+            return cast(argparse.ArgumentParser, _Unbuilt())
         return verbs.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".")
 
     demo = verb("demo", "trace a tensor-parallel transformer on a simulated world; print the table, write JSON and HTML")
@@ -137,7 +171,8 @@ def _parser() -> argparse.ArgumentParser:
     view.add_argument("--cluster", default=None, help="for one dump, add predicted times on this preset or cluster JSON file (default: the dump's own metadata.cluster, if any)")
     _folder_options(view, steps="for a folder, the steps the heatmap and the per-op spread show, e.g. 10-12 (default all; the tree's numbers cover every step)")
 
-    viewer = verbs.add_parser("viewer", description="The same as `commdebug view` with no DUMPS: an empty viewer page.")
+    viewer = (verbs.add_parser("viewer", description="The same as `commdebug view` with no DUMPS: an empty viewer page.")
+              if verb_only in (None, "viewer") else cast(argparse.ArgumentParser, _Unbuilt()))
     _view_options(viewer, "HTML file (default commdebug_viewer.html)")
     viewer.set_defaults(dumps=[], cluster=None)
 
@@ -148,7 +183,7 @@ def _parser() -> argparse.ArgumentParser:
 
     summary = verb("summary", "print the summary of a dump or of a folder of rank dumps: counts, bytes, latency and bandwidth by op, size, module, group, step or phase; for a folder, also each row's spread across ranks")
     summary.add_argument("dumps", nargs="+", metavar="DUMPS", help=DUMPS_HELP)
-    summary.add_argument("--by", default="op", help=f"grouping, one of: {', '.join(BY)}, peer (traffic by group, src, dst: all_to_all and send/recv) (default op)")
+    summary.add_argument("--by", default="op", help=f"grouping, one of: {groupings}, peer (traffic by group, src, dst: all_to_all and send/recv) (default op)")
     summary.add_argument("--json", action="store_true", help="print rows as JSON with stable keys (default text)")
     summary.add_argument("--no-header", dest="header", action="store_false", help="leave out the header (host, times, notes): only the rows (default: with header)")
     summary.add_argument("--cluster", default=None, help="also predict each row's time on this preset or cluster JSON file (default: the dump's own metadata.cluster, if any)")
@@ -159,7 +194,7 @@ def _parser() -> argparse.ArgumentParser:
     estimate = verb("estimate", "predict the communication time of a dump's collectives on a target cluster; on a timed run, measured beside predicted")
     estimate.add_argument("dumps", nargs="*", metavar="DUMPS", help="a JSON dump written by commdebug (fake process group plans too); a timed dump or folder of ranks (ours or Flight Recorder's with durations; a folder of per-node folders, or several folders) shows measured beside predicted")
     estimate.add_argument("--cluster", default=None, help="a preset (see --list) or a cluster JSON file (default: the dump's metadata.cluster)")
-    estimate.add_argument("--by", default=None, help=f"grouping, one of: {', '.join(BY)} (default op; a timed run is shown per op,bin, module and step, and --by adds a table)")
+    estimate.add_argument("--by", default=None, help=f"grouping, one of: {groupings} (default op; a timed run is shown per op,bin, module and step, and --by adds a table)")
     estimate.add_argument("--ranks-per-node", type=positive_int, default=None, help="ranks per node, >= 1, nodes being consecutive blocks of ranks (default: the cluster's gpus_per_node)")
     estimate.add_argument("--json", action="store_true", help="print JSON (default text)")
     estimate.add_argument("--list", action="store_true", help="list the preset clusters with their figures and sources, and exit (default off)")

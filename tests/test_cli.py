@@ -150,6 +150,41 @@ def test_version_and_help_say_defaults_and_ranges():
                 assert "default" in action.help or action.dest == "module", (verb, action.dest)
 
 
+def test_each_verb_built_alone_is_the_whole_grammars():
+    """A command line builds the parser of the verb it names alone (start-up time): that
+    parser is the whole grammar's."""
+    import argparse
+
+    from commdebug.cli import VERBS, _parser
+
+    def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+        return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+    whole = subparsers(_parser())
+    for verb in VERBS:
+        alone = subparsers(_parser(verb))
+        assert list(alone) == [verb]
+        assert alone[verb].format_help() == whole[verb].format_help(), verb
+        assert [(a.option_strings, a.dest, a.default, a.nargs, a.required, a.choices) for a in alone[verb]._actions] == \
+               [(a.option_strings, a.dest, a.default, a.nargs, a.required, a.choices) for a in whole[verb]._actions], verb
+
+
+@pytest.mark.proc
+def test_overlap_of_a_trace_loads_only_what_it_uses():
+    """`overlap --json TRACE` is timed against HolisticTraceAnalysis as a whole process
+    (bench/overlap_vs_hta.py): no torch, no package metadata (--version alone reads it), no JSON
+    library the C reader does not need, no other verb's analysis, no text renderer."""
+    trace = ROOT / "tests" / "data" / "kineto" / "nccl_data.json.gz"
+    unused = ("torch", "importlib.metadata", "orjson", "webbrowser", "statistics", "commdebug.analysis.summary",
+              "commdebug.render.overlap")
+    code = ("import sys, commdebug.cli as c; rc = c.main(sys.argv[1:]); "
+            f"print('LOADED', sorted(m for m in {unused!r} if m in sys.modules), file=sys.stderr); sys.exit(rc)")
+    proc = subprocess.run([sys.executable, "-c", code, "overlap", "--json", str(trace)], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["ranks"][0]["rank"] == 0, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == "LOADED []", proc.stderr
+
+
 @pytest.mark.proc
 def test_bad_values_never_show_internal_names():
     proc = cli("table", "x.json", "--noise-level", "loud")

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from commdebug.errors import DumpError, empty_file, missing_path
+from commdebug.formats.fast_json import orjson
 from commdebug.formats.faults import with_fault
 from commdebug.formats.flight_recorder import from_flight_recorder, is_flight_recorder
 from commdebug.formats.folders import PICKLE, Dumps, dump_files, job_files, rank_files, rank_from_name, run_id_of
@@ -71,12 +72,6 @@ try:  # ISA-L's inflate, about twice zlib's speed on a gzipped torch.profiler tr
     _gunzip, _GzipError = isal_zlib.decompress, (cast("type[Exception]", isal_zlib.error), zlib.error)
 except ImportError:  # optional: zlib reads the same files
     _gunzip, _GzipError = zlib.decompress, (zlib.error,)
-
-_orjson: Any
-try:
-    import orjson as _orjson
-except ImportError:  # optional at run time: the standard library's parser reads the same files
-    _orjson = None
 
 __all__ = ["load", "load_rank", "read", "read_json", "rank_from_name", "rank_files", "job_files", "run_id_of",
            "iter_ranks", "read_all", "default_jobs"]
@@ -108,10 +103,11 @@ def read_bytes(path: str | os.PathLike) -> bytes:
 
 def parse_json(raw: bytes, path: str | os.PathLike) -> Any:
     """Parse a dump's bytes as JSON, or a :class:`DumpError` naming the file and the problem."""
-    if _orjson is not None:
+    fast = orjson()  # optional at run time: the standard library's parser reads the same files
+    if fast is not None:
         try:
-            return _orjson.loads(raw)
-        except _orjson.JSONDecodeError:
+            return fast.loads(raw)
+        except fast.JSONDecodeError:
             pass  # the standard library says what is wrong, or reads what orjson does not (NaN)
     try:
         text = raw.decode("utf-8")
