@@ -1,17 +1,21 @@
-"""``commdebug overlap`` against HolisticTraceAnalysis 0.5.0 on the same torch.profiler trace:
-the same figure, at least 10x faster, in less memory (issue 37).
+"""``commdebug overlap --json`` against HolisticTraceAnalysis 0.5.0 on the same torch.profiler
+traces, as whole processes: the same figure, at least 10x faster, in less memory (issue 47).
 
-Each round runs, in fresh processes one after the other (so both meet the same machine), HTA's
-``TraceAnalysis(trace_dir=...)`` + ``get_comm_comp_overlap()`` and commdebug's read of the trace +
-:func:`commdebug.analysis.overlap.rank_overlap`; imports are done before the clock starts in both.
-Printed: each one's overlap percentage per rank (commdebug's exact, and with ``--round-us``,
-HTA's rounding), the median ratios HTA / commdebug of wall time and of CPU time (on a machine
-other work shares, the CPU time says more), and the peak memory of each process (whole, and what
-the work added over the process after its imports).
+Each round runs, one after the other (so both meet the same machine), a fresh process of HTA's
+``TraceAnalysis(trace_dir=...).get_comm_comp_overlap()`` on a folder holding the trace, and a
+fresh ``python -m commdebug overlap --json TRACE``. Each is timed from its start to its exit:
+the interpreter's start and the imports count on both sides. Of each process the peak resident
+memory and the CPU time are read from the kernel's account of it (``os.wait4``). One untimed run
+of commdebug comes first, so that its modules are compiled as an install has them (HTA's are).
 
-    python bench/overlap_vs_hta.py [TRACE_OR_FOLDER] [--rounds 5]
+Printed per trace: both overlap percentages (commdebug's exact one, and with ``--round-us``,
+HTA's rounding), the best of the rounds of each (wall and CPU time: on a machine other work
+shares, the best says what the program costs), the ratios HTA / commdebug, and the peak memory
+of each; then the least time ratio over the traces.
 
-Default trace: the real NCCL trace in tests/data/kineto/ (its README says where it comes from).
+    python bench/overlap_vs_hta.py [TRACE ...] [--rounds 3]
+
+Default traces: every trace under tests/data/kineto/ (its README says where they come from).
 HTA must be importable (it is in the `test` extra); without it the bench says so and exits 1.
 """
 
@@ -21,112 +25,101 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TRACE = ROOT / "tests" / "data" / "kineto" / "nccl_data.json.gz"
-
-_RSS = """
-def rss_mib():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-def peak_mib():
-    import resource
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-def cpu_s():
-    import resource
-    return sum(resource.getrusage(who).ru_utime + resource.getrusage(who).ru_stime
-               for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
-"""
+TRACES = ROOT / "tests" / "data" / "kineto"
 
 HTA = """
-import json, logging, os, sys, time
+import json, logging, sys
 logging.disable(logging.CRITICAL)
 from hta.trace_analysis import TraceAnalysis
-""" + _RSS + """
-base = rss_mib()
-t, c = time.perf_counter(), cpu_s()
 result = TraceAnalysis(trace_dir=sys.argv[1]).get_comm_comp_overlap(visualize=False)
-seconds, cpu = time.perf_counter() - t, cpu_s() - c
-print(json.dumps({"seconds": seconds, "cpu": cpu, "peak": peak_mib(), "base": base,
-                  "pct": {int(r): float(p) for r, p in zip(result["rank"], result["comp_comm_overlap_pctg"])}}))
-"""
-
-OURS = """
-import json, os, sys, time
-from pathlib import Path
-from commdebug.analysis.overlap import rank_overlap
-from commdebug.formats.readers import job_files, load_rank
-""" + _RSS + """
-files = job_files(sys.argv[1])
-base = rss_mib()
-t, c = time.perf_counter(), cpu_s()
-pct, rounded = {}, {}
-for f in files:
-    view = load_rank(f)
-    share = rank_overlap(view)
-    pct[view.rank] = 100 * (share.figures.overlap_ratio or 0.0)
-    del view
-seconds, cpu = time.perf_counter() - t, cpu_s() - c
-for f in files:
-    rounded[load_rank(f).rank] = 100 * (rank_overlap(load_rank(f), round_us=True).figures.overlap_ratio or 0.0)
-print(json.dumps({"seconds": seconds, "cpu": cpu, "peak": peak_mib(), "base": base, "pct": pct, "rounded": rounded}))
+print(json.dumps({int(r): float(p) for r, p in zip(result["rank"], result["comp_comm_overlap_pctg"])}))
 """
 
 
-def _run(code: str, folder: Path) -> dict:
+def _process(cmd: list[str]) -> tuple[float, float, float, str]:
+    """(wall seconds, CPU seconds, peak MiB, stdout) of one process, from its start to its exit."""
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True, text=True, env=env, timeout=600)
-    if proc.returncode != 0:
-        raise SystemExit(f"overlap_vs_hta: a run failed:\n{proc.stderr[-2000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # as installed: modules compiled once, not at every start
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:  # files: a full pipe would stall the child
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=ROOT, env=env)
+        _, status, usage = os.wait4(proc.pid, 0)  # this child's own account, not the sum of all children
+        wall = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            err.seek(0)
+            raise SystemExit(f"overlap_vs_hta: {' '.join(cmd[:4])} ... failed ({proc.returncode}):\n"
+                             f"{err.read().decode(errors='replace')[-2000:]}")
+        out.seek(0)
+        text = out.read().decode()
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, text
+
+
+def _ours(trace: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "commdebug", "overlap", "--json", *extra, str(trace)]
+
+
+def _percentages(text: str) -> dict[int, float]:
+    return {r["rank"]: 100 * (r["overlap_ratio"] or 0.0) for r in json.loads(text)["ranks"]}
+
+
+def compare(trace: Path, rounds: int) -> float:
+    """Print one trace's figures; return HTA's best time over commdebug's."""
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)  # HTA reads folders
+        shutil.copy(trace, folder / trace.name)
+        theirs, ours = [], []
+        _process(_ours(trace))  # not timed: compiles what an install would have compiled, reads the file once
+        for _ in range(rounds):
+            theirs.append(_process([sys.executable, "-c", HTA, str(folder)]))
+            ours.append(_process(_ours(trace)))
+    hta_pct = {int(k): v for k, v in json.loads(theirs[-1][3].strip().splitlines()[-1]).items()}
+    our_pct = _percentages(ours[-1][3])
+    rounded = _percentages(_process(_ours(trace, "--round-us"))[3])
+    print(f"trace: {trace.relative_to(ROOT) if trace.is_relative_to(ROOT) else trace} ({trace.stat().st_size / 2**20:.1f} MiB), "
+          f"{rounds} round{'s' if rounds != 1 else ''}")
+    for rank in sorted(hta_pct):
+        difference = round(our_pct[rank] - hta_pct[rank], 2) + 0.0  # + 0.0: no "-0.00"
+        print(f"rank {rank}: HTA {hta_pct[rank]:.2f}%   commdebug {our_pct[rank]:.2f}% (--round-us {rounded[rank]:.2f}%)   "
+              f"difference {difference:+.2f} points")
+    hw, cw = min(r[0] for r in theirs), min(r[0] for r in ours)
+    hc, cc = min(r[1] for r in theirs), min(r[1] for r in ours)
+    hm, cm = max(r[2] for r in theirs), max(r[2] for r in ours)
+    print(f"whole process, best of {rounds}: HTA {hw:.3f} s ({hc:.3f} s of CPU), commdebug {cw:.3f} s ({cc:.3f} s of CPU)")
+    print(f"HTA/commdebug time    = {hw / cw:.1f}x")
+    print(f"HTA/commdebug CPU     = {hc / cc:.1f}x")
+    print(f"peak memory: HTA {hm:.0f} MiB, commdebug {cm:.0f} MiB (the most of any round)")
+    print(f"HTA/commdebug memory  = {hm / cm:.1f}x")
+    return hw / cw
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("trace", nargs="?", default=str(TRACE), help="a trace file or a folder of one trace per rank (default: tests/data/kineto/nccl_data.json.gz)")
-    parser.add_argument("--rounds", type=int, default=5, help="rounds, each running both (default 5)")
+    parser.add_argument("traces", nargs="*", help="torch.profiler trace files (default: every trace under tests/data/kineto/)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds, each running both (default 3; the best counts)")
     args = parser.parse_args()
     try:
         import hta  # noqa: F401
     except ImportError:
         print("overlap_vs_hta: HolisticTraceAnalysis is not installed (pip install holistictraceanalysis==0.5.0)", file=sys.stderr)
         return 1
-    src = Path(args.trace)
-    if not src.exists():
-        print(f"overlap_vs_hta: {src}: no such trace", file=sys.stderr)
-        return 1
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
-        if src.is_dir():
-            folder = src
-        else:  # HTA reads folders: one trace, named so both tools read rank 0 from it
-            shutil.copy(src, folder / ("rank0.json.gz" if src.name.endswith(".gz") else "rank0.json"))
-        hta_runs, our_runs = [], []
-        for _ in range(args.rounds):
-            hta_runs.append(_run(HTA, folder))
-            our_runs.append(_run(OURS, folder))
-    theirs, ours = hta_runs[-1], our_runs[-1]
-    print(f"trace: {src} ({len(theirs['pct'])} rank{'s' if len(theirs['pct']) != 1 else ''}), {args.rounds} rounds")
-    for rank in sorted(theirs["pct"], key=int):
-        print(f"rank {rank}: HTA {theirs['pct'][rank]:.2f}%   commdebug {ours['pct'][rank]:.2f}% "
-              f"(--round-us {ours['rounded'][rank]:.2f}%)   difference {ours['pct'][rank] - theirs['pct'][rank]:+.2f} points")
-    hs = statistics.median(r["seconds"] for r in hta_runs)
-    cs = statistics.median(r["seconds"] for r in our_runs)
-    hc = statistics.median(r["cpu"] for r in hta_runs)
-    cc = statistics.median(r["cpu"] for r in our_runs)
-    print(f"parse + overlap: HTA {hs:.3f} s ({hc:.3f} s of CPU), commdebug {cs:.3f} s ({cc:.3f} s of CPU) (medians)")
-    print(f"HTA/commdebug time    = {hs / cs:.1f}x")
-    print(f"HTA/commdebug CPU     = {hc / cc:.1f}x")
-    hp, cp = statistics.median(r["peak"] for r in hta_runs), statistics.median(r["peak"] for r in our_runs)
-    hw = statistics.median(r["peak"] - r["base"] for r in hta_runs)
-    cw = statistics.median(r["peak"] - r["base"] for r in our_runs)
-    print(f"peak memory: HTA {hp:.0f} MiB ({hw:.0f} MiB for the work), commdebug {cp:.0f} MiB ({cw:.0f} MiB for the work)")
-    print(f"HTA/commdebug memory  = {hp / cp:.1f}x")
+    traces = [Path(t) for t in args.traces] or sorted(TRACES.rglob("*.json.gz"))
+    for t in traces:
+        if not t.is_file():
+            print(f"overlap_vs_hta: {t}: no such trace file", file=sys.stderr)
+            return 1
+    ratios = []
+    for t in traces:
+        ratios.append(compare(t.resolve(), max(args.rounds, 1)))
+        print()
+    print(f"least HTA/commdebug time over {len(traces)} trace{'s' if len(traces) != 1 else ''} = {min(ratios):.1f}x")
     return 0
 
 

@@ -108,5 +108,9 @@ def test_overlap_bench_prints_htas_figure_beside_ours_and_both_ratios():
     m = re.search(r"^rank 0: HTA (\d+\.\d\d)%   commdebug (\d+\.\d\d)% \(--round-us (\d+\.\d\d)%\)", proc.stdout, flags=re.M)
     assert m, proc.stdout
     assert m.group(1) == m.group(3) == "14.31" and abs(float(m.group(2)) - 14.31) < 1.0
+    # whole processes, both sides: the interpreter's start and the imports are in the times
+    m = re.search(r"^whole process, best of 1: HTA (\d+\.\d+) s \((\d+\.\d+) s of CPU\), commdebug (\d+\.\d+) s", proc.stdout, flags=re.M)
+    assert m and float(m.group(3)) > 0.01, proc.stdout
     for name in ("HTA/commdebug time", "HTA/commdebug CPU", "HTA/commdebug memory"):
         assert re.search(rf"^{re.escape(name)} *= \d+\.\dx$", proc.stdout, flags=re.M), proc.stdout
+    assert re.search(r"^least HTA/commdebug time over 1 trace = \d+\.\dx$", proc.stdout, flags=re.M), proc.stdout
