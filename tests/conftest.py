@@ -21,8 +21,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
-import torch
+# One thread per process: the workers and the processes the tests start share two cores, and
+# torch's OpenMP threads spin while they wait, so a second thread per process only takes time from
+# the others (the overhead bench's smoke run: 54 s of CPU with two threads under the suite's load,
+# 12 s with one). Before torch is imported: OpenMP reads it once. The processes inherit it.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 WORLD = 8
 ROOT = Path(__file__).resolve().parents[1]

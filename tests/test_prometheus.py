@@ -150,12 +150,16 @@ def test_prometheus_holds_the_final_counts_with_a_rank_label(stack, job):
     want = summary_counts(job)
     assert want[("0", "all_reduce")] == want[("1", "all_reduce")] == 20.0
 
+    seen: list[dict] = [{}]
+
     def final():
         rows = query(stack, 'max by (rank, op) (commdebug_collectives_total{job="commdebug"})')
-        got = {(r["metric"]["rank"], r["metric"]["op"]): float(r["value"][1]) for r in rows}
+        seen[0] = got = {(r["metric"]["rank"], r["metric"]["op"]): float(r["value"][1]) for r in rows}
         return got if got == want else None
 
-    assert poll(final, time.monotonic() + DEADLINE_S, 0.5) == want
+    gateway = f"http://127.0.0.1:{stack['gateway']}/metrics"
+    assert poll(final, time.monotonic() + DEADLINE_S, 0.5) == want, (
+        f"Prometheus last held {seen[0]}; the gateway holds {counters(get(gateway) or '')}")
     # the live endpoints were scraped during the run too, each series with its rank and host
     live = query(stack, 'max_over_time(commdebug_step{job="train"}[10m])')
     assert {r["metric"]["rank"] for r in live} == {"0", "1"} and all(r["metric"].get("host") for r in live)

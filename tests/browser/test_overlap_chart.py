@@ -144,7 +144,9 @@ def test_no_chart_without_profiles_and_a_rank_without_one_is_named(viewer, profi
     expect(page.locator("#overlap-note")).to_contain_text("rank 0: no profile (record with commdebug run --profile-steps)")
     # rank 0's calls are not known, so how long rank 1 waited for it is not either: one shade, and said
     expect(page.locator("#overlap-note")).to_contain_text("rank 1: exposed time not split into waiting and transfer")
-    assert page.locator(f"{CHART} .ov-wait").count() == 0
+    # (a step with no exposed time at all splits trivially, 0 and 0: a loaded run can have one)
+    half = page.eval_on_selector_all(BARS, READ_BARS)
+    assert not [b for b in half if b["exposed"] > 0 and any("ov-wait" in cls for cls, _ in b["parts"])], half
     # one rank's dump opened on the folder page: the folder's chart goes with the folder
     page.set_input_files("#file-input", str(bare / "rank0.json"))
     expect(page.locator("#events")).to_be_visible()
