@@ -45,7 +45,9 @@ def masked_table(lines, host_col=None, sort_from=None):
             if not rows:  # the header
                 out.append(c)
                 continue
-            out.append(c if (c == "<host>" or c == "" or BYTES.fullmatch(c) or COUNT.fullmatch(c) or not re.search(r"\d", c)) else "…")
+            # "-" (nothing to show, such as no worst step where no step stood out) varies from run to run too
+            kept = c == "<host>" or c == "" or BYTES.fullmatch(c) or COUNT.fullmatch(c) or not (re.search(r"\d", c) or c == "-")
+            out.append(c if kept else "…")
         rows.append(out)
     if sort_from is not None:
         rows[sort_from:] = sorted(rows[sort_from:])
