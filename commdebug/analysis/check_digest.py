@@ -102,6 +102,8 @@ def shape_finding(rank: int, seq: int, e: CollectiveEvent, step: int | None) -> 
     whole_shapes = e.output_shapes if rule.whole == "output" else e.input_shapes
     if rule.whole_may_be_list and e.key.startswith("fr:") and len(whole_shapes) != 1:
         return None
+    if e.input_bytes is None or e.output_bytes is None:  # sizes not known: no rule to break
+        return None
     bad = rule.mismatch(e.input_bytes, e.output_bytes, n)
     if bad is None:
         return None
@@ -153,8 +155,8 @@ def rank_digest(view: RankView) -> RankDigest:
     kinds = set(ops)
     odd_ops = {op for op in kinds if (r := shape_rule(op)) is not None and r.balanced}
     shapes = set(zip(ops, map(INPUT_BYTES, events), map(OUTPUT_BYTES, events), map(GROUP_SIZE, events), strict=True))
-    suspect = odd_ops | {op for op, i, o, n in shapes if op not in odd_ops and n > 0 and (r := shape_rule(op)) is not None
-                         and r.mismatch(i, o, n) is not None}
+    suspect = odd_ops | {op for op, i, o, n in shapes if op not in odd_ops and n > 0 and i is not None and o is not None
+                         and (r := shape_rule(op)) is not None and r.mismatch(i, o, n) is not None}
     specials: list[Any] = []
     if suspect or None in seqs_all:  # one by one, in call order
         for e, seq, op in zip(events, seqs_all, ops, strict=True):

@@ -43,6 +43,18 @@ def render_check(result: CheckResult) -> str:
     return "\n".join(lines) + "\n"
 
 
+def no_verdict(result: CheckResult) -> str | None:
+    """Why the check can give no verdict (its calls name no process group to pair them across
+    ranks by), or None when it gives one: ``commdebug check``'s error and the folder page's Check
+    panel say the same."""
+    if result.compared:
+        return None
+    traces = all(s.source_format == "torch-profiler" for s in result.rank_summaries)
+    where = "their torch.profiler traces record none" if traces else "their files record none"
+    return (f"nothing to check: the ranks' collectives name no process group ({where}), so no call can be paired "
+            "across ranks; record the job with `commdebug run` (its dumps name their groups; --profile-steps adds the profile)")
+
+
 def _header(result: CheckResult) -> str:
     """"2 ranks, 1 group, 24 collectives per rank" (a range when ranks differ)."""
     ranks, groups = len(result.ranks), result.groups

@@ -57,7 +57,7 @@ def _rows(result: Overlap) -> list[str]:
         if shown[r.rank] > _ROWS_SHOWN and not step:
             hidden += 1
             continue
-        key = "unattributed" if r.key == UNATTRIBUTED else str(r.key) + ("*" if step and not r.in_window else "")
+        key = str(r.key) + ("*" if step and not r.in_window and r.key != UNATTRIBUTED else "")
         table.append([str(r.rank), key, str(r.calls), format_duration(r.comm_s), format_duration(r.overlap_s),
                       format_duration(r.exposed_s), format_share(r.overlap_ratio)]
                      + ([format_duration(r.compute_s)] if step else []))
