@@ -9,7 +9,8 @@ between events, and parses only those that can matter (found by a few byte searc
 - GPU activities (events with a ``stream``): kernels, memcpys, memsets;
 - collective calls (``record_param_comms``, ``nccl:*`` annotations, ``c10d::*`` and the
   functional collectives' ops, ``gloo:*`` spans) and ``ProfilerStep#N`` spans;
-- the spans that tell a call's phase (``Optimizer.step#*``, ``autograd::engine::evaluate_function``);
+- the spans that tell a call's phase (``Optimizer.step#*``, ``autograd::engine::evaluate_function``,
+  FSDP's ``FSDP::*`` hooks);
 - of CUDA runtime and driver calls only the launch time, thread and correlation id of each GPU
   activity's launch (by a regular expression, looked for just after the activity), which tell
   when it was launched.
@@ -51,10 +52,10 @@ _SEPARATOR = re.compile(rb"\}[ \t\r]*,[ \t\r]*\n\s*\{")
 # names that make a CPU event worth parsing in a GPU trace (byte searches)
 # (one search of the whole trace each: "c10d" finds c10d::* and the functional collectives' ops)
 COMM_MARKERS = (b"record_param_comms", b"c10d", b"nccl:")
-_STEP_MARKERS = (b"ProfilerStep#", b"Optimizer.step#", b"autograd::engine::evaluate_function")
+_STEP_MARKERS = (b"ProfilerStep#", b"Optimizer.step#", b"autograd::engine::evaluate_function", b"FSDP::")
 # the same, as the start of an event's name: one pass finds them all
 _NAMES = re.compile(rb'"name"\s*:\s*"(?:record_param_comms|_?c10d|nccl:|gloo:|ProfilerStep#|Optimizer\.step#|'
-                    rb'autograd::engine::evaluate_function)')
+                    rb'autograd::engine::evaluate_function|FSDP::)')
 _RUNTIME = (b'"cuda_runtime"', b'"cuda_driver"')
 _NEAR = 4096  # bytes after a GPU activity its launch is looked for in
 _TS = re.compile(rb'"ts"\s*:\s*(-?[0-9][0-9.eE+-]*)')
