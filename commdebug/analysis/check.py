@@ -60,6 +60,7 @@ from typing import Any
 
 from commdebug.analysis.alltoall import PairMismatch, SplitPairs
 from commdebug.analysis.check_digest import LastCall, RankDigest, RankSummary, rank_digest
+from commdebug.analysis.died_in import Candidate, died_in
 from commdebug.analysis.divergence import (
     UNKNOWN_STEP,
     BranchNotes,
@@ -175,6 +176,7 @@ class _Checker:
         self.sends: dict[tuple[str, int, int, int], tuple[int | None, int, int | None]] = {}
         self.recvs: dict[tuple[str, int, int, int], tuple[int | None, int, int | None]] = {}
         self.late = LateTally()
+        self.beyond: dict[int, list[Candidate]] = {}  # rank -> calls others' records show it issued after its own stops
 
     def add(self, view: RankView | RankDigest) -> None:
         """One rank: its :class:`RankDigest` (made here from a view, or by the worker that read it)."""
@@ -293,6 +295,11 @@ class _Checker:
             self._settle(g)
             self._group_findings(g)
         self._p2p_findings()
+        for s in self.summaries:
+            if not s.final:  # its record may lack its last calls: what the evidence says it was in
+                own = None if s.last is None else Candidate(s.last.op, s.last.group, s.last.seq, s.last.source, s.last.module,
+                                                            s.last.step, None)
+                s.died_in = died_in(self.beyond.get(s.rank, []), own, s.fault)
         self.findings[0:0] = _ended(self.summaries)
         if self.world_size:
             absent = sorted(set(range(self.world_size)) - set(self.ranks))
@@ -343,6 +350,14 @@ class _Checker:
         proven = min(g.completed, last)
         cut = {r: seq for r, seq in g.members.items() if seq < proven}
         self._cut_notes(g, cut, proven)
+        if cut:  # the last call each of them is known to have issued: the call a crashed rank was in, perhaps
+            pos = proven - g.first
+            op, _, _ = self.sigs.values[g.sig[pos]] if 0 <= pos < len(g.sig) and g.sig[pos] >= 0 else (None, None, None)
+            module, source = self.ctxs.values[g.ctx[pos]] if 0 <= pos < len(g.ctx) and g.ctx[pos] >= 0 else (None, None)
+            if op is not None:
+                for r in cut:
+                    self.beyond.setdefault(r, []).append(
+                        Candidate(op, g.label, proven, source, module, self._step(g, proven), g.completed_by))
         reach = {r: max(seq, proven) for r, seq in g.members.items()}
         short = sorted(r for r, seq in reach.items() if seq < last)
         stop = min(reach[r] for r in short) + 1 if short else None  # the first seq some rank is not known to have issued

@@ -8,11 +8,11 @@ step, where the dumps record steps) and its sides, then notes.
 from __future__ import annotations
 
 from commdebug.analysis.check import CheckResult, Finding, LastCall, Side, who
-from commdebug.render.endings import rank_ending
+from commdebug.render.endings import describe_died, rank_ending
 from commdebug.render.late import late_headline
 from commdebug.units import format_bytes
 
-__all__ = ["render_check", "describe_finding", "describe_side", "describe_last"]
+__all__ = ["render_check", "describe_finding", "describe_side", "describe_last", "no_verdict"]
 
 # Up to this many ranks every line is shown; beyond, the most common ending and the unusual ones
 # up to this many lines in all (--json lists every rank).
@@ -103,7 +103,8 @@ def _endings(result: CheckResult) -> list[str]:
     dump from the no_dump finding. Many ranks: the most common line, then the unusual ones."""
     lines: dict[str, list[int]] = {}
     for s in result.rank_summaries:
-        lines.setdefault(f"{rank_ending(s)}; last {describe_last(s.last)}", []).append(s.rank)
+        last = describe_died(s.died_in) if s.died_in is not None else describe_last(s.last)
+        lines.setdefault(f"{rank_ending(s, with_call=False)}; last {last}", []).append(s.rank)
     absent = [r for f in result.findings if f.kind == "no_dump" for side in f.sides for r in side.ranks]
     if absent:
         lines["left no dump"] = absent
