@@ -282,11 +282,11 @@ def _numbers(trace: Trace, path: Path, tree: ModuleTree, one: Any) -> RankModule
         i = tree.index(fqn)
         total = calls = unknown = 0
         for k, phase in enumerate(PHASES):
-            c, b, u = trace.phase_totals(fqn, phase)
+            c, b = trace.phase_totals(fqn, phase)
             counts[len(PHASES) * i + k] = c
             total += b or 0
             calls += c
-            unknown += u
+            unknown += trace.unknown_sizes(fqn, phase)
         nbytes[i] = known_bytes(total, unknown, calls) if trace.bytes_recorded else None
     seconds: list[float | None] | None = None
     if any(e.latency_s for e in trace.events):

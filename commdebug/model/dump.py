@@ -87,7 +87,7 @@ def to_dump_dict(trace: Trace, noise_level: int = 3, events: list[CollectiveEven
                 for s in trace.collective_stats(fqn, p)
             ],
         }
-        unknown = {p: totals[p][2] for p in PHASES if totals[p][2]}
+        unknown = {p: n for p in PHASES if (n := trace.unknown_sizes(fqn, p))}
         if unknown:  # schema 3: calls whose size is not known, left out of "bytes"
             d["commdebug_node"]["unknown_size"] = unknown
         d["children"] = [node(c) for c in info.children]

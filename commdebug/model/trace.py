@@ -454,15 +454,20 @@ class Trace:
             out[stat.key] = out.get(stat.key, 0) + stat.count
         return out
 
-    def phase_totals(self, fqn: str, phase: str) -> tuple[int, int | None, int]:
-        """(count, bytes, unknown) of all collectives of a module in a phase: ``bytes`` sums
-        the known sizes (None when none is known), ``unknown`` counts the others."""
+    def phase_totals(self, fqn: str, phase: str) -> tuple[int, int | None]:
+        """(count, bytes) of all collectives of a module in a phase: ``bytes`` sums the known
+        sizes, None when none is known (:meth:`unknown_sizes` counts the calls left out)."""
         count = nbytes = unknown = 0
         for c, b, u in self.collectives.get((fqn, phase), {}).values():
             count += c
             nbytes += b
             unknown += u
-        return count, known_bytes(nbytes, unknown, count), unknown
+        return count, known_bytes(nbytes, unknown, count)
+
+    def unknown_sizes(self, fqn: str, phase: str) -> int:
+        """How many collectives of a module in a phase have a size not known (a trace without
+        shapes): left out of :meth:`phase_totals`' bytes."""
+        return sum(u for _, _, u in self.collectives.get((fqn, phase), {}).values())
 
     def operations(self, fqn: str, phase: str) -> list[OpRow]:
         """The module's own op rows in a phase, in first-seen order, identical rows merged."""
