@@ -30,7 +30,7 @@ function parseDump(text) {
     if (!SCHEMA_VERSIONS.includes(version)) {
       throw new DumpError(
         `Unsupported commdebug schema_version ${JSON.stringify(version) ?? "(missing)"}.`,
-        `This viewer reads schema versions ${SCHEMA_VERSIONS.join(" and ")}; ` +
+        `This viewer reads schema versions ${SCHEMA_VERSIONS.slice(0, -1).join(", ")} and ${SCHEMA_VERSIONS.at(-1)}; ` +
         "open the file with the commdebug version that wrote it.");
     }
   }
@@ -69,7 +69,7 @@ function decodeEvents(cd) {
   if (!isObj(raw)) return null;
   if (!isObj(raw.columns) || !Array.isArray(raw.strings)) {
     throw new DumpError("Malformed events in this dump.",
-      'Schema 2 events need "count", "strings" and "columns".');
+      'Events by column (schema 2 and 3) need "count", "strings" and "columns".');
   }
   const {columns, strings} = raw;
   const count = Number.isInteger(raw.count) ? raw.count : arr(columns.index).length;
