@@ -33,7 +33,8 @@ def torchrun(nproc: int, *args: str, env: dict[str, str] | None = None, cwd: Pat
 
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "commdebug", *args], capture_output=True, text=True, cwd=cwd or ROOT, timeout=120)
+    # this checkout's commdebug, from any working directory
+    return subprocess.run([sys.executable, "-m", "commdebug", *args], capture_output=True, text=True, cwd=cwd or ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
 
 
 def dumps(folder: Path) -> dict[int, dict]:
