@@ -43,7 +43,7 @@ def test_a_share_is_over_the_profiled_steps_time_in_summary_and_report(profiled_
     assert f"({header['comm_share'] * 100:.1f}% of the time of the 2 timed steps, of 4)" in text, text
     report = json.loads(cli("report", str(DATA), "--json").stdout)
     assert report["ranks"][0]["share"] == pytest.approx(header["comm_share"])  # one share for the same calls
-    assert "rank 0: its calls were timed in 2 of its 4 steps: its share is over those steps' time" in report["notes"]
+    assert "rank 0: calls timed in 2 of 4 steps: the share is over those steps' time" in report["notes"]
 
 
 def test_a_profile_read_alone_gives_each_call_the_phase_its_dump_gives(tmp_path):

@@ -322,7 +322,7 @@ def rank_digest(view: RankView) -> RankDigest:
     base = share_base(events, meta, view.profile, older.steps if (older := older_of(view)) is not None else None)
     s.share_time_s = base.seconds
     if s.timed and base.partial:
-        notes.append(f"its calls were timed in {base.timed_steps} of its {base.steps} steps: its share is over "
+        notes.append(f"calls timed in {base.timed_steps} of {base.steps} steps: the share is over "
                      + ("those steps' time" if base.seconds is not None else "nothing (their durations were not recorded)"))
     # a fatal signal, or no final dump: how the rank's process ended, as far as known (as check says it)
     ending = ending_note(meta, process_alive(meta) if meta.get("ended_by") in (None, "hang") else None)
