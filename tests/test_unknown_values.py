@@ -54,20 +54,22 @@ def _call(out: list[str], ids: _Ids, at: float, records: list[tuple[str, str, di
                                                                    "correlation": corr}, pid=0))
 
 
-def older_trace(rank: int) -> str:
+def older_trace(rank: int, groups: dict[str, tuple[str, list[int]]] = GROUPS, skip_gather_at: int | None = None) -> str:
     """Two profiled steps of an older NCCL job (see the module docstring), per step: an all_gather
     (c10d op + bare record_param_comms + nccl:_all_gather_base), an all_reduce of a tensor list
     (no element type: size not known) under an autograd function, an all_to_all known only by its
     annotation, a barrier NCCL runs as an all_reduce, an op no registry row knows, a reduce_scatter
     in FSDP's root_post_backward_callback; a lone record_param_comms (a wait), a kernel launched
-    outside any call, and compute under the all_gather."""
+    outside any call, and compute under the all_gather. ``skip_gather_at``: a step whose
+    all_gather this rank skips."""
     ids, out = _Ids(), []
     rpc = ("cpu_op", "record_param_comms", {})
     for step, base in zip(STEPS, (0.0, 1000.0), strict=True):
         out.append(event("X", "user_annotation", f"ProfilerStep#{step}", MAIN, base, 1000.0, {"External id": ids.next()[0]}))
-        _call(out, ids, base + 10, [("cpu_op", "c10d::_allgather_base_", {"Input Dims": [[4096], [2048]], "Input type": ["float", "float"]}),
-                                    rpc, ("user_annotation", "nccl:_all_gather_base", {})],
-              ("ncclKernel_AllGather_RING_LL_Sum_float(ncclWorkElem)", base + 100, 40))
+        if step != skip_gather_at:
+            _call(out, ids, base + 10, [("cpu_op", "c10d::_allgather_base_", {"Input Dims": [[4096], [2048]], "Input type": ["float", "float"]}),
+                                        rpc, ("user_annotation", "nccl:_all_gather_base", {})],
+                  ("ncclKernel_AllGather_RING_LL_Sum_float(ncclWorkElem)", base + 100, 40))
         out.append(event("X", "cpu_op", "autograd::engine::evaluate_function: MmBackward0", MAIN, base + 190, 200,
                          {"External id": ids.next()[0]}))
         _call(out, ids, base + 200, [("cpu_op", "c10d::allreduce_", {"Input Dims": [[[1024]]], "Input type": ["TensorList"]}),
@@ -94,7 +96,7 @@ def older_trace(rank: int) -> str:
         out.append(launch(MAIN, base + 81, ext, corr))
         out.append(event("X", "kernel", "ampere_sgemm_128x64_nn", STREAM_COMPUTE, base + 90, 300,
                          {"External id": ext, "device": 0, "stream": STREAM_COMPUTE, "correlation": corr}, pid=0))
-    return document(out, rank, 2, GROUPS)
+    return document(out, rank, 2, groups)
 
 
 @pytest.fixture(scope="module")
@@ -209,3 +211,14 @@ def test_a_dump_keeps_unknown_sizes_null_and_reads_them_back(traces, tmp_path):
     path.write_text(json.dumps(data))
     table = cli("table", str(path)).stdout
     assert "*profiler:all_to_all: 2 (?)" in table and "*profiler:all_gather: 2 (32.00 KiB)" in table, table
+
+
+def test_a_finding_on_a_call_of_unknown_size_says_so(tmp_path):
+    one = {"0": ("default_pg", [0, 1])}  # one group: every call is on it, numbered in trace order
+    for rank in (0, 1):
+        (tmp_path / f"rank{rank}.pt.trace.json").write_text(older_trace(rank, one, skip_gather_at=6 if rank == 1 else None))
+    text = cli("check", str(tmp_path)).stdout
+    assert "[mismatch] group default_pg[2] seq 6:" in text, text
+    sides = [line.strip() for line in text.splitlines() if line.startswith("     rank")]
+    # the side of unknown size says so: not "all_reduce 0 B", not a size left out unsaid
+    assert "rank 0: all_gather 16.00 KiB float32" in sides and "rank 1: all_reduce ?" in sides, sides

@@ -8,9 +8,10 @@ step, where the dumps record steps) and its sides, then notes.
 from __future__ import annotations
 
 from commdebug.analysis.check import CheckResult, Finding, LastCall, Side, who
+from commdebug.ops import shape_rule
 from commdebug.render.endings import describe_died, rank_ending
 from commdebug.render.late import late_headline
-from commdebug.units import format_bytes
+from commdebug.units import UNKNOWN, format_bytes
 
 __all__ = ["render_check", "describe_finding", "describe_side", "describe_last", "no_verdict"]
 
@@ -75,7 +76,9 @@ def describe_side(side: Side) -> str:
     ranks = who(side.ranks) + (" (last call on the group)" if side.last_call else "")
     if side.op is None:
         return f"{ranks}: nothing"
-    size = "" if side.size_bytes is None else f" {format_bytes(side.size_bytes)}"  # None: an all_to_all's own sizes
+    # None: an all_to_all's own sizes (they differ by rank, by design), else a size not known
+    balanced = (rule := shape_rule(side.op)) is not None and rule.balanced
+    size = ("" if balanced else f" {UNKNOWN}") if side.size_bytes is None else f" {format_bytes(side.size_bytes)}"
     pair = f" to rank {side.to_rank}" if side.to_rank is not None else f" from rank {side.from_rank}" if side.from_rank is not None else ""
     what = f"{side.op}{size}{pair}{' ' + side.dtype if side.dtype else ''}"
     where = "".join(f" {k} {v}" for k, v in (("in", side.module), ("at", side.source)) if v and v != "?")
