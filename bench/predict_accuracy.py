@@ -53,7 +53,6 @@ import argparse
 import json
 import os
 import random
-import socket
 import sys
 import tempfile
 import time
@@ -62,6 +61,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+from ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -75,12 +76,6 @@ def _load() -> str:
         return " ".join(f"{x:.1f}" for x in os.getloadavg())
     except OSError:
         return "unknown"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ---- the programs (run on every rank) --------------------------------------------------------

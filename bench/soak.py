@@ -18,12 +18,13 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from ports import free_port
 
 PROGRAM = """\
 import torch, torch.distributed as dist, torch.nn as nn
@@ -38,24 +39,6 @@ for step in range(3):
 dist.destroy_process_group()
 """
 FLAGS = ("light", "timing", "hang-timeout", "metrics-port", "debug-server")
-
-
-def free_port(consecutive: int = 1) -> int:
-    """A free port with the next ``consecutive - 1`` free too (metrics serve on P + LOCAL_RANK)."""
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port + consecutive > 65535:
-            continue
-        try:
-            for p in range(port, port + consecutive):
-                with socket.socket() as s:
-                    s.bind(("0.0.0.0", p))
-        except OSError:
-            continue
-        return port
-    raise RuntimeError("no free port")
 
 
 def listening(port: int) -> bool:

@@ -68,29 +68,31 @@ def _view(args: argparse.Namespace) -> int:
     import visualizer
     from commdebug.analysis.rank_modules import rank_modules
     from commdebug.fileio import output_file, write_output
+    from commdebug.formats.folders import common_folder, one_file
     from commdebug.formats.readers import load
 
     cluster = _cluster(args.cluster)
     ranks, steps = _selection(args)
-    if not (ranks.everything and steps.everything) and not (args.dumps and Path(args.dumps).is_dir()):
+    single = one_file(args.dumps) if args.dumps else None
+    if not (ranks.everything and steps.everything) and (not args.dumps or single is not None):
         raise UsageError("--ranks and --steps choose from a folder of rank dumps: commdebug view FOLDER --ranks 0-7")
     unread: list[str] = []
-    if args.dumps is None:
+    if not args.dumps:
         if cluster is not None:
             raise UsageError("--cluster needs a dump: commdebug view DUMP --cluster NAME|FILE")
         out = output_file(args.out or "commdebug_viewer.html", "HTML file")
         write_output(out, visualizer.render_html(None))
-    elif Path(args.dumps).is_dir():
-        src = Path(args.dumps)
+    elif single is None:
+        src = common_folder(args.dumps)
         if cluster is not None:
             raise UsageError(f"{src}: --cluster works with one dump; the folder page shows no predictions yet")
         out = output_file(args.out or src / "index.html", "HTML file")
         with _meter(args) as meter:
-            folder = rank_modules(src, ranks=ranks, steps=steps, progress=meter, jobs=args.jobs)
+            folder = rank_modules(args.dumps, ranks=ranks, steps=steps, progress=meter, jobs=args.jobs)
         write_output(out, visualizer.render_ranks_html(folder, title=f"commdebug: {src.name or src.resolve().name}"))
         unread = folder.errors
     else:
-        src = Path(args.dumps)
+        src = single
         trace = load(src)
         name = args.out if args.out is not None else str(src.with_suffix(".html"))
         out = output_file(_expand(name, trace.metadata), "HTML file")
@@ -127,14 +129,17 @@ def _table(args: argparse.Namespace) -> int:
     return OK
 
 
-def _single_dump(path: str, verb: str) -> Path:
-    from commdebug.formats.readers import rank_files
+def _single_dump(dumps: Any, verb: str) -> Path:
+    from commdebug.formats.folders import as_paths, one_file, rank_files
 
-    p = Path(path)
-    if p.is_dir():
-        rank_files(p)  # a folder with no dumps says so, as every verb does
-        raise CommDebugError(f"{p}: is a folder; `commdebug {verb}` reads one dump (give one rank's, e.g. {p / 'rank0.json'})")
-    return p
+    single = one_file(dumps)
+    if single is None:
+        paths = as_paths(dumps)
+        rank_files(paths)  # a folder with no dumps says so, as every verb does
+        p = paths[0]
+        raise CommDebugError(f"{' '.join(map(str, paths))}: {'is a folder' if len(paths) == 1 else 'are several'}; "
+                             f"`commdebug {verb}` reads one dump (give one rank's, e.g. {p / 'rank0.json'})")
+    return single
 
 
 def _summary(args: argparse.Namespace) -> int:
@@ -185,7 +190,7 @@ def _estimate(args: argparse.Namespace) -> int:
         else:
             sys.stdout.write(render_presets(PRESETS.values()))
         return OK
-    if args.dumps is None:
+    if not args.dumps:
         raise CommDebugError("give a dump: commdebug estimate DUMPS --cluster NAME|FILE  (or --list)")
     by = parse_by(args.by or "op")
     cluster = _cluster(args.cluster)
@@ -195,9 +200,10 @@ def _estimate(args: argparse.Namespace) -> int:
     if comparison is not None:  # a timed run: measured beside predicted
         _print_json(comparison_dict(comparison)) if args.json else sys.stdout.write(render_comparison(comparison))
         return OK
-    trace = load(_single_dump(args.dumps, "estimate"))
+    trace_path = _single_dump(args.dumps, "estimate")
+    trace = load(trace_path)
     if cluster is None and trace.metadata.get("cluster") is None:
-        raise CommDebugError(f"{args.dumps}: no cluster to predict on: give --cluster NAME|FILE (presets: {', '.join(PRESETS)})")
+        raise CommDebugError(f"{trace_path}: no cluster to predict on: give --cluster NAME|FILE (presets: {', '.join(PRESETS)})")
     summary = summarize(trace, by, cluster, args.ranks_per_node)
     steps = summarize(trace, "step", cluster, args.ranks_per_node)
     if args.json:
@@ -244,7 +250,7 @@ def _run(args: argparse.Namespace) -> int:
         options["light"] = True
     if args.detail_every is not None:
         options["detail_every"] = args.detail_every
-    for name in ("keep_steps", "stream", "metrics_port", "debug_server", "profile_steps"):
+    for name in ("keep_steps", "stream", "metrics_port", "metrics_push", "debug_server", "profile_steps"):
         if getattr(args, name) is not None:
             options[name] = getattr(args, name)
     return run_program(program, args.module, args.out, hang_timeout=args.hang_timeout, noise_level=args.noise_level, **options)
@@ -268,13 +274,16 @@ def _hook(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from commdebug.analysis.gap_ops import ProfileGaps
     from commdebug.analysis.report import rank_digest, report
-    from commdebug.formats.selection import iter_selected
+    from commdebug.formats.folders import find_job
+    from commdebug.formats.selection import pick, read_views
     from commdebug.render.report import render_report, shown_ranks
 
     ranks, steps = _selection(args)
+    job = find_job(args.dumps)
     with _meter(args) as meter:
-        result = report(iter_selected(args.dumps, ranks, steps, progress=meter, jobs=args.jobs, digest=rank_digest),
-                        chosen=ranks.describe(), late_threshold=args.late_threshold, gap_ops=ProfileGaps(args.dumps))
+        result = report(read_views(pick(job.files, ranks), ranks, steps, progress=meter, jobs=args.jobs, digest=rank_digest),
+                        chosen=ranks.describe(), late_threshold=args.late_threshold, gap_ops=ProfileGaps(job.files),
+                        scope=job.scope)
     if args.json:
         _print_json(result.to_dict(top=args.top))
     else:
@@ -284,14 +293,16 @@ def _report(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     from commdebug.analysis.check import check, rank_digest
-    from commdebug.formats.selection import dump_files, read_views
+    from commdebug.formats.folders import dumps_name, find_job
+    from commdebug.formats.selection import read_views
     from commdebug.render.check import no_verdict, render_check
 
+    job = find_job(args.dumps)
     with _meter(args) as meter:
-        result = check(read_views(dump_files(args.dumps), progress=meter, jobs=args.jobs, digest=rank_digest))
+        result = check(read_views(job.files, progress=meter, jobs=args.jobs, digest=rank_digest), job.scope)
     why = no_verdict(result)
     if why is not None:  # no verdict at all rather than "consistent" on nothing
-        raise CommDebugError(f"{args.dumps}: {why}")
+        raise CommDebugError(f"{dumps_name(args.dumps)}: {why}")
     _show(result, render_check, args.json)
     return OK if result.consistent else FOUND
 
@@ -315,18 +326,24 @@ def _diff(args: argparse.Namespace) -> int:
 
 
 def _trace(args: argparse.Namespace) -> int:
+    from commdebug.analysis.clocks import align_clocks, clock_digest
     from commdebug.fileio import output_file
+    from commdebug.formats.folders import dump_files
     from commdebug.formats.output import write_text_or_gzip
-    from commdebug.formats.selection import dump_files, pick, read_views
+    from commdebug.formats.selection import pick, read_views
     from commdebug.render.chrome_trace import ChromeTrace, trace_summary
 
     ranks, steps = _selection(args)
-    chrome = ChromeTrace(_cluster(args.cluster), steps=None if steps.everything else steps, flows=args.flows)
     out = output_file(args.out, "trace file")
     files = dump_files(args.dumps)
+    chosen = pick(files, ranks)
+    # two reads: the ranks' clocks first (a few numbers each), then their events on that clock
+    clocks = align_clocks(read_views(chosen, ranks, jobs=args.jobs, digest=clock_digest))
+    chrome = ChromeTrace(_cluster(args.cluster), steps=None if steps.everything else steps, flows=args.flows, clocks=clocks)
     with _meter(args) as meter:
-        write_text_or_gzip(out, chrome.render(read_views(pick(files, ranks), ranks, progress=meter, jobs=args.jobs, digest=chrome.digest)))
-    print("\n".join(trace_summary(chrome.counts, out, ranks_in_folder=len(files), ranks=ranks.describe(), steps=steps.describe())))
+        write_text_or_gzip(out, chrome.render(read_views(chosen, ranks, progress=meter, jobs=args.jobs, digest=chrome.digest)))
+    print("\n".join(trace_summary(chrome.counts, out, ranks_in_folder=len(files), ranks=ranks.describe(), steps=steps.describe(),
+                                  clocks=clocks)))
     return OK
 
 
@@ -345,25 +362,28 @@ def _watch(args: argparse.Namespace) -> int:
     import time
 
     from commdebug.analysis.watch import job_started, watch_path
+    from commdebug.formats.folders import as_paths, dumps_name
     from commdebug.render.watch import render_watch
 
+    name = dumps_name(args.dumps)
     if not (args.once or args.json) and not job_started(args.dumps):
         # started before the job, as one would in a second terminal: wait for it to appear
-        print(f"commdebug watch: waiting for {args.dumps} and the first rank's stream (Ctrl-C to stop)", flush=True)
+        print(f"commdebug watch: waiting for {name} and the first rank's stream (Ctrl-C to stop)", flush=True)
         while not job_started(args.dumps):
             time.sleep(args.interval)
-    _watched_folder(Path(args.dumps))
+    for p in as_paths(args.dumps):
+        _watched_folder(p)
     while True:
         result = watch_path(args.dumps, stall_after=args.stall_after, behind_pct=args.behind_pct)
         if args.once or args.json:
-            _show(result, lambda r: render_watch(r, args.dumps), args.json)
+            _show(result, lambda r: render_watch(r, name), args.json)
             return OK if result.healthy else FOUND
         stop = result.over and not args.follow
         if stop:  # read once more: a rank seen gone an instant before its final dump landed
             result = watch_path(args.dumps, stall_after=args.stall_after, behind_pct=args.behind_pct)
             stop = result.over
         sys.stdout.write("\x1b[H\x1b[2J" if sys.stdout.isatty() else "\n")  # a new frame in place
-        sys.stdout.write(render_watch(result, args.dumps))
+        sys.stdout.write(render_watch(result, name))
         sys.stdout.flush()
         if stop:
             return OK if result.healthy else FOUND

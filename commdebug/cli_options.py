@@ -105,7 +105,8 @@ def _out_option(parser: argparse.ArgumentParser, default: str | None, help: str)
 
 # one name per kind of input, in every verb: the metavar and the Namespace attribute
 DUMP_HELP = "a JSON dump (ours or torch's CommDebugMode's)"
-DUMPS_HELP = "a JSON dump, or a folder of rank dumps (rank<N>.json) of one run"
+DUMPS_HELP = ("a JSON dump, or a folder of rank dumps (rank<N>.json) of one run; a folder whose subfolders hold them (one per "
+              "node) and several folders named together are one job")
 
 # verbs kept for old command lines, left out of -h and docs/cli.md: name -> the verb it is now
 HIDDEN_VERBS = {"viewer": "view"}
@@ -131,14 +132,14 @@ def _parser() -> argparse.ArgumentParser:
     _out_option(demo, "commdebug_demo", "folder for the files (default ./commdebug_demo)")
 
     view = verb("view", "write the HTML viewer of a JSON dump (ours or torch's CommDebugMode's) or of a folder of rank dumps; with neither, an empty viewer to drop any dump on")
-    view.add_argument("dumps", nargs="?", metavar="DUMPS", help=DUMPS_HELP + " (default: none, an empty viewer)")
+    view.add_argument("dumps", nargs="*", metavar="DUMPS", help=DUMPS_HELP + " (default: none, an empty viewer; several folders: the page goes in the folder they share)")
     _view_options(view, "HTML file; {rank}/{world_size} allowed (default: the dump's name with .html; for a folder, FOLDER/index.html; with no DUMPS, commdebug_viewer.html)")
     view.add_argument("--cluster", default=None, help="for one dump, add predicted times on this preset or cluster JSON file (default: the dump's own metadata.cluster, if any)")
     _folder_options(view, steps="for a folder, the steps the heatmap and the per-op spread show, e.g. 10-12 (default all; the tree's numbers cover every step)")
 
     viewer = verbs.add_parser("viewer", description="The same as `commdebug view` with no DUMPS: an empty viewer page.")
     _view_options(viewer, "HTML file (default commdebug_viewer.html)")
-    viewer.set_defaults(dumps=None, cluster=None)
+    viewer.set_defaults(dumps=[], cluster=None)
 
     table = verb("table", "print the tracing table of a JSON dump")
     table.add_argument("dump", metavar="DUMP", help=DUMP_HELP)
@@ -146,7 +147,7 @@ def _parser() -> argparse.ArgumentParser:
     table.add_argument("--cluster", default=None, help="at noise level 1-3, add each collective line's predicted time on this preset or cluster JSON file (default: the dump's own metadata.cluster, if any)")
 
     summary = verb("summary", "print the summary of a dump or of a folder of rank dumps: counts, bytes, latency and bandwidth by op, size, module, group, step or phase; for a folder, also each row's spread across ranks")
-    summary.add_argument("dumps", metavar="DUMPS", help=DUMPS_HELP)
+    summary.add_argument("dumps", nargs="+", metavar="DUMPS", help=DUMPS_HELP)
     summary.add_argument("--by", default="op", help=f"grouping, one of: {', '.join(BY)}, peer (traffic by group, src, dst: all_to_all and send/recv) (default op)")
     summary.add_argument("--json", action="store_true", help="print rows as JSON with stable keys (default text)")
     summary.add_argument("--no-header", dest="header", action="store_false", help="leave out the header (host, times, notes): only the rows (default: with header)")
@@ -156,7 +157,7 @@ def _parser() -> argparse.ArgumentParser:
     _jobs_option(summary)
 
     estimate = verb("estimate", "predict the communication time of a dump's collectives on a target cluster; on a timed run, measured beside predicted")
-    estimate.add_argument("dumps", nargs="?", metavar="DUMPS", help="a JSON dump written by commdebug (fake process group plans too); a timed dump or folder of ranks (ours or Flight Recorder's with durations) shows measured beside predicted")
+    estimate.add_argument("dumps", nargs="*", metavar="DUMPS", help="a JSON dump written by commdebug (fake process group plans too); a timed dump or folder of ranks (ours or Flight Recorder's with durations; a folder of per-node folders, or several folders) shows measured beside predicted")
     estimate.add_argument("--cluster", default=None, help="a preset (see --list) or a cluster JSON file (default: the dump's metadata.cluster)")
     estimate.add_argument("--by", default=None, help=f"grouping, one of: {', '.join(BY)} (default op; a timed run is shown per op,bin, module and step, and --by adds a table)")
     estimate.add_argument("--ranks-per-node", type=positive_int, default=None, help="ranks per node, >= 1, nodes being consecutive blocks of ranks (default: the cluster's gpus_per_node)")
@@ -184,7 +185,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--no-stream", dest="stream", action="store_false", default=None,
                      help="do not stream OUT/rank<R>.jsonl while the program runs: only the dump at exit (default: stream)")
     run.add_argument("--metrics-port", type=port_number, default=None, metavar="P",
-                     help="serve Prometheus metrics on port P + LOCAL_RANK at /metrics (default off; docs/metrics.md)")
+                     help="serve Prometheus metrics on port P + LOCAL_RANK at /metrics; at exit each rank writes its final ones to OUT/rank<R>.prom (default off; docs/metrics.md)")
+    run.add_argument("--metrics-push", default=None, metavar="URL",
+                     help="at exit, push each rank's final metrics to the Prometheus Pushgateway at URL (job commdebug, grouped by run_id and rank), waiting 5 s at most; the job's exit status is never changed (default off; docs/metrics.md)")
     run.add_argument("--debug-server", type=port_number, default=None, metavar="PORT",
                      help="start torch's debug server, its frontend on rank 0's PORT, with a /commdebug page of every rank's live state; trusted networks only (default off; docs/debug-server.md)")
     run.add_argument("--profile-steps", default=None, metavar="A-B",
@@ -202,7 +205,7 @@ def _parser() -> argparse.ArgumentParser:
     hook.add_argument("--site-dir", default=None, help="site-packages folder (default: this environment's)")
 
     report = verb("report", "per-rank and per-op report of a folder of rank dumps (mpitrace-style min/median/max, stragglers)")
-    report.add_argument("dumps", metavar="DUMPS", help=DUMPS_HELP)
+    report.add_argument("dumps", nargs="+", metavar="DUMPS", help=DUMPS_HELP)
     report.add_argument("--json", action="store_true", help="print JSON (default text)")
     report.add_argument("--top", type=top_count, default=None, metavar="K",
                         help="list only the K ranks furthest from the median (slowest or most deviant), 0 for all (default: all below 64 ranks, else 16; with --json, all)")
@@ -211,7 +214,7 @@ def _parser() -> argparse.ArgumentParser:
     _folder_options(report, steps="only these steps' calls, e.g. 10-12 (default all)")
 
     check = verb("check", "check that the ranks' collectives match (order, op, size, dtype, call sites, send/recv pairs) and name where ranks parted, at which step; exit 0 consistent, 1 not, 2 bad input")
-    check.add_argument("dumps", metavar="DUMPS", help=DUMPS_HELP + "; PyTorch Flight Recorder dumps too")
+    check.add_argument("dumps", nargs="+", metavar="DUMPS", help=DUMPS_HELP + "; PyTorch Flight Recorder dumps too")
     check.add_argument("--json", action="store_true", help="print JSON (default text)")
     _quiet_option(check)
     _jobs_option(check)
@@ -225,7 +228,7 @@ def _parser() -> argparse.ArgumentParser:
     _quiet_option(diff)
 
     watch = verb("watch", "live view of a running job from its folder: each rank's step, communication, last collective; stalled, straggling, failed and gone ranks; exits when every rank has ended: 0 healthy, 1 not, 2 bad input")
-    watch.add_argument("dumps", metavar="DUMPS", help="the folder of rank dumps a running job streams into (commdebug run --out); a shared file system is enough")
+    watch.add_argument("dumps", nargs="+", metavar="DUMPS", help="the folder of rank dumps a running job streams into (commdebug run --out); a shared file system is enough; per-node folders: their parent, or each of them")
     watch.add_argument("--once", action="store_true", help="print one frame and exit with the verdict (default: refresh until every rank of the run has ended, by a final dump or a process gone, then exit with the verdict)")
     watch.add_argument("--follow", action="store_true", help="keep refreshing after every rank has ended, until Ctrl-C, for a job relaunched into the same folder (default: exit once every rank has ended)")
     watch.add_argument("--interval", type=seconds, default=2.0, metavar="S", help="seconds between frames (default 2)")
@@ -234,15 +237,15 @@ def _parser() -> argparse.ArgumentParser:
     watch.add_argument("--json", action="store_true", help="print the frame as JSON (default text)")
 
     overlap = verb("overlap", "how much of each rank's communication ran under compute and how much was exposed, from torch.profiler traces or profiled steps (commdebug run --profile-steps), by op, step, group, module, phase or line")
-    overlap.add_argument("dumps", metavar="DUMPS", help="a torch.profiler trace (.json, .json.gz, .pt.trace.json), a folder of one trace per rank, or a folder a `commdebug run --profile-steps` wrote (dumps with their profiles)")
-    overlap.add_argument("--by", default="op", help="rows by one of: op, step, group, module, phase, line (module and line need the profiles joined to commdebug dumps) (default op)")
+    overlap.add_argument("dumps", nargs="+", metavar="DUMPS", help="a torch.profiler trace (.json, .json.gz, .pt.trace.json), a folder of one trace per rank, or a folder a `commdebug run --profile-steps` wrote (dumps with their profiles); per-node folders: their parent, or each of them")
+    overlap.add_argument("--by", default="op", help="rows by one of: op, step, group, module, phase, line, unit (module: the module that issued the call; unit: the FSDP unit whose parameters it moved; module, line and unit need the profiles joined to commdebug dumps) (default op)")
     overlap.add_argument("--json", action="store_true", help="print JSON (default text)")
     overlap.add_argument("--round-us", action="store_true", help="round activity times inward to whole microseconds, as HolisticTraceAnalysis 0.5.0 does, to reproduce its figure (default: the trace's own times)")
     _quiet_option(overlap)
     _jobs_option(overlap)
 
     trace = verb("trace", "write a Chrome trace (Perfetto, chrome://tracing) of a dump or a folder of rank dumps")
-    trace.add_argument("dumps", metavar="DUMPS", help=DUMPS_HELP)
+    trace.add_argument("dumps", nargs="+", metavar="DUMPS", help=DUMPS_HELP)
     _out_option(trace, "commdebug_trace.json", "trace file (default commdebug_trace.json)")
     trace.add_argument("--cluster", default=None, help="add a track of predicted times per rank on this preset or cluster JSON file (default: each dump's own metadata.cluster, if any)")
     _folder_options(trace, steps="only these steps' calls, e.g. 10-12 (default all)")

@@ -1,11 +1,15 @@
 """Human-readable figures for text reports: sizes in base 1024 as mpitrace prints them, times,
-bandwidths in GB/s (1e9 bytes/s, as nccl-tests), shares. A time, bandwidth or share of None
-prints as ``-`` (nothing to show: not timed); a size of None as ``?`` (a value the data does not
-give), and a sum that leaves some calls' unknown sizes out says how many (``1.00 KiB (+3 ?)``)."""
+bandwidths in GB/s (1e9 bytes/s, as nccl-tests), shares, and sets of ranks as ranges
+(``ranks 0-3,5``). A time, bandwidth or share of None prints as ``-`` (nothing to show: not
+timed); a size of None as ``?`` (a value the data does not give), and a sum that leaves some
+calls' unknown sizes out says how many (``1.00 KiB (+3 ?)``)."""
 
 from __future__ import annotations
 
-__all__ = ["format_bytes", "format_known_bytes", "format_duration", "format_gbps", "format_share", "UNKNOWN"]
+from collections.abc import Iterable
+
+__all__ = ["format_bytes", "format_known_bytes", "format_duration", "format_gbps", "format_share", "who", "ranks_text",
+           "UNKNOWN"]
 
 UNKNOWN = "?"  # a value the data does not give, in text and on the page (null in JSON)
 
@@ -80,3 +84,25 @@ def format_gbps(value: float | None) -> str:
 def format_share(value: float | None) -> str:
     """A fraction as a percentage: ``format_share(0.25) == "25.0%"``."""
     return "-" if value is None else f"{value * 100:.1f}%"
+
+
+def who(ranks: Iterable[int]) -> str:
+    """[3] -> "rank 3"; [0, 1, 2] -> "ranks 0-2"."""
+    rs = sorted(set(ranks))
+    if not rs:
+        return "no rank"
+    return f"rank {rs[0]}" if len(rs) == 1 else f"ranks {ranks_text(rs)}"
+
+
+def ranks_text(ranks: Iterable[int]) -> str:
+    """[0, 1, 2, 3, 5] -> "0-3,5"."""
+    out: list[str] = []
+    rs = sorted(set(ranks))
+    i = 0
+    while i < len(rs):
+        j = i
+        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
+            j += 1
+        out.append(str(rs[i]) if i == j else f"{rs[i]}-{rs[j]}")
+        i = j + 1
+    return ",".join(out)

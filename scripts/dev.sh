@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Set up .venv (idempotent) and run a job: `demo` (the main job) or `test` (ruff, mypy, then the
-# whole suite; a finding of either fails the run before pytest starts).
+# whole suite on parallel workers; a finding of either checker fails the run before pytest starts).
 #   bash scripts/dev.sh demo [commdebug demo options]
-#   bash scripts/dev.sh test [pytest options]
+#   bash scripts/dev.sh test [pytest options]          everything, as CI runs it
+#   bash scripts/dev.sh test --fast [pytest options]   ruff, then the tests that start no process and no browser
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,11 +30,33 @@ if [ "$job" = demo ]; then
   exec .venv/bin/commdebug demo "$@"
 fi
 
+fast=0
+if [ "${1:-}" = --fast ]; then fast=1; shift; fi
+
 # Static checks first (seconds with their caches): a finding stops the run with the tool's message.
 # Versions are pinned in the `test` extra of pyproject.toml, settings in its [tool.ruff] and
 # [tool.mypy] tables (docs/development.md).
 echo "== ruff check" >&2
 .venv/bin/ruff check --quiet
+
+# pytest's exit status, except that collecting no test is a failure too
+run_pytest() {
+  set +e
+  .venv/bin/python -m pytest "$@"
+  local rc=$?
+  set -e
+  if [ "$rc" = 5 ]; then
+    echo "scripts/dev.sh: pytest collected no tests; that is a failure" >&2
+    exit 1
+  fi
+  exit "$rc"
+}
+
+if [ "$fast" = 1 ]; then
+  # The loop for every change: seconds, not minutes (docs/development.md says when to run which).
+  run_pytest --no-processes "$@"
+fi
+
 echo "== mypy" >&2
 .venv/bin/mypy
 
@@ -43,13 +66,14 @@ if [ ! -x /usr/bin/chromium ]; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
 fi
-
-set +e
-.venv/bin/python -m pytest "$@"
-rc=$?
-set -e
-if [ "$rc" = 5 ]; then
-  echo "scripts/dev.sh: pytest collected no tests; that is a failure" >&2
-  exit 1
+# The Prometheus tests start Debian's Prometheus, Pushgateway and node_exporter themselves.
+if [ ! -x /usr/bin/prometheus ] || [ ! -x /usr/bin/prometheus-pushgateway ] || [ ! -x /usr/bin/prometheus-node-exporter ]; then
+  echo "== installing prometheus, prometheus-pushgateway and prometheus-node-exporter with apt-get" >&2
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq prometheus prometheus-pushgateway prometheus-node-exporter >/dev/null
 fi
-exit "$rc"
+
+# Parallel workers (pytest-xdist): tests that share a module's fixture stay in one worker, the
+# ones that start processes go out first (tests/conftest.py). PYTEST_WORKERS overrides how many
+# (docs/development.md has the measurements behind the default).
+run_pytest -n "${PYTEST_WORKERS:-3}" --dist loadgroup --no-loadscope-reorder "$@"

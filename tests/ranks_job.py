@@ -6,12 +6,17 @@ skipped a call planted, the way issue 32's 1,024-rank job had them.
 >>> job = write_job(tmp / "job", ranks=64)      # doctest: +SKIP
 >>> job.slow, job.slow_steps, job.skip, job.skip_step       # doctest: +SKIP
 (45, (2, 3), 25, 3)
+
+`shared_job(shared_run, 64)` is the same job made once per test run for every worker and module
+that asks (tests/conftest.py's `shared_run`): read it, never write into it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
+from typing import Any
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 sys.path.insert(0, str(BENCH))
@@ -37,3 +42,24 @@ def write_job(folder: Path, ranks: int, late: dict[int, int] | None = None) -> J
                                 skip_step=STEPS - 1, roles=_roles.get(ranks), late=late)
     _roles[ranks] = job.roles
     return job
+
+
+def shared_job(shared_run: Any, ranks: int) -> Job:
+    """`write_job`'s `ranks`-rank job with its defaults, made once per test run by whichever
+    worker asks first, and read by all. Read-only: a test that plants more makes its own."""
+    key = f"job{ranks}"
+    shared_run.folder(key, lambda out: _as_json(write_job(out / "job", ranks)))
+    job = _from_json(shared_run.result(key))
+    _roles.setdefault(ranks, job.roles)  # a later write_job of this world size reuses the real runs
+    return job
+
+
+def _as_json(job: Job) -> dict[str, Any]:
+    fields = dataclasses.asdict(job)
+    fields["folder"], fields["roles"] = str(job.folder), [str(p) for p in job.roles]
+    return fields
+
+
+def _from_json(fields: dict[str, Any]) -> Job:
+    return Job(**{**fields, "folder": Path(fields["folder"]), "roles": tuple(Path(p) for p in fields["roles"]),
+                  "slow_steps": tuple(fields["slow_steps"]), "late": tuple(tuple(x) for x in fields["late"])})

@@ -13,6 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.proc
 def test_overhead_bench_prints_its_ratios():
     proc = subprocess.run(
         [sys.executable, "bench/overhead.py", "--rounds", "1", "--layers", "2"], capture_output=True, text=True, cwd=ROOT, timeout=300
@@ -25,6 +26,7 @@ def test_overhead_bench_prints_its_ratios():
         assert re.search(rf"^  {re.escape(label)}\s+-?\d+\.\d\d us$", proc.stdout, flags=re.M), proc.stdout
 
 
+@pytest.mark.proc
 def test_memory_bench_prints_its_ratios():
     proc = subprocess.run(
         [sys.executable, "bench/memory.py", "--layers", "1", "--max-events", "50", "--steps", "30"], capture_output=True, text=True, cwd=ROOT, timeout=300
@@ -34,6 +36,7 @@ def test_memory_bench_prints_its_ratios():
     assert re.search(r"^ours 30 steps / 10 steps   = \d+\.\d\d", proc.stdout, flags=re.M), proc.stdout
 
 
+@pytest.mark.proc
 def test_ranks_scale_bench_finds_the_planted_faults():
     proc = subprocess.run(
         [sys.executable, "bench/ranks_scale.py", "--ranks", "16", "--events", "400", "--layers", "1"],
@@ -49,6 +52,7 @@ def test_ranks_scale_bench_finds_the_planted_faults():
     assert re.search(r"^trace --ranks 0-7 *: .*\n  wrote .*: 8 ranks", proc.stdout, flags=re.M), proc.stdout
 
 
+@pytest.mark.proc
 def test_compiled_overhead_bench_prints_its_ratios_and_no_added_graph():
     proc = subprocess.run(
         [sys.executable, "bench/compiled_overhead.py", "--rounds", "1", "--layers", "1", "--steps", "1"],
@@ -82,6 +86,7 @@ def test_instructions_bench_reads_cachegrinds_summary_and_works_out_a_step():
         bench.parse_summary("==1== I   refs:      14,243,743,071\n")
 
 
+@pytest.mark.proc
 def test_instructions_bench_says_what_is_missing_without_valgrind(tmp_path):
     # only python on the PATH: the bench must say what to install, not fail in a subprocess
     (tmp_path / "python").symlink_to(sys.executable)
@@ -93,6 +98,7 @@ def test_instructions_bench_says_what_is_missing_without_valgrind(tmp_path):
     assert proc.returncode == 1 and "bare first" in proc.stderr
 
 
+@pytest.mark.proc
 def test_overlap_bench_prints_htas_figure_beside_ours_and_both_ratios():
     pytest.importorskip("hta")
     trace = ROOT / "tests" / "data" / "kineto" / "nccl_data.json.gz"

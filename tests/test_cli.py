@@ -42,6 +42,7 @@ def demo_dir(demo) -> Path:
     return demo.out_dir
 
 
+@pytest.mark.proc
 def test_demo_prints_the_table_and_writes_files(demo, demo_dir):
     stdout = demo.stdout
     assert stdout.startswith("Global\n  FORWARD PASS\n")
@@ -56,6 +57,7 @@ def test_demo_prints_the_table_and_writes_files(demo, demo_dir):
     assert "<html" in (demo_dir / "comm_mode_log.html").read_text()
 
 
+@pytest.mark.proc
 def test_view_writes_html_next_to_the_dump(demo_dir, tmp_path):
     dump = tmp_path / "run.json"
     dump.write_text((demo_dir / "comm_mode_log.json").read_text())
@@ -68,6 +70,7 @@ def test_view_writes_html_next_to_the_dump(demo_dir, tmp_path):
     assert cli("view", str(dump), "-o", str(custom)).returncode == 0 and custom.exists()
 
 
+@pytest.mark.proc
 def test_view_refuses_to_overwrite_the_dump(demo_dir, tmp_path):
     dump = tmp_path / "run.json"
     dump.write_text((demo_dir / "comm_mode_log.json").read_text())
@@ -76,12 +79,14 @@ def test_view_refuses_to_overwrite_the_dump(demo_dir, tmp_path):
     assert dump.read_text().startswith("{")
 
 
+@pytest.mark.proc
 def test_table_of_a_dump(demo_dir):
     proc = cli("table", str(demo_dir / "comm_mode_log.json"), "--noise-level", "1")
     assert proc.returncode == 0
     assert "*module type: class 'torch.nn.modules.linear.Linear'" in proc.stdout
 
 
+@pytest.mark.proc
 def test_view_without_a_dump_writes_an_empty_viewer(tmp_path):
     out = tmp_path / "viewer.html"
     proc = cli("view", "-o", str(out))
@@ -91,6 +96,7 @@ def test_view_without_a_dump_writes_an_empty_viewer(tmp_path):
     assert (proc.returncode, proc.stderr) == (2, "commdebug: error: --cluster needs a dump: commdebug view DUMP --cluster NAME|FILE\n")
 
 
+@pytest.mark.proc
 @pytest.mark.parametrize(
     "content, message",
     [(None, "no such file"), ("{oops", "not valid JSON"), ('{"a": 1}', "not a CommDebugMode dump"), ('{"fqn": "Global", "children": [], "commdebug": {"schema_version": 99}}', "schema version 99")],
@@ -109,11 +115,13 @@ def test_view_bad_input_one_line_nonzero_and_keeps_old_html(tmp_path, content, m
     assert old.read_text() == "earlier page"
 
 
+@pytest.mark.proc
 def test_usage_errors_exit_2():
     assert cli("table", "x.json", "--noise-level", "9").returncode == 2
     assert cli("nonsense").returncode == 2
 
 
+@pytest.mark.proc
 def test_demo_bad_world_size_is_one_line():
     proc = cli("demo", "--world-size", "3", "--layers", "1", "--steps", "1", "-o", "/tmp/commdebug-never")
     assert proc.returncode == 2
@@ -121,6 +129,7 @@ def test_demo_bad_world_size_is_one_line():
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.proc
 def test_version_and_help_say_defaults_and_ranges():
     from importlib.metadata import version
 
@@ -143,6 +152,7 @@ def test_version_and_help_say_defaults_and_ranges():
                 assert "default" in action.help or action.dest == "module", (verb, action.dest)
 
 
+@pytest.mark.proc
 def test_bad_values_never_show_internal_names():
     proc = cli("table", "x.json", "--noise-level", "loud")
     assert proc.returncode == 2
@@ -151,6 +161,7 @@ def test_bad_values_never_show_internal_names():
     assert "must be a number of seconds > 0, not '0'" in cli("run", "--hang-timeout", "0", "--", "x.py").stderr
 
 
+@pytest.mark.proc
 def test_demo_checks_its_folder_before_working(tmp_path):
     a_file = tmp_path / "taken"
     a_file.write_text("mine")
@@ -160,6 +171,7 @@ def test_demo_checks_its_folder_before_working(tmp_path):
     assert cli("demo", "-o", "").stderr == "commdebug: error: the output folder is empty; give a folder name\n"
 
 
+@pytest.mark.proc
 def test_empty_or_folder_output_names_are_plain_errors(demo_dir, tmp_path):
     dump = str(demo_dir / "comm_mode_log.json")
     assert cli("view", dump, "-o", "").stderr == "commdebug: error: the HTML file name is empty; give a file name\n"
@@ -170,6 +182,7 @@ def test_empty_or_folder_output_names_are_plain_errors(demo_dir, tmp_path):
     assert proc.returncode == 2 and proc.stderr == f"commdebug: error: {blocker}: is a file, so {blocker / 't.json'} cannot be written\n"
 
 
+@pytest.mark.proc
 def test_closed_pipe_ends_quietly(demo_dir):
     shell = f"{sys.executable} -m commdebug table {demo_dir / 'comm_mode_log.json'} --noise-level 3 | head -n 1"
     proc = subprocess.run(["bash", "-o", "pipefail", "-c", shell], capture_output=True, text=True, cwd=ROOT, timeout=120)
@@ -177,6 +190,7 @@ def test_closed_pipe_ends_quietly(demo_dir):
     assert proc.stderr == "" and proc.returncode == 0
 
 
+@pytest.mark.proc
 def test_summary_of_a_dump_and_its_errors(demo_dir):
     dump = str(demo_dir / "comm_mode_log.json")
     proc = cli("summary", dump, "--by", "module")
@@ -188,6 +202,7 @@ def test_summary_of_a_dump_and_its_errors(demo_dir):
     assert cli("summary", str(demo_dir)).stderr == f"commdebug: error: {demo_dir}: no rank dumps in this folder (expected rank<N>.json, Flight Recorder files or torch.profiler traces)\n"
 
 
+@pytest.mark.proc
 def test_cli_reference_page_is_generated_from_the_parser():
     proc = subprocess.run([sys.executable, "scripts/gen_cli_docs.py", "--check"], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -197,6 +212,7 @@ def test_cli_reference_page_is_generated_from_the_parser():
     assert all((f"## commdebug {verb}\n" in page) != (verb in HIDDEN_VERBS) for verb in VERBS)
 
 
+@pytest.mark.proc
 def test_run_keeps_the_programs_exit_status_and_argv(tmp_path):
     script = tmp_path / "prog.py"
     script.write_text("import sys\nprint(sys.argv[1:], __name__)\nsys.exit(int(sys.argv[1]))\n")
@@ -233,6 +249,7 @@ def test_run_light_flags_reach_the_options(monkeypatch, flags, expected):
     assert (resolved.light, resolved.detail_every) == (bool(expected), expected.get("detail_every"))
 
 
+@pytest.mark.proc
 @pytest.mark.parametrize("value", ["0", "-1", "ten", ""])
 def test_run_bad_detail_every_is_a_usage_error(value):
     proc = cli("run", "--detail-every", value, "--", "x.py")
@@ -341,6 +358,7 @@ def test_each_bad_input_reads_the_same_in_every_verb(tmp_path, capsys):
     assert not any((tmp_path / name).exists() for name in ("v.html", "t.json", "c.json"))
 
 
+@pytest.mark.proc
 def test_diff_of_a_missing_path_says_it_does_not_exist(demo_dir, tmp_path):
     for a, b in ((tmp_path / "nonexistent", demo_dir), (demo_dir, tmp_path / "nonexistent")):
         proc = cli("diff", str(a), str(b))
@@ -348,6 +366,7 @@ def test_diff_of_a_missing_path_says_it_does_not_exist(demo_dir, tmp_path):
         assert (proc.returncode, proc.stderr) == (2, f"commdebug: error: {missing}: no such file or folder\n")
 
 
+@pytest.mark.proc
 def test_view_of_a_folder_with_an_unreadable_rank_says_so_and_exits_2(tmp_path):
     from synthetic import write_rank_dumps
 
@@ -368,6 +387,7 @@ def test_view_of_a_folder_with_an_unreadable_rank_says_so_and_exits_2(tmp_path):
 OLD = re.compile(r"--output\b|--out-dir\b|--noise\b(?!-)")
 
 
+@pytest.mark.proc
 def test_old_spellings_still_work(demo_dir, tmp_path, capsys, monkeypatch):
     from commdebug.cli import main
 
@@ -398,7 +418,7 @@ def test_namespace_is_the_same_whichever_spelling(tmp_path):
     assert parse(["demo", "--out-dir", "d"]).out == parse(["demo", "--out", "d"]).out == "d"
     assert parse(["run", "--", "x.py"]).noise_level == 3 and parse(["demo"]).out == "commdebug_demo"  # aliases keep the defaults
     viewer, view = parse(["viewer", "-o", "v.html"]), parse(["view", "-o", "v.html"])
-    assert (viewer.dumps, viewer.out, viewer.cluster) == (view.dumps, view.out, view.cluster) == (None, "v.html", None)
+    assert (viewer.dumps, viewer.out, viewer.cluster) == (view.dumps, view.out, view.cluster) == ([], "v.html", None)
     diff = parse(["diff", "a.json", "b.json"])
     assert (diff.before, diff.after) == ("a.json", "b.json")
 
@@ -447,6 +467,7 @@ def job(tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.mark.proc
 def test_summary_of_a_folder_adds_up_the_ranks_and_says_how_they_spread(job):
     import commdebug
     from commdebug.analysis.summary import summarize
@@ -470,6 +491,7 @@ def test_summary_of_a_folder_adds_up_the_ranks_and_says_how_they_spread(job):
     assert re.search(r"^all_reduce +\d+ +\d+ +\d+ +[\d.]+ [mun]?s +[\d.]+ [mun]?s +[\d.]+ [mun]?s +r2$", text, flags=re.M), text
 
 
+@pytest.mark.proc
 def test_summary_of_a_folder_percentiles_are_those_of_every_call(job):
     import statistics
 
@@ -483,6 +505,7 @@ def test_summary_of_a_folder_percentiles_are_those_of_every_call(job):
         assert got == pytest.approx(want, rel=0.003)  # bins 0.27% wide
 
 
+@pytest.mark.proc
 def test_summary_of_a_folder_where_ranks_differ_names_them(tmp_path):
     from synthetic import write_rank_dumps
 
@@ -501,6 +524,7 @@ def test_summary_of_a_folder_where_ranks_differ_names_them(tmp_path):
     assert re.search(rf"^{op} +\d+ \(r1\) +[\d.]+ +\d+ \(r0\)", cli("summary", str(tmp_path)).stdout, flags=re.M)
 
 
+@pytest.mark.proc
 def test_summary_refuses_a_folder_mixing_runs(job, tmp_path):
     import shutil
 
@@ -514,6 +538,7 @@ def test_summary_refuses_a_folder_mixing_runs(job, tmp_path):
     assert proc.stderr.startswith("commdebug: error: ") and proc.stderr.count("\n") == 1 and "run" in proc.stderr
 
 
+@pytest.mark.proc
 def test_summary_without_header(job, capsys):
     dump = str(job / "rank0.json")
     for path in (dump, str(job)):
@@ -524,6 +549,7 @@ def test_summary_without_header(job, capsys):
         assert "header" not in data and data["rows"]
 
 
+@pytest.mark.proc
 def test_summary_latency_min_and_max(job):
     import commdebug
     from commdebug.analysis.summary import summarize

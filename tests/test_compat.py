@@ -49,6 +49,7 @@ def _fwd_bwd(model, inp):
     model(inp).sum().backward()
 
 
+@pytest.mark.proc
 @pytest.mark.parametrize("workload", ["mlp", "mlp_stacked", "transformer", "transformer_checkpointed"])
 def test_counts_equal_reference_per_module_and_phase(workload, mesh, tp_transformer):
     make = {

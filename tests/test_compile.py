@@ -113,6 +113,7 @@ def fresh_dynamo():
     torch._dynamo.reset()
 
 
+@pytest.mark.proc
 def test_inductor_blocks_compiled_outside_stay_compiled_and_count_as_eager(mesh, fresh_dynamo, tmp_path):
     """Compiled (Inductor, fullgraph) and run once before the recording: under the full and the
     light capture the program runs the same compiled code (no new graph), each block's forward

@@ -17,6 +17,10 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
+pytestmark = pytest.mark.proc  # every test here starts a process (tests/conftest.py)
+
 PROGRAM = textwrap.dedent('''
     import json
 

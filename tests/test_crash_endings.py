@@ -61,6 +61,7 @@ def _copy(name: str, tmp_path: Path) -> Path:
     return folder
 
 
+@pytest.mark.proc
 @pytest.mark.timeout(DEADLINE_S + 60)
 def test_a_rank_that_timed_out_in_its_call_never_reached_the_next_it_did_not_skip_it(skipped):
     folder, _ = skipped
@@ -71,6 +72,7 @@ def test_a_rank_that_timed_out_in_its_call_never_reached_the_next_it_did_not_ski
     assert f"skipped the call at {at}{LINES['BARRIER_LINE']}" not in text, text
 
 
+@pytest.mark.proc
 @pytest.mark.timeout(DEADLINE_S + 60)
 def test_a_collectives_error_carries_no_frame_of_commdebug_and_its_ending_names_the_programs_line(skipped):
     folder, stderr = skipped
@@ -121,6 +123,7 @@ def test_a_python_exception_names_the_line_that_raised_it_in_every_verb(tmp_path
     assert index["ranks"][1]["ending"] == f"ended by {said}"
 
 
+@pytest.mark.proc  # a process that has ended gives the dead pid
 def test_a_gone_rank_is_told_by_what_is_known_and_report_says_what_check_says(tmp_path):
     folder = _copy("kill", tmp_path)
     # recorded on another host: whether its process still runs is not known here; its file was

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.proc  # every test here starts a process (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 JOB = ROOT / "tests" / "programs" / "parted_job.py"
 LINES = JOB.read_text().splitlines()

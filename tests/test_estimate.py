@@ -224,6 +224,7 @@ def cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "commdebug", *args], capture_output=True, text=True, cwd=ROOT, timeout=300)
 
 
+@pytest.mark.proc
 def test_cli_estimate_on_a_fake_backend_dump(plan):
     comm, path = plan
     proc = cli("estimate", str(path), "--cluster", "a100-ib200", "--by", "module", "--json")
@@ -242,6 +243,7 @@ def test_cli_estimate_on_a_fake_backend_dump(plan):
     assert "h100-ib400" in listed.stdout and "nccl-tests#212" in listed.stdout and "370" in listed.stdout
 
 
+@pytest.mark.proc
 def test_cli_calibrate_writes_a_cluster_that_loads(tmp_path):
     files = [_write(tmp_path, "all_reduce_perf.txt", nccl_tests_output("all_reduce_perf", 8, 8, 9.0, 250.0, 2 * 7 / 8)),
              _write(tmp_path, "all_gather_perf_2n.txt", nccl_tests_output("all_gather_perf", 16, 8, 25.0, 320.0, 15 / 16))]
@@ -353,6 +355,7 @@ def test_no_prediction_is_made_while_recording(world, tp_transformer_module, mon
     assert "predicted" in comm.generate_comm_debug_tracing_table(1, color=False) and calls == [1]
 
 
+@pytest.mark.proc
 def test_cli_table_with_cluster_and_bad_clusters(plan, tmp_path):
     comm, path = plan
     own = cli("table", str(path), "--noise-level", "1")
@@ -386,6 +389,7 @@ def test_predict_defaults_to_the_traces_own_cluster(plan):
         comm.trace.metadata["cluster"] = saved
 
 
+@pytest.mark.proc
 def test_chrome_trace_has_a_predicted_track_per_rank(plan, tmp_path):
     from chrome_trace_rules import validate_chrome_trace
 

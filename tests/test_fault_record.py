@@ -64,6 +64,7 @@ def aborted(tmp_path_factory) -> Path:
     return traces
 
 
+@pytest.mark.proc
 @pytest.mark.timeout(DEADLINE_S + 120)
 def test_an_aborted_rank_is_named_by_its_signal_and_line_in_check_report_watch_and_the_page(aborted, tmp_path):
     cause = f"SIGABRT (a native abort), main thread at {LIVE}:{ABORT_LINE} in <module>"
@@ -106,6 +107,7 @@ def test_an_aborted_rank_is_named_by_its_signal_and_line_in_check_report_watch_a
         assert "SIGKILL" not in out and "OOM" not in out  # the cause is recorded: no other is guessed
 
 
+@pytest.mark.proc
 @pytest.mark.timeout(DEADLINE_S + 120)
 def test_a_stream_that_lost_its_tail_is_known_from_the_peer_not_missing(aborted, tmp_path):
     # rank 1's stream as if its last second were lost: only its chunks up to seq 1 (step 0)
@@ -135,6 +137,7 @@ def test_a_stream_that_lost_its_tail_is_known_from_the_peer_not_missing(aborted,
     assert re.search(rf"rank 0: all_reduce 256 B float32 (\(unfinished\) )?in Global at {re.escape(str(LIVE))}:{GRAD_LINE}", text), text
 
 
+@pytest.mark.proc
 @pytest.mark.timeout(DEADLINE_S)
 def test_the_record_survives_a_faulthandler_enabled_later_which_still_writes_to_stderr(tmp_path):
     assert AVAILABLE, BUILD
@@ -156,6 +159,7 @@ def test_the_record_survives_a_faulthandler_enabled_later_which_still_writes_to_
     assert f"[ended] rank 0 ended by SIGABRT (a native abort), main thread at {FAULTY}:{FAULTY_LINE} in crash, without a final dump" in check.stdout
 
 
+@pytest.mark.proc
 def test_a_stack_overflow_is_recorded_on_the_handlers_own_stack(tmp_path):
     """The C stack overflows in the main thread (no faulthandler, so no alternate stack of its
     own): the record is still written, and the job still dies of SIGSEGV."""
@@ -219,6 +223,7 @@ def test_a_record_of_another_process_or_without_a_signal_is_not_blamed(tmp_path)
     assert check_path(folder).rank_summaries[1].fault is None
 
 
+@pytest.mark.proc
 def test_an_abort_after_the_final_dump_is_a_note_on_a_complete_rank(tmp_path):
     folder = _folder(tmp_path, {0: "exit", 1: "exit"})
     (folder / "rank1.fault").write_text(_record(_pid(folder, 1)))

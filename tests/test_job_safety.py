@@ -29,6 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 from soak import alive, listening  # noqa: E402  (the soak bench's own checks: one definition of "left behind")
 
+pytestmark = pytest.mark.proc  # every test here starts a process (tests/conftest.py)
+
 LIVE = ROOT / "tests" / "programs" / "live_job.py"
 DEADLINE_S = 120
 HEALTHY_RUNS = 3

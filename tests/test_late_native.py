@@ -88,11 +88,12 @@ def _odd(views: list[RankView]) -> list[RankView]:
 
 def _digest_values(d: LateDigest) -> list:
     """A digest as plain values, site ids read through its table (ids may differ between the ways)."""
-    out: list = [d.rank, d.step_list.tolist(), d.step_times.tolist(), d.timed]
+    out: list = [d.rank, d.step_list.tolist(), d.step_times.tolist(), d.timed, d.whole]
     for p in d.groups:
         out.append([p.name, p.label, p.size, p.seqs.tolist(), p.lats.tolist(), None if p.gaps is None else p.gaps.tolist(),
                     p.steps.tolist(), [d.table[i] for i in p.sites], [None if i < 0 else d.table[i] for i in p.prev_sites],
-                    p.prev_seqs.tolist(), None if p.starts is None else p.starts.tolist(), p.run, p.uneven])
+                    p.prev_seqs.tolist(), [None if i < 0 else d.groups[i].name for i in p.prev_groups], p.prev_lats.tolist(), p.ordinals.tolist(),
+                    None if p.starts is None else p.starts.tolist(), p.run, p.uneven])
     return out
 
 

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from ranks_job import ranks_scale, write_job
+from ranks_job import ranks_scale, shared_job, write_job
 from test_predict import fr_rank
 
 from commdebug.analysis.late import LateThreshold
@@ -53,6 +53,7 @@ def late_run(tmp_path_factory) -> Path:
     return cwd / "traces"
 
 
+@pytest.mark.proc
 @pytest.mark.timeout(DEADLINE_S + 120)
 def test_the_late_rank_is_named_first_with_the_wait_it_caused_and_the_lines_around_its_gap(late_run):
     proc = cli("report", str(late_run), "--json")
@@ -63,15 +64,18 @@ def test_the_late_rank_is_named_first_with_the_wait_it_caused_and_the_lines_arou
     # the three others each waited about the delay (a loaded machine adds, never takes away much)
     assert 3 * 0.6 <= first["caused_s"] <= 3 * 2.0 and 0.6 <= first["max_wait_s"] <= 2.0, first
     assert 0.6 <= first["gap_s"] <= 2.0 and first["others_gap_s"] < 0.3, first
-    assert first["after"] == {"op": "barrier", "seq": 2 * LATE_STEP, "source": f"{JOB}:{BARRIER_LINE}", "module": "Global"}
-    assert first["before"] == {"op": "all_reduce", "seq": 2 * LATE_STEP + 1, "source": f"{JOB}:{ALL_REDUCE_LINE}", "module": "Global"}
+    assert first["after"] == {"op": "barrier", "seq": 2 * LATE_STEP, "source": f"{JOB}:{BARRIER_LINE}", "module": "Global",
+                              "group": "default_pg[4]"}
+    assert first["before"] == {"op": "all_reduce", "seq": 2 * LATE_STEP + 1, "source": f"{JOB}:{ALL_REDUCE_LINE}", "module": "Global",
+                               "group": "default_pg[4]"}
     assert first["source"] == f"{JOB}:{ALL_REDUCE_LINE}" and first["seq"] == 2 * LATE_STEP + 1
     assert first["gap_top"] == []  # no profiler traces in this folder
-    # nothing else is named at its step, and after the job's start-up (step 0, where processes
-    # come to their first call at different moments) nothing comes near it
+    # nothing else is named at its step, nothing comes near it, and the job's start-up (the
+    # processes come to their first call at different moments) names no late rank: it is apart
     others = data["late_ranks"][1:]
     assert all(e["step"] != LATE_STEP for e in others), others
-    assert all(e["caused_s"] < first["caused_s"] / 4 for e in others if e["step"] != 0), others
+    assert all(e["caused_s"] < first["caused_s"] / 4 and (e["step"], e["seq"]) != (0, 0) for e in others), others
+    assert all((s["step"], s["seq"], s["op"]) == (0, 0, "barrier") for s in data["startup_skew"]), data["startup_skew"]
     caused = {r["rank"]: r["caused_wait_s"] for r in data["ranks"]}
     assert caused[LATE_RANK] >= first["caused_s"] and max(caused, key=caused.get) == LATE_RANK
     # the other columns stay what they were: ranks 0-2 waited (straggler time), rank 3 did not
@@ -81,7 +85,7 @@ def test_the_late_rank_is_named_first_with_the_wait_it_caused_and_the_lines_arou
     text = cli("report", str(late_run)).stdout
     assert f"  step {LATE_STEP}, rank {LATE_RANK}: made 3 ranks wait " in text, text
     gap_line = text.splitlines()[text.splitlines().index(next(line for line in text.splitlines() if line.startswith(f"  step {LATE_STEP}, rank {LATE_RANK}:"))) + 1]
-    assert gap_line.startswith("    before it: ") and f"since barrier #{2 * LATE_STEP} at {JOB}:{BARRIER_LINE} ended" in gap_line, gap_line
+    assert gap_line.startswith("    before it: ") and f"since barrier #{2 * LATE_STEP} on default_pg[4] at {JOB}:{BARRIER_LINE} ended" in gap_line, gap_line
     assert "listed where a rank waited over 50.0 ms and 10% of the step's median communication time" in text
 
     # --top ranks by it too: the late rank is the one furthest from the median, by the wait it caused
@@ -89,6 +93,7 @@ def test_the_late_rank_is_named_first_with_the_wait_it_caused_and_the_lines_arou
     assert (top[0]["rank"], top[0]["deviation"]["figure"]) == (LATE_RANK, "caused_wait_s")
 
 
+@pytest.mark.proc
 @pytest.mark.timeout(DEADLINE_S + 120)
 def test_check_names_the_worst_late_rank_in_its_header_and_keeps_its_exit_status(late_run):
     proc = cli("check", str(late_run))
@@ -100,6 +105,7 @@ def test_check_names_the_worst_late_rank_in_its_header_and_keeps_its_exit_status
     assert json.loads(cli("check", str(late_run), "--json").stdout)["late_ranks"][0]["rank"] == LATE_RANK
 
 
+@pytest.mark.proc
 @pytest.mark.timeout(DEADLINE_S + 120)
 def test_threshold_option_and_a_ranks_selection_that_leaves_members_out(late_run):
     high = json.loads(cli("report", str(late_run), "--json", "--late-threshold", "5").stdout)
@@ -114,16 +120,18 @@ def test_threshold_option_and_a_ranks_selection_that_leaves_members_out(late_run
 
 
 @pytest.fixture(scope="module")
-def jobs(tmp_path_factory) -> tuple[Path, Path, dict[int, int]]:
+def jobs(shared_run, tmp_path_factory) -> tuple[Path, Path, dict[int, int]]:
     """64 ranks of a real TP + FSDP2 run on the fake backend, every rank's latencies its own:
-    as recorded (balanced: no rank comes late), and with one late rank planted per step."""
-    out = tmp_path_factory.mktemp("jobs64")
-    balanced = write_job(out / "balanced", 64)
+    as recorded (balanced: no rank comes late; the run's shared job), and with one late rank
+    planted per step (this module's own, from the same real runs)."""
+    balanced = shared_job(shared_run, 64)
     late = {0: 3, 1: 12, 2: 55, 3: 60}  # step -> the rank that comes LATE_S late to its TP group's first call
-    write_job(out / "late", 64, late=late)
-    return balanced.folder, out / "late", late
+    out = tmp_path_factory.mktemp("jobs64") / "late"
+    write_job(out, 64, late=late)
+    return balanced.folder, out, late
 
 
+@pytest.mark.proc
 def test_a_balanced_job_lists_no_late_rank(jobs):
     balanced, _, _ = jobs
     rep = report_path(balanced)
@@ -133,6 +141,7 @@ def test_a_balanced_job_lists_no_late_rank(jobs):
     assert "late rank:" not in cli("check", str(balanced)).stdout
 
 
+@pytest.mark.proc
 def test_one_late_rank_per_step_is_named_at_its_step_with_the_group_that_waited(jobs):
     _, late_folder, late = jobs
     rep = report_path(late_folder)
@@ -149,6 +158,7 @@ def test_one_late_rank_per_step_is_named_at_its_step_with_the_group_that_waited(
     assert LateThreshold.parse("0.2").seconds == 0.2 and report_path(late_folder, late_threshold=LateThreshold(0.2)).late.entries == []
 
 
+@pytest.mark.proc
 def test_flight_recorder_durations_name_the_late_rank_and_say_the_gap_is_unknown(tmp_path):
     # rank 1 comes 300 ms late to call 2: rank 0 waits inside it (Flight Recorder's durations)
     folder = tmp_path / "fr"
@@ -163,6 +173,7 @@ def test_flight_recorder_durations_name_the_late_rank_and_say_the_gap_is_unknown
     assert text.count("the gap before a late call is unknown where dumps have no start times") == 1, text
 
 
+@pytest.mark.proc
 def test_without_timing_it_says_once_that_the_wait_needs_timing(tmp_path):
     from synthetic import write_rank_dumps
 

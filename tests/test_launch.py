@@ -17,6 +17,8 @@ from commdebug.launch import hook
 
 from chrome_trace_rules import validate_chrome_trace
 
+pytestmark = pytest.mark.proc  # every test here starts a process (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 JOB = ROOT / "tests" / "programs" / "job.py"
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone"]

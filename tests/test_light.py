@@ -10,7 +10,6 @@ ranks) and one real `commdebug run --light` job under torchrun."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ from commdebug import CommDebugMode
 from commdebug.demo import ModelConfig, fsdp_transformer, tensor_parallel_transformer
 
 import gloo_worker
+from ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 LIGHT_JOB = ROOT / "tests" / "programs" / "light_job.py"
@@ -488,20 +488,15 @@ def test_detail_every_records_the_same_collectives_as_full(workload, mesh):
 
 # ---- pipelining on 2 gloo ranks ----------------------------------------------------------------
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _scheduled(events) -> Counter:
     """The schedule's send/recv (tagged with a microbatch), with microbatch and peer."""
     return Counter((_key(e), e.microbatch, e.peer) for e in events if e.microbatch is not None)
 
 
+@pytest.mark.proc
 @pytest.mark.timeout(DEADLINE_S + 30)
 def test_light_records_a_pipelining_schedule_and_ddp_like_full(tmp_path):
-    ctx = mp.start_processes(gloo_worker.pipeline_full_and_light, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=False, start_method="spawn")
+    ctx = mp.start_processes(gloo_worker.pipeline_full_and_light, args=(2, free_port(), str(tmp_path)), nprocs=2, join=False, start_method="spawn")
     deadline = time.monotonic() + DEADLINE_S
     while not ctx.join(timeout=1):
         if time.monotonic() > deadline:
@@ -529,6 +524,7 @@ def test_light_records_a_pipelining_schedule_and_ddp_like_full(tmp_path):
 # ---- `commdebug run --light` under torchrun ----------------------------------------------------
 
 
+@pytest.mark.proc
 @pytest.mark.timeout(DEADLINE_S + 30)
 def test_commdebug_run_light_counts_every_all_reduce_on_each_rank(tmp_path):
     steps, params = 3, 4  # light_job.py: a metric all_reduce and one per gradient, every step

@@ -26,7 +26,7 @@ from commdebug.model.trace import CollectiveEvent, GroupInfo
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
-from soak import free_port  # noqa: E402  (one way to find free ports, the soak bench's)
+from ports import free_port  # noqa: E402  (the one way to find free ports: bench/ports.py)
 
 MOE = ROOT / "tests" / "programs" / "moe_job.py"
 DEADLINE_S = 120
@@ -102,6 +102,7 @@ def _peer_rows(path: Path) -> dict[tuple[int, int], list[int]]:
     return {(r["src"], r["dst"]): [r["calls"], r["bytes"]] for r in rows}
 
 
+@pytest.mark.proc
 @pytest.mark.parametrize("world", [2, 4])
 @pytest.mark.timeout(DEADLINE_S + 60)
 def test_gloo_moe_with_uneven_splits_is_consistent_and_its_peer_rows_are_the_splits_passed(world, tmp_path):
@@ -123,6 +124,7 @@ def test_gloo_moe_with_uneven_splits_is_consistent_and_its_peer_rows_are_the_spl
     assert all(e.recv_splits is not None and sum(e.recv_splits) == e.output_bytes for e in trace.events)
 
 
+@pytest.mark.proc
 @pytest.mark.timeout(DEADLINE_S + 60)
 def test_a_split_bookkeeping_bug_on_fake_ranks_is_named_pair_by_pair(tmp_path):
     # rank 0 expects one token (16 B) more from rank 3 than rank 3 sends, in step 1's dispatch
@@ -230,9 +232,17 @@ def _launch_router(out: Path, world: int, extra: list[str]) -> list[dict]:
     return routed
 
 
+def skewed_router(shared_run) -> tuple[Path, list[dict]]:
+    """Tutorial 12's skewed router on 4 ranks, 3 steps: its folder (made once per run, read-only;
+    the browser's traffic matrix reads it too) and each rank's ``routed`` line."""
+    folder = shared_run.folder("moe4-skewed", lambda out: _launch_router(out, 4, ["--router", "skewed", "--steps", "3"]))
+    return folder, shared_run.result("moe4-skewed")
+
+
+@pytest.mark.proc
 @pytest.mark.timeout(DEADLINE_S + 60)
-def test_a_skewed_routers_worst_step_and_rank_are_the_first_imbalance_row(tmp_path):
-    routed = _launch_router(tmp_path, 4, ["--router", "skewed", "--steps", "3"])
+def test_a_skewed_routers_worst_step_and_rank_are_the_first_imbalance_row(shared_run):
+    tmp_path, routed = skewed_router(shared_run)
     # the dispatch is each step's most uneven call: what each rank's experts received
     token_bytes = routed[0]["token_bytes"]
     got = {(step, r["rank"]): n * token_bytes for r in routed for step, n in enumerate(r["tokens_received"])}

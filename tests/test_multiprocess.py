@@ -5,7 +5,6 @@ torch.profiler's own gloo events."""
 from __future__ import annotations
 
 import json
-import socket
 import time
 from collections import Counter
 
@@ -15,18 +14,15 @@ import torch.multiprocessing as mp
 import commdebug
 
 import gloo_worker
+from ports import free_port
+
+pytestmark = pytest.mark.proc  # every test here starts a process (tests/conftest.py)
 
 DEADLINE_S = 120
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _spawn(world_size: int, out_dir: str, worker=gloo_worker.run) -> None:
-    ctx = mp.start_processes(worker, args=(world_size, _free_port(), out_dir), nprocs=world_size, join=False, start_method="spawn")
+    ctx = mp.start_processes(worker, args=(world_size, free_port(), out_dir), nprocs=world_size, join=False, start_method="spawn")
     deadline = time.monotonic() + DEADLINE_S
     while not ctx.join(timeout=1):
         if time.monotonic() > deadline:

@@ -22,6 +22,8 @@ from test_estimate import nccl_tests_output
 
 import commdebug
 
+pytestmark = pytest.mark.proc  # every test here starts a process (tests/conftest.py)
+
 DATA = Path(__file__).parent / "data"
 
 # runs `commdebug ARGS` in this interpreter, then fails if any torch module was imported

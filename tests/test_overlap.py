@@ -26,7 +26,7 @@ DEADLINE_S = 150
 HTA_PCT = 14.31  # HolisticTraceAnalysis 0.5.0 on NCCL_TRACE (tests/data/kineto/README.md)
 
 sys.path.insert(0, str(ROOT / "bench"))
-from soak import free_port  # noqa: E402
+from ports import free_port  # noqa: E402  (the one way to find free ports: bench/ports.py)
 
 
 def cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
@@ -76,6 +76,7 @@ def test_the_nccl_trace_is_its_collectives_with_bytes_phases_and_kernel_times():
     assert any("no sequence numbers" in n for n in view.notes)
 
 
+@pytest.mark.proc
 def test_overlap_of_the_nccl_trace_is_htas_figure():
     exact = json.loads(cli("overlap", str(NCCL_TRACE), "--json").stdout)
     rounded = json.loads(cli("overlap", str(NCCL_TRACE), "--json", "--round-us").stdout)
@@ -93,6 +94,7 @@ def test_overlap_of_the_nccl_trace_is_htas_figure():
     assert "14.8%" in text and "HTA's window" in text
 
 
+@pytest.mark.proc
 def test_overlap_agrees_with_hta_itself(tmp_path):
     pytest.importorskip("hta")
     import logging
@@ -125,6 +127,7 @@ def test_a_trace_on_one_line_reads_the_same_as_kinetos_layout(tmp_path):
         assert (list(a.start), list(a.end), list(a.ref)) == (list(b.start), list(b.end), list(b.ref))
 
 
+@pytest.mark.proc
 def test_an_older_trace_without_collective_args_reads_its_annotations(tmp_path):
     from commdebug.formats.readers import load_rank
 
@@ -148,6 +151,7 @@ def test_an_older_trace_without_collective_args_reads_its_annotations(tmp_path):
 
 # ---- a gloo job's own torch.profiler traces -----------------------------------------------------
 
+@pytest.mark.proc
 @pytest.mark.timeout(DEADLINE_S + 120)
 def test_a_gloo_jobs_own_traces_are_its_calls_and_its_overlap(tmp_path):
     _ranks([sys.executable, str(PROFILED), str(tmp_path), "--gz"], tmp_path, done="profiled job done")
@@ -170,33 +174,45 @@ def test_a_gloo_jobs_own_traces_are_its_calls_and_its_overlap(tmp_path):
 
 # ---- commdebug run --profile-steps ---------------------------------------------------------------
 
-def _profiled_run(out: Path, mode: str) -> dict:
-    cmd = [sys.executable, "-m", "commdebug", "run", "--out", str(out), "--profile-steps", "1-2", "--",
+def _profiled_run(out: Path, mode: str) -> None:
+    """Tutorial 13's model in `mode` on two gloo ranks under `commdebug run --profile-steps 1-3`, 4 steps."""
+    cmd = [sys.executable, "-m", "commdebug", "run", "--out", str(out), "--profile-steps", "1-3", "--",
            str(OVERLAP), "--mode", mode, "--steps", "4"]
     _ranks(cmd, out.parent)
     assert sorted(p.name for p in out.glob("rank*.profile.json.gz")) == ["rank0.profile.json.gz", "rank1.profile.json.gz"]
-    return json.loads(cli("overlap", str(out), "--json", "--by", "module").stdout)
 
 
+def async_profiled(shared_run) -> Path:
+    """The async run's folder, made once per test run and read-only: the overlap chart's browser
+    tests (tests/browser/test_overlap_chart.py) read the same job."""
+    return shared_run.folder("overlap-async", lambda out: _profiled_run(out / "traces", "async")) / "traces"
+
+
+def _by_module(folder: Path) -> dict:
+    return json.loads(cli("overlap", str(folder), "--json", "--by", "module").stdout)
+
+
+@pytest.mark.proc
 @pytest.mark.timeout(2 * DEADLINE_S + 120)
-def test_profile_steps_tell_overlapped_from_blocking_communication_per_module(tmp_path):
-    blocking = _profiled_run(tmp_path / "blocking", "blocking")
-    overlapped = _profiled_run(tmp_path / "async", "async")
+def test_profile_steps_tell_overlapped_from_blocking_communication_per_module(tmp_path, shared_run):
+    _profiled_run(tmp_path / "blocking", "blocking")
+    blocking = _by_module(tmp_path / "blocking")
+    overlapped = _by_module(async_profiled(shared_run))
     for result in (blocking, overlapped):
         for rank in result["ranks"]:
-            assert rank["joined"] and rank["steps"] == [1, 2]
+            assert rank["joined"] and rank["steps"] == [1, 2, 3]
             mine = [r for r in result["rows"] if r["rank"] == rank["rank"]]
             assert {r["module"] for r in mine} == {"Sequential.0", "Sequential.1", "Sequential.2"}
-            assert all(r["calls"] == 1 for r in mine)  # one all_reduce per layer in step 1 (step 2 is outside the window)
+            assert all(r["calls"] == 2 for r in mine)  # one all_reduce per layer in steps 1-2 (step 3 is outside the window)
             assert abs(sum(r["exposed_s"] for r in mine) - rank["exposed_s"]) < 1e-9
     # a blocking all_reduce has nothing under it; one issued before an independent branch does
     assert all(r["overlap_ratio"] < 0.05 for r in blocking["ranks"])
     assert max(r["overlap_ratio"] for r in overlapped["ranks"]) > 0.15
     assert sum(r["overlap_s"] for r in overlapped["ranks"]) > 5 * sum(r["overlap_s"] for r in blocking["ranks"]) + 1e-6
-    report = json.loads(cli("report", str(tmp_path / "async"), "--json").stdout)
-    assert report["ranks"][0]["timed"] == 6  # the profiled steps' calls, timed by the profile
+    report = json.loads(cli("report", str(async_profiled(shared_run)), "--json").stdout)
+    assert report["ranks"][0]["timed"] == 9  # the profiled steps' calls, timed by the profile
     # the rank counts once, though its folder holds its dump and its profile
-    assert len(json.loads(cli("check", str(tmp_path / "async"), "--json").stdout)["rank_summaries"]) == 2
+    assert len(json.loads(cli("check", str(async_profiled(shared_run)), "--json").stdout)["rank_summaries"]) == 2
 
 
 def test_profile_steps_of_a_fake_world_name_commdebugs_steps_and_say_what_they_cannot(world, tmp_path):
@@ -256,6 +272,7 @@ def test_profile_steps_of_a_fake_world_name_commdebugs_steps_and_say_what_they_c
 
 # ---- bad input -----------------------------------------------------------------------------------
 
+@pytest.mark.proc
 def test_bad_traces_get_one_line_and_exit_2(tmp_path):
     raw = gzip.decompress(NCCL_TRACE.read_bytes())
     cut = tmp_path / "cut" / "rank0.pt.trace.json"
@@ -293,6 +310,7 @@ def test_bad_traces_get_one_line_and_exit_2(tmp_path):
     assert done.returncode == 2 and "jobs of different world sizes" in done.stderr, done.stderr
 
 
+@pytest.mark.proc
 def test_a_trace_without_collectives_says_so_and_exits_0(tmp_path):
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -334,6 +352,7 @@ def _synthetic_job(folder: Path, world: int, bad: tuple[int, int] | None = None)
         write_trace(folder / f"host_{1000 + rank}.17000000{rank:05d}.pt.trace.json.gz", rank, world, groups, steps, calls, compute)
 
 
+@pytest.mark.proc
 @pytest.mark.parametrize("world", [16, 128])
 def test_synthetic_nccl_jobs_read_check_and_measure_every_rank(tmp_path, world):
     _synthetic_job(tmp_path, world)
@@ -351,6 +370,7 @@ def test_synthetic_nccl_jobs_read_check_and_measure_every_rank(tmp_path, world):
     assert pair["bytes"] == 3 * ((2 + 3) % 3 + 1) * 8 * 4  # 3 steps x rows x 8 elements x 4 bytes
 
 
+@pytest.mark.proc
 def test_a_split_bug_in_a_synthetic_nccl_job_is_named_pair_by_pair(tmp_path):
     _synthetic_job(tmp_path, 16, bad=(5, 6))
     done = cli("check", str(tmp_path))
@@ -372,6 +392,7 @@ def test_launches_written_in_another_layout_are_found_all_the_same(tmp_path):
     assert not any(math.isnan(t) for t in b.compute.launch)
 
 
+@pytest.mark.proc
 @pytest.mark.timeout(DEADLINE_S + 60)
 def test_a_late_ranks_gap_lists_what_its_profile_ran(tmp_path):
     """Rank 1 multiplies matrices for 0.8 s before step 2's all_reduce (issue 39's gap_top): with
@@ -396,6 +417,7 @@ def test_a_late_ranks_gap_lists_what_its_profile_ran(tmp_path):
     assert "in that gap it ran: aten::mm" in text
 
 
+@pytest.mark.proc
 def test_a_late_gpus_gap_lists_the_kernels_it_launched_there_with_their_whole_gpu_time():
     """Recorded on an H100 (tests/data/late_h100/README.md): rank 3 queued 0.88 s of matrix
     products in an 81 ms host gap. Counting only the kernels that ran inside the host gap said
@@ -414,6 +436,7 @@ def test_a_late_gpus_gap_lists_the_kernels_it_launched_there_with_their_whole_gp
     assert "steps 1-3: the profile holds no communication kernel or backend span of its 6 collectives" in cli("check", str(folder)).stdout
 
 
+@pytest.mark.proc
 def test_check_gives_no_verdict_on_traces_whose_calls_name_no_group(tmp_path):
     """A gloo job's own traces name no process group: check cannot pair a call across ranks, and
     says so (exit 2) rather than calling the job consistent."""

@@ -34,6 +34,7 @@ def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "commdebug", *args], capture_output=True, text=True, cwd=cwd, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=180)
 
 
+@pytest.mark.proc
 @pytest.mark.parametrize("verb", [["check"], ["check", "--json"], ["report", "--json"], ["report", "--steps", "1"],
                                   ["report", "--ranks", "0-7,12", "--top", "0"], ["summary"], ["summary", "--json", "--by", "module"]])
 def test_j1_and_j2_print_the_same(folder, verb):
@@ -43,6 +44,7 @@ def test_j1_and_j2_print_the_same(folder, verb):
     assert "rank 9" in one.stdout or '"rank": 9' in one.stdout or "9" in one.stdout
 
 
+@pytest.mark.proc
 @pytest.mark.parametrize("options", [[], ["--ranks", "0-7,12", "--steps", "1"]])
 def test_j1_and_j2_write_the_same_trace(folder, options):
     """Each rank's events are written by the worker that read it (a RankChunk): the same bytes."""
@@ -58,6 +60,7 @@ def test_j1_and_j2_write_the_same_trace(folder, options):
     assert any(e.get("ph") == "f" for e in events)  # flows joined across ranks read by different workers
 
 
+@pytest.mark.proc
 def test_view_data_is_the_same_with_two_workers(folder):
     from commdebug.analysis.rank_modules import rank_modules
 
@@ -66,6 +69,7 @@ def test_view_data_is_the_same_with_two_workers(folder):
     assert dataclasses.asdict(one) == dataclasses.asdict(two)
 
 
+@pytest.mark.proc
 def test_workers_import_no_torch(folder):
     """Every process (the reader and its two spawned workers) reports its imports on stderr
     (-X importtime is passed on to spawned children): none is torch."""
@@ -80,6 +84,7 @@ def test_workers_import_no_torch(folder):
     assert not [m for m in imported if m == "torch" or m.startswith("torch.")]
 
 
+@pytest.mark.proc
 def test_a_bad_file_is_named_in_order_with_workers(folder, tmp_path):
     from commdebug.formats.readers import read_all
 
@@ -118,6 +123,7 @@ def planted(tmp_path_factory):
     return write_job(tmp_path_factory.mktemp("planted") / "job", 16)
 
 
+@pytest.mark.proc
 @pytest.mark.parametrize("which", ["folder", "planted"])
 def test_digests_from_workers_give_what_the_views_give(which, request):
     """check and report from digests made in two worker processes equal check and report of
@@ -137,6 +143,7 @@ def test_digests_from_workers_give_what_the_views_give(which, request):
         assert analyse(digests).to_dict() == here
 
 
+@pytest.mark.proc
 def test_planted_faults_are_found_the_same_with_any_j(planted):
     outs = [cli(verb, str(planted.folder), "-q", "-j", j, "--json", cwd=planted.folder.parent) for verb in ("check", "report")
             for j in ("1", "2")]
@@ -156,6 +163,7 @@ def _die(view):
     os._exit(9)
 
 
+@pytest.mark.proc
 def test_a_worker_that_dies_is_one_clear_error_not_a_traceback(folder):
     from commdebug.errors import DumpError
     from commdebug.formats.readers import read_all

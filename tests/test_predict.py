@@ -181,6 +181,7 @@ def cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "commdebug", *args], capture_output=True, text=True, cwd=ROOT, timeout=300)
 
 
+@pytest.mark.proc
 def test_accuracy_bench_prints_its_error_table_and_its_cluster_round_trips(bench_run):
     out, stdout = bench_run
     assert "| program | calls | measured | predicted | error |" in stdout
@@ -193,6 +194,7 @@ def test_accuracy_bench_prints_its_error_table_and_its_cluster_round_trips(bench
     assert "within 25%" in stdout and ("met" in stdout)
 
 
+@pytest.mark.proc
 def test_cli_calibrate_on_a_folder_of_timed_dumps_and_estimate_beside_measured(bench_run, tmp_path):
     out, _ = bench_run
     cluster_file = tmp_path / "gloo.json"
@@ -221,6 +223,7 @@ def test_cli_calibrate_on_a_folder_of_timed_dumps_and_estimate_beside_measured(b
         assert f"{r['error'] * 100:+.1f}%" in text.stdout
 
 
+@pytest.mark.proc
 def test_gpu_check_says_in_one_line_that_there_is_no_gpu_and_exits_0():
     import torch
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -22,8 +21,18 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "fsdp_profiled"
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "commdebug", *args], capture_output=True, text=True, cwd=ROOT, timeout=120)
+@pytest.fixture
+def cli(capsys):
+    """``commdebug ARGS`` run in this process (the offline verbs start no process group): its
+    exit status, stdout and stderr, as a CompletedProcess."""
+    from commdebug.cli import main
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        status = main(list(args))
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(["commdebug", *args], status, out, err)
+
+    return run
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +43,7 @@ def profiled_s() -> float:
     return sum(s.end - s.start for s in profile.steps) / 1e6
 
 
-def test_a_share_is_over_the_profiled_steps_time_in_summary_and_report(profiled_s):
+def test_a_share_is_over_the_profiled_steps_time_in_summary_and_report(profiled_s, cli):
     header = json.loads(cli("summary", str(DATA / "rank0.json"), "--json").stdout)["header"]
     assert header["timed_steps"] == [2, 4] and header["share_time_s"] == pytest.approx(profiled_s)
     assert header["comm_share"] == pytest.approx(header["comm_time_s"] / profiled_s)

@@ -17,6 +17,8 @@ from commdebug.analysis.report import report_path
 
 from chrome_trace_rules import validate_chrome_trace
 
+pytestmark = pytest.mark.proc  # every test here starts a process (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAM = ROOT / "tests" / "programs" / "fake_ranks.py"
 LINES = PROGRAM.read_text().splitlines()

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from ranks_job import write_job
+from ranks_job import shared_job
 from test_ranks_page import Page, own_figures
 
 from commdebug.analysis.report import report_path
@@ -27,15 +27,16 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def job64(tmp_path_factory):
-    return write_job(tmp_path_factory.mktemp("job64") / "job", 64)
+def job64(shared_run):
+    return shared_job(shared_run, 64)
 
 
 @pytest.fixture(scope="module")
-def job1024(tmp_path_factory):
-    return write_job(tmp_path_factory.mktemp("job1024") / "job", 1024)
+def job1024(shared_run):
+    return shared_job(shared_run, 1024)
 
 
+@pytest.mark.proc
 @pytest.mark.parametrize("which", ["job64", "job1024"])
 def test_every_rank_on_the_page_has_its_own_figures(which, request):
     job = request.getfixturevalue(which)
@@ -62,6 +63,7 @@ def assert_durations_3_digits(text: str) -> int:
     return len(found)
 
 
+@pytest.mark.proc
 def test_report_names_the_slow_ranks_slow_steps(job1024):
     rep = report_path(job1024.folder)
     first, deviation = rep.top(1)[0]
@@ -88,6 +90,7 @@ def test_report_names_the_slow_ranks_slow_steps(job1024):
     assert assert_durations_3_digits(text) > 10
 
 
+@pytest.mark.proc
 def test_folder_totals_say_they_are_summed(job1024):
     text = cli("summary", str(job1024.folder)).stdout
     header = text.splitlines()[1]

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.proc  # every test here starts a process (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 JOB = ROOT / "tests" / "programs" / "fsdp_job.py"
 METRIC_LINE = next(i for i, line in enumerate(JOB.read_text().splitlines(), 1) if "METRIC_ALL_REDUCE" in line)

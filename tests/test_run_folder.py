@@ -12,7 +12,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytest
+
 from commdebug.launch.children import PREFIX, ChildRecording
+
+pytestmark = pytest.mark.proc  # every test here starts a process (tests/conftest.py)
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -36,6 +36,7 @@ def torchrun_live(cwd: Path, env: dict[str, str], *options: str) -> subprocess.C
     return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=full_env, timeout=DEADLINE_S)
 
 
+@pytest.mark.proc
 @pytest.mark.timeout(DEADLINE_S + 60)
 def test_a_rank_killed_with_sigkill_leaves_its_stream_and_check_names_it(tmp_path):
     proc = torchrun_live(tmp_path, {"LIVE_BAD": "kill", "LIVE_AT": "3", "LIVE_STEPS": "6"})
@@ -83,6 +84,7 @@ def _events(world: int, n: int) -> list:
     return list(mode.trace.events)
 
 
+@pytest.mark.proc
 def test_a_torn_last_chunk_reads_up_to_it_with_one_note(tmp_path, world):
     events = _events(world, 6)
     meta = {"rank": 1, "world_size": world, "backend": "fake", "hostname": "h", "run_id": "r1"}
@@ -97,7 +99,8 @@ def test_a_torn_last_chunk_reads_up_to_it_with_one_note(tmp_path, world):
     assert summary.returncode == 0, summary.stderr
     assert summary.stdout.count("cut short") == 1 and "all_reduce" in summary.stdout
     check = cli("check", str(tmp_path))
-    assert check.returncode == 1  # rank 0 never wrote anything: no_dump
+    # the other 7 ranks left nothing here and no dump places them on this host: not in this folder
+    assert check.returncode == 0 and check.stdout.startswith("consistent among rank 1 of 8:"), check.stdout
     assert check.stdout.count("cut short") == 1
     # a bad line before the last one is a malformed file: one line, exit 2
     stream.write_text(whole.replace('"kind":"chunk"', '"kind":"chunk",,', 1))
@@ -151,6 +154,7 @@ def test_a_flush_after_the_stream_closed_does_not_write_it_again(tmp_path, world
     assert not stream.exists()
 
 
+@pytest.mark.proc
 @pytest.mark.timeout(DEADLINE_S)
 def test_keep_steps_bounds_a_3000_step_run_and_summary_counts_every_collective(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -171,6 +175,7 @@ def test_keep_steps_bounds_a_3000_step_run_and_summary_counts_every_collective(t
     assert {e.step for e in trace.events} == set(range(2950, 3000))
 
 
+@pytest.mark.proc
 def test_check_says_whether_a_stream_only_rank_still_runs_where_it_can_know(tmp_path, world):
     """A rank with only a stream is either still running or its process ended; on the host that
     wrote the stream, its pid says which (a file's times cannot: a rank killed a second ago looks

@@ -35,6 +35,7 @@ def run(tmp_path_factory):
     return out
 
 
+@pytest.mark.proc
 @pytest.mark.timeout(DEADLINE_S + 30)
 def test_every_op_kind_is_timed_with_consistent_bandwidths(run):
     for rank in range(WORLD):
@@ -66,6 +67,7 @@ def test_every_op_kind_is_timed_with_consistent_bandwidths(run):
             assert row.busbw_p50_gbps <= row.busbw_p90_gbps <= row.busbw_p99_gbps
 
 
+@pytest.mark.proc
 @pytest.mark.timeout(DEADLINE_S + 30)
 def test_a_late_rank_shows_in_the_others_latency(run):
     for rank in range(WORLD):
@@ -79,6 +81,7 @@ def test_a_late_rank_shows_in_the_others_latency(run):
             assert max(waits[3], waits[1]) < gloo_worker.SLEEP_S / 2, (rank, waits)
 
 
+@pytest.mark.proc
 @pytest.mark.timeout(DEADLINE_S + 30)
 def test_summary_of_the_dump_is_the_live_summary(run):
     for rank in range(WORLD):
@@ -94,6 +97,7 @@ def _without_elapsed(text: str) -> list[str]:
     return [lines[0]] + lines[2:]
 
 
+@pytest.mark.proc
 @pytest.mark.timeout(DEADLINE_S + 30)
 def test_ops_filter_records_only_those(run):
     for rank in range(WORLD):
@@ -102,6 +106,7 @@ def test_ops_filter_records_only_those(run):
         assert set(trace.totals()["by_op"]) == {"all_reduce", "broadcast"}
 
 
+@pytest.mark.proc
 @pytest.mark.timeout(DEADLINE_S + 30)
 def test_crossnode_only_keeps_what_leaves_the_node(run):
     for rank in range(WORLD):
@@ -112,6 +117,7 @@ def test_crossnode_only_keeps_what_leaves_the_node(run):
         assert got == [("all_reduce", (0, 1, 2, 3)), ("all_reduce", other), ("send", far), ("recv", far)]
 
 
+@pytest.mark.proc
 @pytest.mark.timeout(DEADLINE_S + 30)
 def test_step_window_verbose_and_deepspeed_config(run):
     for rank in range(WORLD):
@@ -389,6 +395,7 @@ def test_nvtx_without_cuda_is_a_one_time_notice(world, caplog):
     assert sum("nvtx=True has no effect without CUDA" in r.message for r in caplog.records) == 1
 
 
+@pytest.mark.proc
 def test_verbose_without_logging_configured_still_prints(world):
     import subprocess
     import sys

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from commdebug.ops import needs_all
+
 from chrome_trace_rules import validate_chrome_trace
 from synthetic import write_rank_dumps
 
@@ -60,6 +62,7 @@ def trace_of(job: Path, out: Path, *options: str) -> tuple[list[dict], str]:
         return validate_chrome_trace(json.load(f)), proc.stdout
 
 
+@pytest.mark.proc
 def test_ranks_and_steps_keep_only_those_pids_and_steps(job, tmp_path):
     events, stdout = trace_of(job, tmp_path / "t.json", "--ranks", "0-1", "--steps", "1-1")
     assert {e["pid"] for e in events} == {0, 1}
@@ -70,12 +73,15 @@ def test_ranks_and_steps_keep_only_those_pids_and_steps(job, tmp_path):
     per_rank_step = sum(1 for e in full if e.get("cat") == "collective" and e["ph"] in "Xi" and e["pid"] == 0 and e["args"]["step"] == 1)
     assert len(calls) == 2 * per_rank_step
     # the summary says what was written and why the rest was left out
-    first, second = stdout.splitlines()
+    first, clocks, *per_rank, second = stdout.splitlines()
+    assert clocks.startswith("clocks: one clock for all ranks: each rank placed by its start time")  # how they were aligned
+    assert [line.split(":")[0] for line in per_rank] == ["  rank 1 (synthetic-node0)"]  # the other rank on its own clock
     assert first.startswith(f"wrote {tmp_path / 't.json'}: 2 ranks, {len(calls)} timed collectives")
     left = sum(1 for e in full if e.get("cat") == "collective" and e["ph"] in "Xi" and e["pid"] in (0, 1)) - len(calls)
     assert second == f"left out: 2 of 4 ranks (not in --ranks 0-1); {left} calls outside --steps 1"
 
 
+@pytest.mark.proc
 def test_gzip_output_is_a_valid_trace(job, tmp_path):
     out = tmp_path / "x.json.gz"
     events, stdout = trace_of(job, out, "--ranks", "2")
@@ -86,6 +92,7 @@ def test_gzip_output_is_a_valid_trace(job, tmp_path):
     assert out.stat().st_size * 4 < (tmp_path / "x.json").stat().st_size
 
 
+@pytest.mark.proc
 def test_flows_join_the_ranks_of_each_call_unless_left_out(job, tmp_path):
     events, stdout = trace_of(job, tmp_path / "t.json")
     flows = [e for e in events if e["ph"] in ("s", "t", "f")]
@@ -99,6 +106,7 @@ def test_flows_join_the_ranks_of_each_call_unless_left_out(job, tmp_path):
     assert [e for e in events if e["ph"] not in ("s", "t", "f")] == bare
 
 
+@pytest.mark.proc
 @pytest.mark.parametrize("option, value, message", [
     ("--ranks", "0-x", "--ranks: '0-x' is not a number >= 0 or a range like 0-7 (in '0-x')"),
     ("--ranks", "3-1", "--ranks: range '3-1' ends before it starts (write 1-3)"),
@@ -114,6 +122,7 @@ def test_bad_selections_exit_2_with_one_line(job, tmp_path, verb, option, value,
     assert out.read_text() == "keep me"
 
 
+@pytest.mark.proc
 def test_a_selection_of_no_rank_is_an_error(job, tmp_path):
     for verb in ("trace", "report", "view"):
         proc = cli(verb, str(job), "--ranks", "7-9", "-o", str(tmp_path / "x")) if verb != "report" else cli(verb, str(job), "--ranks", "7-9")
@@ -122,6 +131,7 @@ def test_a_selection_of_no_rank_is_an_error(job, tmp_path):
     assert one.returncode == 2 and one.stderr.startswith("commdebug: error: --ranks and --steps choose from a folder")
 
 
+@pytest.mark.proc
 def test_report_top_lists_the_ranks_furthest_from_the_median(job, tmp_path):
     every = cli("report", str(job))
     assert every.returncode == 0 and "deviation" not in every.stdout  # all ranks below 64
@@ -147,6 +157,7 @@ def test_report_of_64_ranks_lists_16_by_default(tmp_path):
     assert "furthest" not in everything and len(everything.splitlines()) > len(text.splitlines()) + 40
 
 
+@pytest.mark.proc
 def test_view_ranks_and_steps_cut_the_page(job, tmp_path):
     proc = cli("view", str(job), "--ranks", "1-2", "--steps", "0,2", "-o", str(tmp_path / "p.html"))
     assert proc.returncode == 0, proc.stderr
@@ -180,6 +191,7 @@ def _on_a_terminal(*args: str, deadline_s: float = 60) -> tuple[int, str]:
     return proc.returncode, got.decode("utf-8", "replace")
 
 
+@pytest.mark.proc
 def test_progress_goes_to_a_terminal_only(job, tmp_path):
     status, seen = _on_a_terminal("check", str(job))
     assert status == 0
@@ -211,6 +223,7 @@ def gloo_job(tmp_path_factory) -> Path:
     return cwd / "traces"
 
 
+@pytest.mark.proc
 @pytest.mark.timeout(2 * DEADLINE_S)
 def test_flows_of_a_timed_gloo_run_join_the_same_group_and_seq_on_both_ranks(gloo_job, tmp_path):
     events, stdout = trace_of(gloo_job, tmp_path / "t.json.gz")
@@ -225,8 +238,9 @@ def test_flows_of_a_timed_gloo_run_join_the_same_group_and_seq_on_both_ranks(glo
     for e in events:
         if e["ph"] in ("s", "t", "f"):
             chains.setdefault(e["id"], []).append(e)
-    timed = {(e["args"]["group"], e["args"]["seq"]) for e in spans if "seq" in e["args"] and "peer" not in e["args"]}
-    assert chains and len(chains) == len(timed)  # every timed collective of both ranks, once
+    # every timed call of an op no member finishes before all joined, once (a broadcast's root may leave first)
+    timed = {(e["args"]["group"], e["args"]["seq"]) for e in spans if "seq" in e["args"] and needs_all(e["name"])}
+    assert chains and len(chains) == len(timed) and len(timed) < len({(e["args"]["group"], e["args"].get("seq")) for e in spans})
     for points in chains.values():
         assert sorted(p["ph"] for p in points) == ["f", "s"]
         start, finish = sorted(points, key=lambda p: p["ph"] != "s")

@@ -18,6 +18,7 @@ def test_there_are_tutorials():
     assert TUTORIALS
 
 
+@pytest.mark.proc
 @pytest.mark.parametrize("script", TUTORIALS, ids=lambda p: p.name)
 def test_tutorial_runs_and_its_page_shows_real_output(script):
     # this checkout's commdebug: a script's own folder, not the working directory, starts sys.path

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -107,8 +106,18 @@ def traces(tmp_path_factory) -> Path:
     return folder
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "commdebug", *args], capture_output=True, text=True, cwd=ROOT, timeout=120)
+@pytest.fixture
+def cli(capsys):
+    """``commdebug ARGS`` run in this process (the offline verbs start no process group): its
+    exit status, stdout and stderr, as a CompletedProcess."""
+    from commdebug.cli import main
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        status = main(list(args))
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(["commdebug", *args], status, out, err)
+
+    return run
 
 
 def test_every_call_counts_once_under_its_op_whatever_records_spell_it(traces):
@@ -137,7 +146,7 @@ def test_phase_follows_the_autograd_engine_and_fsdps_backward_hooks(traces):
     assert ("all_reduce", "backward") in phases and ("all_gather", "forward") in phases
 
 
-def test_sizes_not_known_are_question_marks_in_text_and_null_in_json_never_zero(traces):
+def test_sizes_not_known_are_question_marks_in_text_and_null_in_json_never_zero(traces, cli):
     text = cli("summary", str(traces / "rank0.pt.trace.json"), "--by", "op,size").stdout
     assert "12 collectives, 40.00 KiB (6 calls of unknown size not in it)" in text, text
     rows = {tuple(line.split()[:2]): line.split() for line in text.splitlines() if line.split()[:1] and line.split()[0] in PER_STEP}
@@ -155,7 +164,7 @@ def test_sizes_not_known_are_question_marks_in_text_and_null_in_json_never_zero(
     assert gather["algbw_gbps"] > 0 and gather["busbw_gbps"] is None  # the group's size, its factor depends on, is not known
 
 
-def test_the_chrome_trace_says_null_and_unknown_never_zero_or_question_mark(traces, tmp_path):
+def test_the_chrome_trace_says_null_and_unknown_never_zero_or_question_mark(traces, tmp_path, cli):
     out = tmp_path / "trace.json"
     assert cli("trace", str(traces / "rank0.pt.trace.json"), "-o", str(out)).returncode == 0
     calls = [e["args"] for e in json.loads(out.read_text())["traceEvents"] if e.get("ph") == "X" and "op" in e.get("args", {})]
@@ -165,7 +174,7 @@ def test_the_chrome_trace_says_null_and_unknown_never_zero_or_question_mark(trac
     assert not any(v in ("?", 0.0) for a in unknown for k, v in a.items() if k in ("bytes", "busbw_gbps", "group", "module"))
 
 
-def test_report_says_what_it_cannot_pair_and_why(traces):
+def test_report_says_what_it_cannot_pair_and_why(traces, cli):
     text = cli("report", str(traces)).stdout
     ops = {line.split()[0]: line.split() for line in text.splitlines() if line.split()[:1] and line.split()[0] in PER_STEP}
     assert ops["all_to_all"][2] == "?" and ops["all_to_all"][-1] == "?", text  # bytes, straggler: not known
@@ -175,7 +184,7 @@ def test_report_says_what_it_cannot_pair_and_why(traces):
     assert "a --ranks selection" not in text and "missing dumps" not in text, text
 
 
-def test_overlap_names_unattributed_communication_and_unknown_groups_with_words(traces):
+def test_overlap_names_unattributed_communication_and_unknown_groups_with_words(traces, cli):
     data = json.loads(cli("overlap", str(traces / "rank0.pt.trace.json"), "--json", "--by", "group").stdout)
     rows = {r["group"]: r for r in data["rows"]}
     # the calls of a group the trace does not name are tied to their calls: "unknown", not
@@ -190,7 +199,7 @@ def test_overlap_names_unattributed_communication_and_unknown_groups_with_words(
     assert set(lines) == {"unknown", "unattributed"} and lines["unknown"].split()[2] == "6", text
 
 
-def test_a_dump_keeps_unknown_sizes_null_and_reads_them_back(traces, tmp_path):
+def test_a_dump_keeps_unknown_sizes_null_and_reads_them_back(traces, tmp_path, cli):
     from commdebug.formats.readers import read
     from commdebug.model.dump import SCHEMA_VERSION, from_dump_dict, to_dump_dict
 
@@ -213,7 +222,7 @@ def test_a_dump_keeps_unknown_sizes_null_and_reads_them_back(traces, tmp_path):
     assert "*profiler:all_to_all: 2 (?)" in table and "*profiler:all_gather: 2 (32.00 KiB)" in table, table
 
 
-def test_a_finding_on_a_call_of_unknown_size_says_so(tmp_path):
+def test_a_finding_on_a_call_of_unknown_size_says_so(tmp_path, cli):
     one = {"0": ("default_pg", [0, 1])}  # one group: every call is on it, numbered in trace order
     for rank in (0, 1):
         (tmp_path / f"rank{rank}.pt.trace.json").write_text(older_trace(rank, one, skip_gather_at=6 if rank == 1 else None))

@@ -85,6 +85,7 @@ def test_a_rank_whose_dump_lags_one_completion_reads_unfinished(tmp_path, form):
     assert not load_rank(folder / ("fr_trace_0" + (".json" if form == "json" else ""))).events[-1].in_flight
 
 
+@pytest.mark.proc
 @pytest.mark.parametrize("form", FORMS)
 def test_completion_race_is_not_a_hang(tmp_path, form):
     def lag(rank: int, data: dict) -> None:
@@ -109,6 +110,7 @@ def test_completion_race_over_two_collectives(tmp_path):
     assert any("seq 2-3: unfinished in the dump of rank 0, but rank 1 completed them" in n for n in result.notes)
 
 
+@pytest.mark.proc
 @pytest.mark.parametrize("form", FORMS)
 def test_a_rank_that_never_issued_the_barrier_is_missing(tmp_path, form):
     def skip(rank: int, data: dict) -> None:
@@ -129,6 +131,7 @@ def test_a_rank_that_never_issued_the_barrier_is_missing(tmp_path, form):
     assert (short["ranks"], short["op"]) == ([1], "all_gather")
 
 
+@pytest.mark.proc
 @pytest.mark.parametrize("bad", [
     lambda d: d.update(entries=[{"profiling_name": "gloo:all_reduce", "input_sizes": [["x"]], "process_group": ["0", "p"]}]),
     lambda d: d.update(pg_status={"0": {"last_completed_collective": "many"}}),
@@ -142,6 +145,7 @@ def test_malformed_flight_recorder_dumps_are_one_line(tmp_path, bad):
         assert proc.stderr.count("\n") == 1 and proc.stderr.startswith(f"commdebug: error: {folder / 'fr_trace_0.json'}: ")
 
 
+@pytest.mark.proc
 def test_a_pickle_that_names_code_is_refused(tmp_path):
     folder = tmp_path / "evil"
     folder.mkdir()
@@ -350,6 +354,7 @@ def _runs(tmp_path: Path, ids: dict[int, str | None]) -> Path:
     return _synthetic(tmp_path, len(ids), lambda r: {} if ids[r] is None else {"run_id": ids[r]})
 
 
+@pytest.mark.proc
 def test_a_folder_mixing_two_runs_is_refused_by_every_verb(tmp_path):
     folder = _runs(tmp_path / "mixed", {0: "run-a", 1: "run-b", 2: "run-a", 3: "run-a"})
     line = f"commdebug: error: {folder / 'rank1.json'} belongs to another run (run_id run-b) than the other 3 dumps (run_id run-a)\n"
@@ -361,6 +366,7 @@ def test_a_folder_mixing_two_runs_is_refused_by_every_verb(tmp_path):
     assert not (tmp_path / "t.json").exists() and not (tmp_path / "v.html").exists()
 
 
+@pytest.mark.proc
 def test_a_tie_between_two_runs_names_both(tmp_path):
     folder = _runs(tmp_path, {0: "run-a", 1: "run-b", 2: "run-b", 3: "run-a"})
     proc = cli("check", str(folder))

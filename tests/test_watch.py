@@ -22,7 +22,7 @@ from commdebug.render.watch import render_watch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
-from soak import free_port  # noqa: E402  (one way to find free ports, the soak bench's)
+from ports import free_port  # noqa: E402  (the one way to find free ports: bench/ports.py)
 
 LIVE = ROOT / "tests" / "programs" / "live_job.py"
 GRAD_LINE = next(i for i, line in enumerate(LIVE.read_text().splitlines(), 1) if "GRAD_ALL_REDUCE" in line)
@@ -46,6 +46,7 @@ def poll(what, deadline: float, pause: float = 1.0):
     return value
 
 
+@pytest.mark.proc
 @pytest.mark.timeout(DEADLINE_S + 60)
 def test_a_stalled_rank_is_named_by_watch_metrics_and_the_debug_server(tmp_path):
     metrics, debug = free_port(2), free_port()
@@ -76,7 +77,8 @@ def test_a_stalled_rank_is_named_by_watch_metrics_and_the_debug_server(tmp_path)
 
         text = poll(scraped, deadline)
         assert text, get(f"http://127.0.0.1:{metrics}/metrics")
-        assert re.search(r"^commdebug_step 2\.0$", text, re.M) and re.search(r"^commdebug_collectives_in_flight 1\.0$", text, re.M)
+        rank0 = r'\{host="[^"]+",rank="0"\}'  # every series says whose it is
+        assert re.search(rf"^commdebug_step{rank0} 2\.0$", text, re.M) and re.search(rf"^commdebug_collectives_in_flight{rank0} 1\.0$", text, re.M)
 
         # the frontend on rank 0 asks both ranks, with no file in between
         page = poll(lambda: get(f"http://127.0.0.1:{debug}/commdebug?stall_after=5"), deadline)
@@ -124,6 +126,7 @@ def test_verdicts_on_states():
     assert behind.stragglers == [2] and "STRAGGLING: rank 2 more than 10% behind the median step 40" in render_watch(behind)
 
 
+@pytest.mark.proc
 def test_watch_bad_input_is_one_line_and_exit_2(tmp_path):
     for args in ([str(tmp_path / "nope")], [str(tmp_path / "nope"), "--once"], [str(tmp_path), "--stall-after", "0"]):
         proc = subprocess.run([sys.executable, "-m", "commdebug", "watch", *args, "--once"], capture_output=True, text=True, timeout=60)
@@ -176,6 +179,7 @@ def test_ranks_waiting_apart_inside_stall_after_are_never_called_healthy():
     assert other_groups.apart == []  # members of different groups wait in different calls by nature
 
 
+@pytest.mark.proc
 def test_watch_waits_for_a_stream_with_no_whole_line_yet(tmp_path, world):
     from test_streaming import _events
 
@@ -235,6 +239,7 @@ def test_the_step_of_a_rank_with_a_final_dump_is_the_step_it_ended_in(tmp_path):
     assert rows["0"][1] == "2" and rows["1"][1] == "2", text
 
 
+@pytest.mark.proc
 def test_watch_exits_once_every_rank_has_ended(tmp_path):
     """Every rank's final dump is there: watch prints the frame and exits, 0 when every rank
     ended well, 1 when one failed; --follow keeps refreshing."""
@@ -266,6 +271,7 @@ def test_watch_exits_once_every_rank_has_ended(tmp_path):
         follow.communicate(timeout=30)
 
 
+@pytest.mark.proc
 def test_watch_ends_on_a_rank_whose_process_is_gone_and_counts_only_the_newest_run(tmp_path, world):
     """Rank 0 finished; rank 1 left a stream whose process (on this host) has ended, without a
     final dump: the run is over, not healthy. Ranks 2-3's dumps are an earlier run's (another

@@ -92,7 +92,8 @@ with tempfile.TemporaryDirectory() as tmp:
     print(masked_table(lines[per_rank + 2:], sort_from=1))
 
     print("===== commdebug trace traces/ -o trace.json =====")
-    print(run("-m", "commdebug", "trace", "traces", "-o", "trace.json", cwd=tmp).stdout, end="")
+    # the host's name is this machine's: masked
+    print(re.sub(r"on host \S+ ", "on host <host> ", run("-m", "commdebug", "trace", "traces", "-o", "trace.json", cwd=tmp).stdout), end="")
     trace = json.loads(Path(tmp, "trace.json").read_text())
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
     names = sorted({e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"})

@@ -4,7 +4,8 @@ Run it:  python tutorials/13_exposed_communication.py
 It runs programs/13_overlap.py on two gloo ranks under torchrun and `commdebug run
 --profile-steps 1-2` three times: each layer's all_reduce blocking, then the same all_reduce
 issued asynchronously under an independent branch of compute, then an FSDP2 model; and prints
-what `commdebug overlap` says of each, by module, by op and by step. Times differ from run to
+what `commdebug overlap` says of each, by module, by op, by step and by FSDP unit, the exposed
+time split into waiting for the other rank and transfer. Times differ from run to
 run (two ranks share this machine's cores): the page shows one run's tables as they were, and
 checks only the facts that do not change, which the script prints last.
 """
@@ -50,12 +51,24 @@ with tempfile.TemporaryDirectory() as tmp:
     print("===== FSDP2: which collectives are exposed =====")
     overlap("fsdp2", "--by", "op", cwd=tmp)
     overlap("fsdp2", "--by", "step", cwd=tmp)
+    units = overlap("fsdp2", "--by", "unit", cwd=tmp)
     print("===== what does not change from run to run =====")
     for mode, result in results.items():
         ranks = result["ranks"]
         modules = sorted({r["module"] for r in result["rows"]})
         added = all(abs(sum(r["exposed_s"] for r in result["rows"] if r["rank"] == k["rank"]) - k["exposed_s"]) < 1e-9 for k in ranks)
         print(f"{mode}: modules {', '.join(modules)}; each rank's module rows add up to its exposed time: {added}")
+    for mode, result in [*results.items(), ("fsdp2 --by unit", units)]:
+        parts = all(k["exposed_wait_s"] is not None and abs(k["exposed_wait_s"] + k["exposed_transfer_s"] - k["exposed_s"]) < 1e-12
+                    for k in result["ranks"] + result["rows"])
+        print(f"{mode}: every rank's and row's exposed time is its waiting plus its transfer: {parts}")
+
+    def calls(result: dict, key: str) -> str:
+        mine = sorted((r[key], r["calls"]) for r in result["rows"] if r["rank"] == 0)
+        return ", ".join(f"{name} {n}" for name, n in mine)
+
+    print(f"fsdp2, rank 0's calls in step 1 per FSDP unit (--by unit): {calls(units, 'unit')}")
+    print(f"fsdp2, the same calls per module that issued them (--by module): {calls(results['fsdp2'], 'module')}")
     blocking = max(r["overlap_ratio"] for r in results["blocking"]["ranks"])
     overlapped = max(r["overlap_ratio"] for r in results["async"]["ranks"])
     print(f"blocking all_reduce: under 5% of its time overlapped on every rank: {blocking < 0.05}")

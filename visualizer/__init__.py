@@ -281,6 +281,7 @@ def _check_data(result: Any) -> dict[str, Any]:
     each finding and side with the ``text`` the command line prints for it."""
     data = {k: v for k, v in result.to_dict().items() if k != "rank_summaries"}
     data["no_verdict"] = commdebug.no_verdict(result)  # the calls name no group: no verdict, as `commdebug check` says
+    data["among"] = result.among  # "among ranks 2-3 of 4": a node's folder, the others elsewhere
     for f, d in zip(result.findings, data["findings"], strict=True):
         d["text"] = commdebug.describe_finding(f)
         for side, sd in zip(f.sides, d["sides"], strict=True):
@@ -399,7 +400,7 @@ def traffic_data(t: Any) -> dict[str, Any] | None:
             "limits": {"members": MATRIX_MEMBERS, "top_pairs": TOP_PAIRS, "cells": CELL_BUDGET, "imbalance": IMBALANCE_ROWS}}
 
 
-OVERLAP_COLUMNS = ("step", "calls", "overlapped_us", "exposed_us", "compute_us", "in_window")
+OVERLAP_COLUMNS = ("step", "calls", "overlapped_us", "exposed_us", "compute_us", "in_window", "exposed_wait_us")
 OVERLAP_ROWS = 8_192  # (rank, step) rows embedded at most (1,024 ranks x 8 steps); past it, the least exposed ranks are left out
 
 
@@ -409,8 +410,10 @@ def overlap_data(found: Any) -> dict[str, Any] | None:
     has a profile. ``columns`` (:data:`OVERLAP_COLUMNS`) name the values of each row; ``rows``:
     per rank, in the index's order, None (no profile, or left out) or its steps' rows flattened,
     one value per column: the step, its calls, its overlapped, exposed and compute time in
-    microseconds (the row's seconds x 1e6, not rounded: the page's data-* carry them exact), and
-    1 or 0 for in HTA's window or not. Past :data:`OVERLAP_ROWS` rows, the ranks with the least
+    microseconds (the row's seconds x 1e6, not rounded: the page's data-* carry them exact), 1 or
+    0 for in HTA's window or not, and the part of the exposed time spent waiting for a late peer
+    (null where not known: :mod:`commdebug.analysis.overlap_wait`; the rest of it is transfer).
+    Past :data:`OVERLAP_ROWS` rows, the ranks with the least
     exposed time (over their steps in HTA's window) are left out and listed in ``left_out``.
 
     >>> overlap_data(commdebug.rank_modules("traces/"))["rows"][0][:6]   # doctest: +SKIP
@@ -426,7 +429,7 @@ def overlap_data(found: Any) -> dict[str, Any] | None:
         kept.add(r.rank)
         room -= len(r.overlap)
     rows = [[v for o in r.overlap for v in (o.key, o.calls, _exact_us(o.overlap_s), _exact_us(o.exposed_s),
-                                            _exact_us(o.compute_s), 1 if o.in_window else 0)]
+                                            _exact_us(o.compute_s), 1 if o.in_window else 0, _exact_us(o.exposed_wait_s))]
             if r.overlap is not None and r.rank in kept else None for r in found.ranks]
     return {"columns": list(OVERLAP_COLUMNS), "rows": rows, "left_out": sorted(r.rank for r in profiled if r.rank not in kept),
             "limits": {"rows": OVERLAP_ROWS}}

@@ -65,7 +65,7 @@ enum { F_LAT, F_SEQ, F_START, F_STEP, F_GROUP, F_OP, F_MODULE, F_SOURCE, N_FIELD
 
 typedef struct {
     PyObject *name, *info;  /* borrowed: the events hold them */
-    Buf seqs, lats, gaps, steps, sites, prevs, prev_seqs, starts;
+    Buf seqs, lats, gaps, steps, sites, prevs, prev_seqs, prev_groups, prev_lats, ordinals, starts;
 } Group;
 
 static void
@@ -78,6 +78,9 @@ group_free(Group *g)
     PyMem_Free(g->sites.data);
     PyMem_Free(g->prevs.data);
     PyMem_Free(g->prev_seqs.data);
+    PyMem_Free(g->prev_groups.data);
+    PyMem_Free(g->prev_lats.data);
+    PyMem_Free(g->ordinals.data);
     PyMem_Free(g->starts.data);
 }
 
@@ -163,11 +166,15 @@ PyDoc_STRVAR(columns_doc,
 "`fields`: the events' indices of latency_s, seq, start_s, step, group, op, module, source.\n"
 "groups: per group of a timed call with a sequence number, in first-call order, (its\n"
 "GroupInfo, seqs q, lats d, gaps d or None, steps q, sites i, prev_sites i, prev_seqs q,\n"
-"starts d or None: None unless `starts`, run: whether the seqs run first to last with no\n"
-"hole); a call's gap is from the end of the call before it\n"
-"(an untimed one ends where it starts) to its start, 0 where any two calls overlap; sites are\n"
-"ids into table, a list of (op, module, source); prev_sites and prev_seqs are the call\n"
-"before's (-1: none, or a call without a sequence number). step_times: with `steps`, the\n"
+"prev_groups i, prev_lats d, ordinals q, starts d or None: None unless `starts`, run: whether\n"
+"the seqs"
+"run first to last with no hole); a call's gap is from the end of the call before it\n"
+"(an untimed one ends where it starts) to its start, 0 where any two calls overlap and for\n"
+"the first call (no call of the rank's own to measure from); sites are ids into table, a\n"
+"list of (op, module, source); prev_sites and prev_seqs are the call before's (-1: none, or a\n"
+"call without a sequence number); prev_groups the index in groups of the call before's group\n"
+"(-1: none, or it is not timed or has no number), prev_lats its latency (-1: none, or not\n"
+"timed); ordinals its place among the events (0: the first). step_times: with `steps`, the\n"
 "timed calls' (steps q, time at each d) when their steps are in call order, else None.\n"
 "timed: how many calls are timed. TypeError where a field is not what it should be.");
 
@@ -205,7 +212,8 @@ columns(PyObject *module, PyObject *args)
 
     Py_ssize_t n = PyList_GET_SIZE(events);
     double prev_end = 0.0;  /* the call before's start + latency */
-    int prev_site = -1;
+    int prev_site = -1, prev_group = -1;
+    double prev_lat = -1.0;
     long long prev_seq = -1, last_step = 0, step_count = 0;
     double step_sum = 0.0;
     PyObject *last_group = NULL;
@@ -236,7 +244,7 @@ columns(PyObject *module, PyObject *args)
         if (no_start) {
             have_starts = 0;  /* Flight Recorder: no start times, so no gaps */
         } else {
-            gap = i == 0 ? start : start - prev_end;
+            gap = i == 0 ? 0.0 : start - prev_end;  /* a first call has no call of its own before it */
             if (gap < 0)
                 overlap = 1;
             prev_end = start + lat;
@@ -269,6 +277,7 @@ columns(PyObject *module, PyObject *args)
                 }
             }
         }
+        int this_group = -1;
         if (!no_lat && !no_seq) {
             if (!PyTuple_Check(group) || PyTuple_GET_SIZE(group) < 1 || !PyUnicode_Check(PyTuple_GET_ITEM(group, 0))) {
                 PyErr_SetString(PyExc_TypeError, "an event's group is not a GroupInfo");
@@ -310,15 +319,22 @@ columns(PyObject *module, PyObject *args)
             }
             Group *to = &groups[g];
             int site_i = site;
+            long long ordinal = (long long)i;
             if (buf_put(&to->seqs, &seq, sizeof seq) < 0 || buf_put(&to->lats, &lat, sizeof lat) < 0
                 || buf_put(&to->gaps, &gap, sizeof gap) < 0 || buf_put(&to->steps, &step, sizeof step) < 0
                 || buf_put(&to->sites, &site_i, sizeof site_i) < 0 || buf_put(&to->prevs, &prev_site, sizeof prev_site) < 0
                 || buf_put(&to->prev_seqs, &prev_seq, sizeof prev_seq) < 0
+                || buf_put(&to->prev_groups, &prev_group, sizeof prev_group) < 0
+                || buf_put(&to->prev_lats, &prev_lat, sizeof prev_lat) < 0
+                || buf_put(&to->ordinals, &ordinal, sizeof ordinal) < 0
                 || (want_starts && buf_put(&to->starts, &start, sizeof start) < 0))
                 goto done;
+            this_group = (int)g;
         }
         prev_site = site;
         prev_seq = seq;
+        prev_group = this_group;
+        prev_lat = no_lat ? -1.0 : lat;
     }
     if (steps_ordered && step_count > 0 && buf_put(&step_sums, &step_sum, sizeof step_sum) < 0)
         goto done;
@@ -340,10 +356,11 @@ columns(PyObject *module, PyObject *args)
         int run = 1;
         for (Py_ssize_t k = 1; k < count && run; k++)
             run = seqs[k] == seqs[0] + k;
-        PyObject *item = Py_BuildValue("(ONNNNNNNNO)", from->info, buf_array(&from->seqs, "q"), buf_array(&from->lats, "d"),
+        PyObject *item = Py_BuildValue("(ONNNNNNNNNNNO)", from->info, buf_array(&from->seqs, "q"), buf_array(&from->lats, "d"),
                                        have_starts ? buf_array(&from->gaps, "d") : Py_NewRef(Py_None),
                                        buf_array(&from->steps, "q"), buf_array(&from->sites, "i"), buf_array(&from->prevs, "i"),
-                                       buf_array(&from->prev_seqs, "q"),
+                                       buf_array(&from->prev_seqs, "q"), buf_array(&from->prev_groups, "i"),
+                                       buf_array(&from->prev_lats, "d"), buf_array(&from->ordinals, "q"),
                                        have_starts && want_starts ? buf_array(&from->starts, "d") : Py_NewRef(Py_None),
                                        run ? Py_True : Py_False);
         if (item == NULL)
@@ -408,78 +425,93 @@ release(Py_buffer *views, int count)
 #define COUNT(v, type) ((v).len / (Py_ssize_t)sizeof(type))
 
 PyDoc_STRVAR(merge_doc,
-"merge(into, lo, rank, part, here, floor) -> None\n\n"
+"merge(into, lo, rank, part, here, here_groups) -> None\n\n"
 "One member's calls on a group, a run of sequence numbers from index `lo` of the group's\n"
 "columns, compared with the members' before it. `into`: the group's (least d, most d, rank i,\n"
-"site i, prev_site i, prev_seq q, gap d, start d or None); `part`: the member's (lats d, gaps\n"
-"d or None, sites i, prev_sites i, prev_seqs q, starts d or None); `here`: its site ids as the\n"
-"group's (i). Where any latency is `floor` or more, `most` takes the larger; where a latency\n"
-"is less than `least`, the member arrived last so far: it takes least, rank, sites, previous\n"
-"call, and gap and start where the member has them (start only where `into` keeps it).");
+"site i, prev_site i, prev_seq q, gap d, start d or None, prev_group i, prev_lat d, most_rank\n"
+"i, ordinal q); `part`: the member's (lats d, gaps d or None, sites i, prev_sites i, prev_seqs\n"
+"q, starts d or None, prev_groups i, prev_lats d, ordinals q); `here`: its site ids as the\n"
+"group's (i); `here_groups`:\n"
+"its group indices as the tally's group ids (i). Where a latency is more than `most`, `most`\n"
+"takes it, and `most_rank` the member; where a latency is less than `least`, the\n"
+"member arrived last so far: it takes least, rank, sites, previous call (its group and the\n"
+"member's latency there too), the call's place among the member's, and gap and start where\n"
+"the member has them (start only where\n"
+"`into` keeps it).");
 
 static PyObject *
 merge(PyObject *module, PyObject *args)
 {
-    PyObject *into, *part, *here_obj;
+    PyObject *into, *part, *here_obj, *groups_obj;
     Py_ssize_t lo;
     int rank;
-    double floor;
-    if (!PyArg_ParseTuple(args, "O!niO!Od", &PyTuple_Type, &into, &lo, &rank, &PyTuple_Type, &part, &here_obj, &floor))
+    if (!PyArg_ParseTuple(args, "O!niO!OO", &PyTuple_Type, &into, &lo, &rank, &PyTuple_Type, &part, &here_obj, &groups_obj))
         return NULL;
-    if (PyTuple_GET_SIZE(into) != 8 || PyTuple_GET_SIZE(part) != 6) {
-        PyErr_SetString(PyExc_TypeError, "merge: 8 columns into, 6 of the part");
+    if (PyTuple_GET_SIZE(into) != 12 || PyTuple_GET_SIZE(part) != 9) {
+        PyErr_SetString(PyExc_TypeError, "merge: 12 columns into, 9 of the part");
         return NULL;
     }
-    enum { LEAST, MOST, RANK, SITE, PREV_SITE, PREV_SEQ, GAP, START, LATS, GAPS, SITES, PREVS, PREV_SEQS, STARTS, HERE, N };
+    enum { LEAST, MOST, RANK, SITE, PREV_SITE, PREV_SEQ, GAP, START, PREV_GROUP, PREV_LAT, MOST_RANK, ORDINAL,
+           LATS, GAPS, SITES, PREVS, PREV_SEQS, STARTS, PREV_GROUPS, PREV_LATS, ORDINALS, HERE, HERE_GROUPS, N };
     Py_buffer v[N];
-    static const char codes[N] = {'d', 'd', 'i', 'i', 'i', 'q', 'd', 'd', 'd', 'd', 'i', 'i', 'q', 'd', 'i'};
-    static const Py_ssize_t sizes[N] = {8, 8, 4, 4, 4, 8, 8, 8, 8, 8, 4, 4, 8, 8, 4};
+    static const char codes[N] = {'d', 'd', 'i', 'i', 'i', 'q', 'd', 'd', 'i', 'd', 'i', 'q',
+                                  'd', 'd', 'i', 'i', 'q', 'd', 'i', 'd', 'q', 'i', 'i'};
+    static const Py_ssize_t sizes[N] = {8, 8, 4, 4, 4, 8, 8, 8, 4, 8, 4, 8, 8, 8, 4, 4, 8, 8, 4, 8, 8, 4, 4};
     int got = 0;
     for (; got < N; got++) {
-        PyObject *obj = got < 8 ? PyTuple_GET_ITEM(into, got) : got < HERE ? PyTuple_GET_ITEM(part, got - 8) : here_obj;
+        PyObject *obj = got < LATS ? PyTuple_GET_ITEM(into, got) : got < HERE ? PyTuple_GET_ITEM(part, got - LATS)
+                        : got == HERE ? here_obj : groups_obj;
         int optional = got == START || got == GAPS || got == STARTS;
-        if (view_of(obj, &v[got], codes[got], sizes[got], got < 8, optional) < 0) {
+        if (view_of(obj, &v[got], codes[got], sizes[got], got < LATS, optional) < 0) {
             release(v, got);
             return NULL;
         }
     }
     Py_ssize_t n = COUNT(v[LATS], double), size = COUNT(v[LEAST], double), n_here = COUNT(v[HERE], int);
+    Py_ssize_t n_groups = COUNT(v[HERE_GROUPS], int);
     int has_gaps = v[GAPS].obj != NULL, has_start = v[START].obj != NULL && v[STARTS].obj != NULL;
     if (lo < 0 || lo + n > size || COUNT(v[MOST], double) != size || COUNT(v[RANK], int) != size || COUNT(v[SITE], int) != size
         || COUNT(v[PREV_SITE], int) != size || COUNT(v[PREV_SEQ], long long) != size || COUNT(v[GAP], double) != size
-        || (v[START].obj != NULL && COUNT(v[START], double) != size) || COUNT(v[SITES], int) != n
+        || (v[START].obj != NULL && COUNT(v[START], double) != size) || COUNT(v[PREV_GROUP], int) != size
+        || COUNT(v[PREV_LAT], double) != size || COUNT(v[MOST_RANK], int) != size || COUNT(v[ORDINAL], long long) != size
+        || COUNT(v[SITES], int) != n || COUNT(v[ORDINALS], long long) != n
         || COUNT(v[PREVS], int) != n || COUNT(v[PREV_SEQS], long long) != n || (has_gaps && COUNT(v[GAPS], double) != n)
-        || (v[STARTS].obj != NULL && COUNT(v[STARTS], double) != n)) {
+        || (v[STARTS].obj != NULL && COUNT(v[STARTS], double) != n) || COUNT(v[PREV_GROUPS], int) != n
+        || COUNT(v[PREV_LATS], double) != n) {
         release(v, N);
         PyErr_SetString(PyExc_IndexError, "merge: columns of different lengths");
         return NULL;
     }
-    const double *lats = v[LATS].buf, *gaps = v[GAPS].buf, *starts = v[STARTS].buf;
-    const int *sites = v[SITES].buf, *prevs = v[PREVS].buf, *here = v[HERE].buf;
-    const long long *prev_seqs = v[PREV_SEQS].buf;
+    const double *lats = v[LATS].buf, *gaps = v[GAPS].buf, *starts = v[STARTS].buf, *prev_lats = v[PREV_LATS].buf;
+    const int *sites = v[SITES].buf, *prevs = v[PREVS].buf, *here = v[HERE].buf, *prev_groups = v[PREV_GROUPS].buf;
+    const int *here_groups = v[HERE_GROUPS].buf;
+    const long long *prev_seqs = v[PREV_SEQS].buf, *ordinals = v[ORDINALS].buf;
     double *least = (double *)v[LEAST].buf + lo, *most = (double *)v[MOST].buf + lo, *gap = (double *)v[GAP].buf + lo;
-    double *start = has_start ? (double *)v[START].buf + lo : NULL;
+    double *start = has_start ? (double *)v[START].buf + lo : NULL, *prev_lat = (double *)v[PREV_LAT].buf + lo;
     int *ranks = (int *)v[RANK].buf + lo, *site = (int *)v[SITE].buf + lo, *prev_site = (int *)v[PREV_SITE].buf + lo;
-    long long *prev_seq = (long long *)v[PREV_SEQ].buf + lo;
+    int *prev_group = (int *)v[PREV_GROUP].buf + lo, *most_rank = (int *)v[MOST_RANK].buf + lo;
+    long long *prev_seq = (long long *)v[PREV_SEQ].buf + lo, *ordinal = (long long *)v[ORDINAL].buf + lo;
     for (Py_ssize_t j = 0; j < n; j++)
-        if (sites[j] < 0 || sites[j] >= n_here || prevs[j] >= n_here) {
+        if (sites[j] < 0 || sites[j] >= n_here || prevs[j] >= n_here || prev_groups[j] >= n_groups) {
             release(v, N);
-            PyErr_SetString(PyExc_IndexError, "merge: a site id out of range");
+            PyErr_SetString(PyExc_IndexError, "merge: a site or group id out of range");
             return NULL;
         }
-    int longest = 0;  /* only a member that took `floor` or more somewhere can make a wait long enough */
-    for (Py_ssize_t j = 0; j < n && !longest; j++)
-        longest = lats[j] >= floor;
     for (Py_ssize_t j = 0; j < n; j++) {
         double lat = lats[j];
-        if (longest && lat > most[j])
+        if (lat > most[j]) {
             most[j] = lat;
+            most_rank[j] = rank;
+        }
         if (lat < least[j]) {
             least[j] = lat;
             ranks[j] = rank;
             site[j] = here[sites[j]];
             prev_site[j] = prevs[j] < 0 ? -1 : here[prevs[j]];
             prev_seq[j] = prev_seqs[j];
+            prev_group[j] = prev_groups[j] < 0 ? -1 : here_groups[prev_groups[j]];
+            prev_lat[j] = prev_lats[j];
+            ordinal[j] = ordinals[j];
             if (has_gaps) {
                 gap[j] = gaps[j];
                 if (has_start)
@@ -545,14 +577,17 @@ done:
 }
 
 PyDoc_STRVAR(settle_doc,
-"settle(columns, runs, base, size, floor) -> (steps, ranks, caused, found, analysed, partial)\n\n"
+"settle(columns, runs, base, size, floor, early) -> (steps, ranks, caused, found, analysed, partial)\n\n"
 "A group's share of the result. `columns`: its (total d, least d, most d, step i, rank i,\n"
-"skip b); `runs`: every member's spans of sequence numbers (first, last, first, last...)\n"
-"from `base`; `size`: its members. A call is analysed where every member timed it and it is no\n"
-"uneven all_to_all; it made the others wait where total - members x least exceeds 1e-12:\n"
-"per such call, in order, its step (i), late rank (i) and that wait (d). found: [(index,\n"
-"wait)] of those whose longest single wait (most - least) is `floor` or more. partial: the\n"
-"calls timed on some members but not all.");
+"skip b, prev_site i, ordinal q); `runs`: every member's spans of sequence numbers (first,\n"
+"last, first, last...) from `base`; `size`: its members. A call is analysed where every member\n"
+"timed it and it is no uneven all_to_all; it made the others wait where total - members x least\n"
+"exceeds 1e-12. found: [(index, wait)] of those whose longest single wait (most - least) is\n"
+"`floor` or more, or that were among their late rank's first `early` calls (their waits are the\n"
+"caller's to place: the root of each is known only once every group is); per other such call\n"
+"(its late rank had a call before it: prev_site >= 0), in order, its step (i), late rank (i)\n"
+"and that wait (d).\n"
+"partial: the calls timed on some members but not all.");
 
 static PyObject *
 settle(PyObject *module, PyObject *args)
@@ -560,15 +595,16 @@ settle(PyObject *module, PyObject *args)
     PyObject *cols, *runs;
     Py_ssize_t base, size;
     double floor;
-    if (!PyArg_ParseTuple(args, "O!O!nnd", &PyTuple_Type, &cols, &PyList_Type, &runs, &base, &size, &floor))
+    long long early;
+    if (!PyArg_ParseTuple(args, "O!O!nndL", &PyTuple_Type, &cols, &PyList_Type, &runs, &base, &size, &floor, &early))
         return NULL;
-    if (PyTuple_GET_SIZE(cols) != 6) {
-        PyErr_SetString(PyExc_TypeError, "settle: 6 columns");
+    if (PyTuple_GET_SIZE(cols) != 8) {
+        PyErr_SetString(PyExc_TypeError, "settle: 8 columns");
         return NULL;
     }
-    enum { TOTAL, LEAST, MOST, STEP, RANK, SKIP, N };
-    static const char codes[N] = {'d', 'd', 'd', 'i', 'i', 'b'};
-    static const Py_ssize_t sizes[N] = {8, 8, 8, 4, 4, 1};
+    enum { TOTAL, LEAST, MOST, STEP, RANK, SKIP, PREV_SITE, ORDINAL, N };
+    static const char codes[N] = {'d', 'd', 'd', 'i', 'i', 'b', 'i', 'q'};
+    static const Py_ssize_t sizes[N] = {8, 8, 8, 4, 4, 1, 4, 8};
     Py_buffer v[N];
     int got = 0;
     for (; got < N; got++)
@@ -585,7 +621,7 @@ settle(PyObject *module, PyObject *args)
         goto done;
     }
     if (COUNT(v[TOTAL], double) != n || COUNT(v[MOST], double) != n || COUNT(v[STEP], int) != n || COUNT(v[RANK], int) != n
-        || COUNT(v[SKIP], char) != n || n_runs % 2) {
+        || COUNT(v[SKIP], char) != n || COUNT(v[PREV_SITE], int) != n || COUNT(v[ORDINAL], long long) != n || n_runs % 2) {
         PyErr_SetString(PyExc_IndexError, "settle: columns of different lengths");
         goto done;
     }
@@ -602,7 +638,8 @@ settle(PyObject *module, PyObject *args)
         count[last + 1] -= 1;
     }
     const double *total = v[TOTAL].buf, *least = v[LEAST].buf, *most = v[MOST].buf;
-    const int *step = v[STEP].buf, *rank = v[RANK].buf;
+    const int *step = v[STEP].buf, *rank = v[RANK].buf, *prev_site = v[PREV_SITE].buf;
+    const long long *ordinal = v[ORDINAL].buf;
     const signed char *skip = v[SKIP].buf;
     long long covered = 0, analysed = 0, partial = 0;
     found = PyList_New(0);
@@ -618,16 +655,17 @@ settle(PyObject *module, PyObject *args)
         double caused = total[i] - (double)covered * least[i];
         if (!(caused > 1e-12))  /* float noise aside, every member came at once */
             continue;
-        if (buf_put(&steps_out, &step[i], sizeof(int)) < 0 || buf_put(&ranks_out, &rank[i], sizeof(int)) < 0
-            || buf_put(&caused_out, &caused, sizeof caused) < 0)
-            goto done;
-        if (most[i] - least[i] >= floor) {
+        if (most[i] - least[i] >= floor || ordinal[i] < early) {
             PyObject *item = Py_BuildValue("(nd)", i, caused);
             if (item == NULL || PyList_Append(found, item) < 0) {
                 Py_XDECREF(item);
                 goto done;
             }
             Py_DECREF(item);
+        } else if (prev_site[i] >= 0) {
+            if (buf_put(&steps_out, &step[i], sizeof(int)) < 0 || buf_put(&ranks_out, &rank[i], sizeof(int)) < 0
+                || buf_put(&caused_out, &caused, sizeof caused) < 0)
+                goto done;
         }
     }
     result = Py_BuildValue("(NNNOLL)", buf_array(&steps_out, "i"), buf_array(&ranks_out, "i"), buf_array(&caused_out, "d"), found,

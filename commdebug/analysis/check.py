@@ -20,7 +20,9 @@ sequence number and reports the first place they part:
   sizes (an MoE layer's are uneven by design);
 - ``unmatched``: a send with no matching receive, or a receive with no send, by (group, sender,
   receiver, point-to-point sequence), or the two sides' sizes differ;
-- ``no_dump``: a rank of the job left no dump;
+- ``no_dump``: a rank of the job left no dump in its folder (a rank that the dumps present
+  place on another node, and that left nothing here, is *not in this folder*: no finding; the
+  verdict covers the ranks present and says so: :mod:`commdebug.model.presence`);
 - ``ended``: a rank's process ended without a final dump: a fatal signal its fault record
   names, or a stream whose process this host knows is gone (the run failed, whatever its
   collectives say; a fatal signal after a final dump is a note).
@@ -52,7 +54,6 @@ a gigabyte.
 
 from __future__ import annotations
 
-import os
 from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -60,7 +61,7 @@ from typing import Any
 
 from commdebug.analysis.alltoall import PairMismatch, SplitPairs
 from commdebug.analysis.check_digest import LastCall, RankDigest, RankSummary, rank_digest
-from commdebug.analysis.died_in import Candidate, died_in
+from commdebug.analysis.died_in import Candidate
 from commdebug.analysis.divergence import (
     UNKNOWN_STEP,
     BranchNotes,
@@ -72,11 +73,13 @@ from commdebug.analysis.divergence import (
     history_words,
     once_note,
 )
+from commdebug.analysis.endings import ended_findings, settle_last_calls
 from commdebug.analysis.findings import Change, Finding, Side, ranks_text, who
 from commdebug.analysis.late import LateRanks
 from commdebug.analysis.late_tally import LateTally
-from commdebug.formats.readers import iter_ranks
-from commdebug.model.fault import CAUSE_NOT_RECORDED, fault_words
+from commdebug.formats.folders import Dumps, find_job
+from commdebug.formats.selection import read_views
+from commdebug.model.presence import Absence, FolderScope, Placement, absence
 from commdebug.model.rank_view import RankView
 from commdebug.model.trace import CollectiveEvent
 from commdebug.ops import shape_rule
@@ -96,10 +99,17 @@ class CheckResult:
     notes: list[str] = field(default_factory=list)
     rank_summaries: list[RankSummary] = field(default_factory=list)
     late: LateRanks | None = None  # who made the others wait (timed jobs); never a finding
+    absence: Absence | None = None  # the job's ranks not in the files read
 
     @property
     def consistent(self) -> bool:
         return not self.findings
+
+    @property
+    def among(self) -> str:
+        """"among ranks 2-3 of 4" when the verdict covers only the ranks present (a node's
+        folder), else ""."""
+        return "" if self.absence is None else self.absence.among()
 
     @property
     def compared(self) -> bool:
@@ -118,6 +128,9 @@ class CheckResult:
         return {
             "consistent": self.consistent,
             "ranks": len(self.ranks),
+            "world_size": self.absence.world_size if self.absence is not None else len(self.ranks),
+            "ranks_present": sorted(self.ranks),
+            "ranks_absent": [] if self.absence is None else list(self.absence.elsewhere),
             "groups": self.groups,
             "collectives": self.collectives,
             "collectives_per_rank": {"min": low, "max": high},
@@ -125,6 +138,7 @@ class CheckResult:
             "notes": self.notes,
             "rank_summaries": [r.to_dict() for r in self.rank_summaries],
             "late_ranks": [] if self.late is None else self.late.to_dict(),
+            "startup_skew": [] if self.late is None else self.late.startup_to_dict(),
         }
 
 
@@ -155,7 +169,9 @@ class _Group:
 
 
 class _Checker:
-    def __init__(self) -> None:
+    def __init__(self, scope: FolderScope | None = None) -> None:
+        self.scope = scope
+        self.placements: dict[int, Placement] = {}
         self.sigs = Interner()  # (op, size, dtype)
         self.ctxs = Interner()  # (module, source)
         self.patterns = Interner()  # a step's call-site ids on one group
@@ -183,6 +199,7 @@ class _Checker:
         d = view if isinstance(view, RankDigest) else rank_digest(view)
         rank = d.rank
         self.ranks.append(rank)
+        self.placements[rank] = d.placement
         self.world_size = max(self.world_size, d.world_size)
         for note in d.notes:  # the same note on a thousand ranks is said once
             self.rank_notes.setdefault(note, []).append(rank)
@@ -295,20 +312,19 @@ class _Checker:
             self._settle(g)
             self._group_findings(g)
         self._p2p_findings()
-        for s in self.summaries:
-            if not s.final:  # its record may lack its last calls: what the evidence says it was in
-                own = None if s.last is None else Candidate(s.last.op, s.last.group, s.last.seq, s.last.source, s.last.module,
-                                                            s.last.step, None)
-                s.died_in = died_in(self.beyond.get(s.rank, []), own, s.fault)
-        self.findings[0:0] = _ended(self.summaries)
-        if self.world_size:
-            absent = sorted(set(range(self.world_size)) - set(self.ranks))
-            if absent:
-                self.findings.insert(0, Finding("no_dump", "", None, f"{who(absent)} of {self.world_size} left no dump", [Side(absent)]))
+        settle_last_calls(self.summaries, self.beyond)  # what the evidence says a rank without a final dump was in
+        self.findings[0:0] = ended_findings(self.summaries)
+        away = absence(self.world_size, self.placements, self.scope)
+        if away.here:
+            self.findings.insert(0, Finding("no_dump", "", None, f"{who(away.here)} of {self.world_size} left no dump",
+                                            [Side(list(away.here))]))
         notes = [f"{who(ranks)}: {note}" for note, ranks in self.rank_notes.items()] + self.notes + self.branches.lines(self.ctxs)
+        said = away.note()
+        if said is not None:  # first: every figure after it covers the ranks present
+            notes.insert(0, said)
         late = self.late.result() if self.late.timed else None
         return CheckResult(self.findings, sorted(self.ranks), len(self.groups), self.collectives, notes,
-                           sorted(self.summaries, key=lambda s: s.rank), late)
+                           sorted(self.summaries, key=lambda s: s.rank), late, away)
 
     def _settle(self, g: _Group) -> None:
         """Unfinished collectives that another member completed: not a hang, a note.
@@ -543,26 +559,8 @@ def _records(ranks: list[int]) -> str:
     return f"{who(ranks)}'s record" if len(ranks) == 1 else f"the records of {who(ranks)}"
 
 
-def _ended(summaries: list[RankSummary]) -> list[Finding]:
-    """The ranks whose process ended without a final dump, known from a fault record (a fatal
-    signal) or from a stream whose process is gone: the run failed, whatever its collectives
-    say. A fatal signal after the final dump (the gloo teardown abort) is a note, not here."""
-    found = []
-    for s in summaries:
-        if s.fault is not None and not s.fault.get("after_final_dump"):
-            found.append(Finding("ended", "", None, f"rank {s.rank} ended by {fault_words(s.fault)}, without a final dump",
-                                 odd_ranks=[s.rank]))
-    gone = [s.rank for s in summaries if s.fault is None and not s.final and s.stream_step is not None and s.stream_alive is False]
-    if gone:
-        whose = "its process" if len(gone) == 1 else "their processes"
-        found.append(Finding("ended", "", None, f"{who(gone)}: {whose} ended without a final dump and {CAUSE_NOT_RECORDED}",
-                             odd_ranks=gone))
-    return found
-
-
 def _append(g: _Group, pos: int, sig: int, ctx: int, step: int, in_flight: bool) -> None:
-    """Put a call at `pos` of the group's reference sequence, after unknown entries for any gap
-    (events dropped)."""
+    """Put a call at `pos` of the group's reference sequence, after unknowns for a gap (events dropped)."""
     while len(g.sig) < pos:
         g.sig.append(-1)
         g.ctx.append(-1)
@@ -574,15 +572,25 @@ def _append(g: _Group, pos: int, sig: int, ctx: int, step: int, in_flight: bool)
     g.flight.append(1 if in_flight else 0)
 
 
-def check(ranks: Iterable[RankView | RankDigest]) -> CheckResult:
+def check(ranks: Iterable[RankView | RankDigest], scope: FolderScope | None = None) -> CheckResult:
     """Check the ranks' collectives for consistency (see the module docstring); each rank as
-    its view or its :func:`rank_digest`."""
-    checker = _Checker()
+    its view or its :func:`rank_digest`. `scope`: what the reader saw around the files
+    (:attr:`commdebug.formats.folders.JobFiles.scope`), which tells a rank on another node's
+    folder from one that left nothing in its own.
+
+    >>> job = find_job("run/node1")                                             # doctest: +SKIP
+    >>> result = check(read_views(job.files, digest=rank_digest), job.scope)   # doctest: +SKIP
+    >>> result.among                                                           # doctest: +SKIP
+    'among ranks 2-3 of 4'
+    """
+    checker = _Checker(scope)
     for view in ranks:
         checker.add(view)
     return checker.result()
 
 
-def check_path(path: str | os.PathLike) -> CheckResult:
-    """:func:`check` over a folder of rank dumps (ours or Flight Recorder's)."""
-    return check(iter_ranks(path, digest=rank_digest))
+def check_path(path: Dumps) -> CheckResult:
+    """:func:`check` over a folder of rank dumps (ours or Flight Recorder's), a folder of
+    per-node folders, several folders, or one dump."""
+    job = find_job(path)
+    return check(read_views(job.files, digest=rank_digest), job.scope)

@@ -32,6 +32,7 @@ from commdebug.model.columns import (
     STEP,
 )
 from commdebug.model.fault import ending_note
+from commdebug.model.presence import Placement, placement_of
 from commdebug.model.rank_view import RankView
 from commdebug.model.trace import CollectiveEvent, GroupInfo
 from commdebug.ops import needs_all, shape_rule
@@ -144,6 +145,7 @@ class RankDigest:
     completed: dict[str, tuple[int, GroupInfo]]
     summary: RankSummary
     late: LateDigest  # its share of the late-rank analysis
+    placement: Placement = Placement(None)  # its host and node: a missing rank may be on another node
 
 
 def rank_digest(view: RankView) -> RankDigest:
@@ -226,7 +228,7 @@ def rank_digest(view: RankView) -> RankDigest:
     late = late_digest(rank, events, lats=lats, seqs=seqs_all, ops=ops, names=names, masks=late_masks, known=known, table=table,
                        kinds=kinds, starts=False)
     return RankDigest(rank, int(view.metadata.get("world_size") or 0), notes, specials, list(calls), groups,
-                      idle, completed, _summary(view, issued), late)
+                      idle, completed, _summary(view, issued), late, placement_of(view.metadata))
 
 
 def completed_seqs(view: RankView, seqs: list[int | None] | None = None, ops: list[str] | None = None,

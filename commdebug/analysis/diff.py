@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from commdebug.errors import CommDebugError, missing_path
-from commdebug.formats.readers import job_files, load, rank_from_name
+from commdebug.formats.folders import job_files, rank_from_name
+from commdebug.formats.readers import load
 from commdebug.model.trace import PHASES, Trace
 
 __all__ = ["Change", "Reorder", "Diff", "diff_traces", "diff_paths", "normalise_module"]
@@ -205,8 +206,9 @@ def diff_traces(a: Trace, b: Trace, rank: int | None = None, *, ignore_groups: b
 
 def diff_paths(a: str | os.PathLike, b: str | os.PathLike, *, ignore_groups: bool = False,
                progress: Callable[[int, int], None] | None = None) -> Iterator[Diff]:
-    """Differences between two dumps, or two folders of rank dumps, rank by rank;
-    ``progress(done, total)`` is told after each rank of two folders is compared."""
+    """Differences between two dumps, or two folders of rank dumps (each may be a folder of
+    per-node folders), rank by rank; ``progress(done, total)`` is told after each rank of two
+    folders is compared."""
     pa, pb = Path(a), Path(b)
     for p in (pa, pb):  # before comparing kinds: a missing path is neither
         if not p.exists():

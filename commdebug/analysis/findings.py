@@ -7,9 +7,10 @@ Kept apart from the check itself so that the modules building findings (:mod:`.c
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+from commdebug.units import ranks_text, who  # re-exported: the analyses and renderers name ranks from here
 
 __all__ = ["Side", "Change", "Finding", "who", "ranks_text"]
 
@@ -73,25 +74,3 @@ class Finding:
         return {"kind": self.kind, "group": self.group, "seq": self.seq, "step": self.step, "message": self.message,
                 "sides": [s.__dict__ for s in self.sides], "odd_ranks": self.odd_ranks, "departed": self.departed,
                 "changes": [c.to_dict() for c in self.changes]}
-
-
-def who(ranks: Iterable[int]) -> str:
-    """[3] -> "rank 3"; [0, 1, 2] -> "ranks 0-2"."""
-    rs = sorted(set(ranks))
-    if not rs:
-        return "no rank"
-    return f"rank {rs[0]}" if len(rs) == 1 else f"ranks {ranks_text(rs)}"
-
-
-def ranks_text(ranks: Iterable[int]) -> str:
-    """[0, 1, 2, 3, 5] -> "0-3,5"."""
-    out: list[str] = []
-    rs = sorted(set(ranks))
-    i = 0
-    while i < len(rs):
-        j = i
-        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
-            j += 1
-        out.append(str(rs[i]) if i == j else f"{rs[i]}-{rs[j]}")
-        i = j + 1
-    return ",".join(out)

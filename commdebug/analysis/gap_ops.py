@@ -21,15 +21,17 @@ again, one file each, when asked (never the whole folder a second time).
 
 from __future__ import annotations
 
-import os
 import statistics
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from commdebug.errors import DumpError
 from commdebug.model.profile import Profile
 from commdebug.model.rank_view import RankView
+
+if TYPE_CHECKING:
+    from commdebug.formats.folders import Dumps
 
 __all__ = ["ProfileGaps", "clock_offset_us", "ops_between", "GAP_TOP"]
 
@@ -79,18 +81,18 @@ def ops_between(profile: Profile, start_us: float, end_us: float, top: int = GAP
 
 
 class ProfileGaps:
-    """The :data:`~commdebug.analysis.late.GapOps` of a folder (or one file): for a listed late
+    """The :data:`~commdebug.analysis.late.GapOps` of a job (folders, or files): for a listed late
     rank, its profile read once (``load_rank`` of its file) and the gap's ops looked up there;
     [] for a rank with no profile, or whose profile does not cover the gap's time."""
 
-    def __init__(self, path: str | os.PathLike, load: Callable[[Path], RankView] | None = None) -> None:
-        from commdebug.formats.readers import load_rank, rank_files, rank_from_name
+    def __init__(self, path: Dumps, load: Callable[[Path], RankView] | None = None) -> None:
+        from commdebug.formats.folders import rank_files, rank_from_name
+        from commdebug.formats.readers import load_rank
 
-        p = Path(path)
         self.load = load or load_rank
         self.files: dict[int, Path] = {}
         try:
-            for f in rank_files(p) if p.is_dir() else [p]:
+            for f in rank_files(path):
                 self.files.setdefault(rank_from_name(f), f)
         except DumpError:
             pass  # the report itself says what is wrong with the folder

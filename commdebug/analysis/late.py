@@ -11,9 +11,25 @@ are left out: their members' times differ by how much each moves, not only by wh
 For a late call, the late rank's own *gap*: from the end of its previous collective (on any
 group) to the start of this one, on its own host clock (no clock alignment needed; under
 asynchronous timing an overlap counts 0), beside the mean gap of the members that waited, and
-the two call sites around it (``after``: its previous call, ``before``: this one). On a GPU the
-host gap can be short while the GPU is late: ``gap_top``, the profiled ops of the gap, shows it
-either way (a :data:`GapOps` function fills it; none: an empty list).
+the two call sites around it (``after``: its previous call, ``before``: this one). Gaps are only
+ever taken between two calls of one process: a rank's first recorded call has none (0). On a
+GPU the host gap can be short while the GPU is late: ``gap_top``, the profiled ops of the gap,
+shows it either way (a :data:`GapOps` function fills it; none: an empty list).
+
+The root of a wait. The late rank L of a call C may itself have been held up: a rank that
+waited in its pair group's call comes late to the next world call. So each late call is walked
+back to its *root*, with what every dump holds (group, sequence number, latency, call order):
+L *waited in* its previous call P when its latency there minus P's least is at least the
+threshold; then the blame passes to P's late rank, at P. When L did not wait in P and its gap at
+C exceeds the waiters' mean gap by less than the threshold, the walk goes back through L's own
+earlier late calls (P, where L came last too) to the first whose gap difference reaches it. The
+root is where the walk stops: the rank whose own work made it late, at its own call. Only roots
+are listed; the waits passed on are counted to them (``chain_caused_s``, ``through``).
+
+Start-up. A walk that ends at a rank's first recorded call (no call of its own before it: no
+gap) ends in the processes' start: they reach their first collective at different moments.
+That wait is *start-up skew* (:class:`StartupSkew`, listed on its own where someone waited over
+the threshold), never a late rank, and it is in no rank's wait caused.
 
 A (step, rank) pair is listed when, at one of its calls, some member waited for it longer than
 the threshold (:class:`LateThreshold`: by default 50 ms, and 10% of the step's median
@@ -47,7 +63,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["GapOps", "no_profile", "LateThreshold", "CallSite", "LateCall", "LateRank", "LateRanks", "CALLS_KEPT"]
+__all__ = ["GapOps", "no_profile", "LateThreshold", "CallSite", "Passed", "LateCall", "LateRank", "StartupSkew", "LateRanks",
+           "CALLS_KEPT"]
 
 GapOps = Callable[[int, float, float], list[dict[str, Any]]]
 """What one rank ran between two moments of its own recording clock, from its profiled steps:
@@ -96,15 +113,36 @@ class LateThreshold:
 
 @dataclass(frozen=True)
 class CallSite:
-    """A call as a late entry names it: op, sequence number on its group, source line, module."""
+    """A call as a late entry names it: op, sequence number on its group, source line, module,
+    and the group's label (None: not known)."""
 
     op: str
     seq: int | None
     source: str | None
     module: str | None
+    group: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"op": self.op, "seq": self.seq, "source": self.source, "module": self.module}
+        return {"op": self.op, "seq": self.seq, "source": self.source, "module": self.module, "group": self.group}
+
+
+@dataclass(frozen=True)
+class Passed:
+    """A call a wait passed through on its way from its root: its late rank came last there
+    because it waited for the root (directly or through other calls), or because it was still
+    late from an earlier call of its own."""
+
+    group: str  # label
+    seq: int
+    op: str
+    rank: int  # who came last there
+    step: int
+    source: str | None
+    caused_s: float  # the wait it passed on there, summed over the members that waited
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"group": self.group, "seq": self.seq, "op": self.op, "rank": self.rank, "step": self.step, "source": self.source,
+                "caused_s": self.caused_s}
 
 
 @dataclass(frozen=True)
@@ -124,19 +162,27 @@ class LateCall:
     after: CallSite | None  # the late rank's previous call (None: this was its first)
     before: CallSite  # this call
     start_s: float | None = None  # when the late rank made the call, on its recording clock
+    # the waits it caused here and downstream, summed over every call they passed through (None:
+    # not walked yet), and those calls, nearest first
+    chain_caused_s: float | None = None
+    through: tuple[Passed, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {"group": self.group, "seq": self.seq, "op": self.op, "caused_s": self.caused_s, "max_wait_s": self.max_wait_s,
                 "waited": self.waited, "module": self.module, "source": self.source, "gap_s": self.gap_s,
                 "others_gap_s": self.others_gap_s, "after": None if self.after is None else self.after.to_dict(),
-                "before": self.before.to_dict()}
+                "before": self.before.to_dict(),
+                "chain_caused_s": self.caused_s if self.chain_caused_s is None else self.chain_caused_s,
+                "through": [t.to_dict() for t in self.through]}
 
 
 @dataclass
 class LateRank:
-    """A rank that made the others wait at one step: its worst call there, the wait it caused
-    at that step in all (``step_caused_s``), and its late calls of the step that passed the
-    threshold (``calls``, worst first, at most :data:`CALLS_KEPT`)."""
+    """A rank that made the others wait at one step, by its own work (a root, see the module
+    docstring): its worst call there, the wait it caused at that step in all, the waits it
+    passed on included (``step_caused_s``), and its late calls of the step whose waits passed
+    the threshold (``calls``, worst first by the wait with what they passed on, at most
+    :data:`CALLS_KEPT`)."""
 
     step: int
     rank: int
@@ -151,13 +197,34 @@ class LateRank:
                 "caused_s": w["caused_s"], "max_wait_s": w["max_wait_s"], "waited": w["waited"], "module": w["module"],
                 "source": w["source"], "gap_s": w["gap_s"], "others_gap_s": w["others_gap_s"], "after": w["after"],
                 "before": w["before"], "gap_top": self.gap_top, "step_caused_s": self.step_caused_s,
-                "calls": [c.to_dict() for c in self.calls]}
+                "chain_caused_s": w["chain_caused_s"], "through": w["through"], "calls": [c.to_dict() for c in self.calls]}
+
+
+@dataclass(frozen=True)
+class StartupSkew:
+    """The processes reaching their first collective at different moments: `rank` came last to
+    its first recorded call, `skew_s` after rank `after` (the longest wait at that call, or at a
+    call the wait was carried into, and the rank that waited it)."""
+
+    rank: int
+    group: str  # label
+    seq: int
+    op: str
+    source: str | None
+    step: int
+    skew_s: float
+    after: int  # the rank that waited longest: it came first
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rank": self.rank, "group": self.group, "seq": self.seq, "op": self.op, "source": self.source, "step": self.step,
+                "skew_s": self.skew_s, "after_rank": self.after}
 
 
 @dataclass
 class LateRanks:
     """The analysis over a folder: the listed (step, rank) pairs worst first, and every rank's
-    wait caused, in all (``caused_by_rank``) and per step (``by_step``: (step, rank) -> seconds)."""
+    wait caused, in all (``caused_by_rank``) and per step (``by_step``: (step, rank) -> seconds),
+    start-up apart (``startup``, worst first: in neither)."""
 
     entries: list[LateRank]
     threshold: LateThreshold
@@ -167,6 +234,10 @@ class LateRanks:
     timed: bool = False  # some rank timed a call with a sequence number
     partial: int = 0  # calls timed on only some members of their group (left out)
     gaps_known: bool = True  # False: some call's start times were not recorded (Flight Recorder)
+    startup: list[StartupSkew] = field(default_factory=list)
 
     def to_dict(self) -> list[dict[str, Any]]:
         return [e.to_dict() for e in self.entries]
+
+    def startup_to_dict(self) -> list[dict[str, Any]]:
+        return [s.to_dict() for s in self.startup]

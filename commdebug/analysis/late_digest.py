@@ -62,9 +62,13 @@ class GroupPart(NamedTuple):
     sites: array  # i: ids into the digest's ``table``
     prev_sites: array  # i: the site of the rank's call before (on any group); -1: none
     prev_seqs: array  # q: that call's sequence number; -1: none, or a send or receive
+    prev_groups: array  # i: that call's group, as an index into the digest's ``groups``; -1: none, untimed or unnumbered
+    prev_lats: array  # d: the rank's latency in that call; -1: none, or untimed
+    ordinals: array  # q: each call's place among the rank's events (0: its first)
     starts: array | None  # d: when the rank made each call; None: not asked for, or not recorded
     run: bool  # its sequence numbers are one run, first to last (the usual case): merged a slice at a time
     uneven: tuple[int, ...]  # sequence numbers of all_to_all calls left out (uneven or unknown splits)
+    members: tuple[int, ...] | None = None  # the group's global ranks, where the dump names them
 
 
 class Known(NamedTuple):
@@ -90,6 +94,7 @@ class LateDigest:
     step_list: array  # the steps it timed calls in, ascending, and its time in collectives at each
     step_times: array
     timed: bool  # some call timed
+    whole: bool = True  # its first event is its process's first collective, as far as known: its first call's wait is start-up
 
 
 def step_times(t_steps: list[int], t_lats: list[float]) -> tuple[array, array]:
@@ -150,8 +155,15 @@ def late_digest(rank: int, events: list[CollectiveEvent], *, times: tuple[array,
         except TypeError:  # a field of an unexpected type: the Python digest says what becomes of it
             found = None
         if found is not None:
-            return _from_columns(rank, events, found, times, ops, kinds)
-    return _python_digest(rank, events, times, lats, seqs, ops, names, steps, timed, masks, known, table, kinds, starts)
+            digest = _from_columns(rank, events, found, times, ops, kinds)
+        else:
+            digest = _python_digest(rank, events, times, lats, seqs, ops, names, steps, timed, masks, known, table, kinds, starts)
+    else:
+        digest = _python_digest(rank, events, times, lats, seqs, ops, names, steps, timed, masks, known, table, kinds, starts)
+    # the recording began with the process where its first event is its first and the first call
+    # on its group (a Flight Recorder ring that wrapped, or a profile of later steps, does not)
+    digest.whole = not events or (events[0].index == 0 and events[0].seq in (None, 0))
+    return digest
 
 
 def _from_columns(rank: int, events: list[CollectiveEvent], found: tuple[list[tuple[Any, ...]], list[Site], tuple[array, array] | None, int],
@@ -164,9 +176,10 @@ def _from_columns(rank: int, events: list[CollectiveEvent], found: tuple[list[tu
         kinds = set(map(OP, events)) if ops is None else ops
     uneven_ops = "all_to_all" in kinds
     groups = []
-    for info, g_seqs, g_lats, gaps, g_steps, sites, prev_sites, prev_seqs, g_starts, run in parts:
+    for info, g_seqs, g_lats, gaps, g_steps, sites, prev_sites, prev_seqs, prev_groups, prev_lats, ordinals, g_starts, run in parts:
         groups.append(GroupPart(info.name, info.label, info.size, g_seqs, g_lats, gaps, g_steps, sites, prev_sites, prev_seqs,
-                                g_starts, run, _uneven(events, info.name) if uneven_ops else ()))
+                                prev_groups, prev_lats, ordinals, g_starts, run, _uneven(events, info.name) if uneven_ops else (),
+                                info.ranks))
     return LateDigest(rank, groups, table, times[0], times[1], timed > 0)
 
 
@@ -209,8 +222,9 @@ def _python_digest(rank: int, events: list[CollectiveEvent], times: tuple[array,
     known = known or {}
     starts: list[float] | None = list(map(START, events))
     try:
-        # a call's gap: from the end of the call before it (an untimed one ends when it starts)
-        gaps: list[float] | None = [starts[0], *map(_sub, starts[1:], map(_add, starts, lats if all_timed else [x or 0.0 for x in lats]))]  # type: ignore[index, arg-type]
+        # a call's gap: from the end of the call before it (an untimed one ends when it starts);
+        # the first has no call of its own before it: 0, never the time since the recording began
+        gaps: list[float] | None = [0.0, *map(_sub, starts[1:], map(_add, starts, lats if all_timed else [x or 0.0 for x in lats]))]  # type: ignore[index, arg-type]
     except TypeError:  # Flight Recorder: no start times, so no gaps
         starts = gaps = None
     if gaps is not None and min(gaps) < 0:  # overlapping calls (asynchronous timing): no gap
@@ -234,6 +248,11 @@ def _python_digest(rank: int, events: list[CollectiveEvent], times: tuple[array,
         sites, table = interned.many(map(_SITE, events)), interned.values
     numbers = seqs if None not in seqs else [-1 if q is None else q for q in seqs]
     before_sites, before_seqs = [-1, *sites[:-1]], [-1, *numbers[:-1]]  # the call before each
+    owner = [-1] * len(events)  # each call's group, as an index into ``groups``; -1: not timed or no number
+    for k, (_, _, pos, _) in enumerate(found):
+        any(map(owner.__setitem__, pos, repeat(k)))
+    before_groups = [-1, *owner[:-1]]
+    before_lats = [-1.0, *(-1.0 if x is None else x for x in lats[:-1])]
     groups = []
     for name, mine, pos, have in found:
         info = events[pos[0]].group
@@ -244,8 +263,9 @@ def _python_digest(rank: int, events: list[CollectiveEvent], times: tuple[array,
         run = g_seqs == array("q", range(g_seqs[0], g_seqs[0] + len(g_seqs)))
         groups.append(GroupPart(name, info.label, info.size, g_seqs, g_lats, None if gaps is None else array("d", list(compress(gaps, mine))),
                                 g_steps, array("i", map(sites.__getitem__, pos)), array("i", compress(before_sites, mine)),
-                                array("q", compress(before_seqs, mine)),
-                                array("d", compress(starts, mine)) if keep_starts and starts is not None else None, run, uneven))
+                                array("q", compress(before_seqs, mine)), array("i", compress(before_groups, mine)),
+                                array("d", compress(before_lats, mine)), array("q", pos),
+                                array("d", compress(starts, mine)) if keep_starts and starts is not None else None, run, uneven, info.ranks))
     return LateDigest(rank, groups, table, times[0], times[1], True)
 
 

@@ -16,7 +16,11 @@ Definitions (docs/overlap.md), on one rank's :class:`~commdebug.model.profile.Pr
   when several communication activities run and no compute does is split equally among them, so
   the rows of one grouping (but ``step``) add up to the rank's exposed time over the same window;
 - ``--round-us``: times rounded inward to whole microseconds as HTA 0.5.0 does when a trace has
-  sub-microsecond digits (start up, end down), to reproduce its figure exactly.
+  sub-microsecond digits (start up, end down), to reproduce its figure exactly;
+- exposed time split into waiting for a late peer and the transfer (``exposed_wait_s``,
+  ``exposed_transfer_s``), where every member of each call is timed in the folder: made when the
+  ranks are merged, from each call's least length over its members
+  (:mod:`commdebug.analysis.overlap_wait`).
 
 Each rank is reduced to its figures where it is read (:func:`rank_overlap`, run in ``-j``'s
 worker processes), so a folder of large traces is never in memory at once.
@@ -28,19 +32,22 @@ worker processes), so a folder of large traces is never in memory at once.
 from __future__ import annotations
 
 import math
-import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from commdebug.analysis.overlap_wait import CallKey, CallTimes, Pieces, WaitInputs, least_lengths, split
 from commdebug.errors import CommDebugError, DumpError
 from commdebug.model.profile import Activities, Profile
 from commdebug.model.rank_view import RankView
 from commdebug.model.trace import CollectiveEvent
 
+if TYPE_CHECKING:
+    from commdebug.formats.folders import Dumps
+
 __all__ = ["BY", "RankOverlap", "OverlapRow", "Overlap", "RankShare", "rank_overlap", "overlap", "overlap_path",
-           "step_rows", "union", "intersection_length"]
+           "step_rows", "call_times", "split_waits", "union", "intersection_length"]
 
 # the key of communication the trace ties to no collective (a word: "?" stands for a value not known)
 UNATTRIBUTED = "unattributed"
@@ -52,6 +59,8 @@ BY: dict[str, tuple[bool, Callable[[CollectiveEvent], Any]]] = {
     "module": (True, lambda e: e.module),
     "line": (True, lambda e: e.source or UNATTRIBUTED),
     "step": (False, lambda e: e.step),
+    # the FSDP unit whose parameters the call moves (None: no unit's), not the module that issued it
+    "unit": (True, lambda e: e.unit),
 }
 
 
@@ -70,6 +79,9 @@ class RankOverlap:
     window: str  # which activities the figures cover, in words
     joined: bool  # its calls are joined to the rank's commdebug dump (module, phase, line known)
     path: str = ""
+    # exposed_s as waiting for a late peer and the rest (overlap_wait); None: not known
+    exposed_wait_s: float | None = None
+    exposed_transfer_s: float | None = None
 
     @property
     def overlap_ratio(self) -> float | None:
@@ -93,6 +105,8 @@ class OverlapRow:
     exposed_s: float
     in_window: bool = True  # step rows: False for the step outside HTA's window
     compute_s: float | None = None  # step rows: the step's compute (union of its compute activities)
+    exposed_wait_s: float | None = None  # exposed_s as waiting for a late peer and the rest; None: not known
+    exposed_transfer_s: float | None = None
 
     @property
     def overlap_ratio(self) -> float | None:
@@ -100,7 +114,8 @@ class OverlapRow:
 
     def to_dict(self, by: str) -> dict[str, Any]:
         d: dict[str, Any] = {"rank": self.rank, by: self.key, "calls": self.calls, "comm_s": self.comm_s,
-                             "overlap_s": self.overlap_s, "exposed_s": self.exposed_s, "overlap_ratio": self.overlap_ratio}
+                             "overlap_s": self.overlap_s, "exposed_s": self.exposed_s, "overlap_ratio": self.overlap_ratio,
+                             "exposed_wait_s": self.exposed_wait_s, "exposed_transfer_s": self.exposed_transfer_s}
         if by == "step":
             d["in_window"] = self.in_window
             d["compute_s"] = self.compute_s
@@ -115,6 +130,7 @@ class RankShare:
     figures: RankOverlap | None
     rows: list[OverlapRow]
     notes: list[str]
+    waits: WaitInputs | None = None  # what splitting its exposed time needs, until the ranks are merged
 
 
 @dataclass
@@ -185,9 +201,11 @@ def _spans(acts: Activities, keep: Callable[[int], bool], round_us: bool) -> lis
     return out
 
 
-def _sweep(comm: list[tuple[float, float, Any]], compute: list[tuple[float, float]]) -> tuple[float, float, float, dict[Any, list[float]]]:
+def _sweep(comm: list[tuple[float, float, Any]], compute: list[tuple[float, float]],
+           pieces: Pieces | None = None) -> tuple[float, float, float, dict[Any, list[float]]]:
     """(comm, overlap, exposed) over everything, and per key [comm, overlap, exposed share]:
-    every instant is looked at once, between consecutive boundaries of any activity."""
+    every instant is looked at once, between consecutive boundaries of any activity. `pieces`
+    (keys: refs): each key's exposed instants, with its share of each."""
     points: list[tuple[float, int, Any]] = []
     for s, e, key in comm:
         points.append((s, 1, key))
@@ -219,6 +237,8 @@ def _sweep(comm: list[tuple[float, float, Any]], compute: list[tuple[float, floa
                     cell[1] += length
                 else:
                     cell[2] += length * count / n_active
+                    if pieces is not None:
+                        pieces.add(k, prev, t, count / n_active)
         prev = t
         if kind == 1:
             active[key] = active.get(key, 0) + 1
@@ -282,14 +302,16 @@ def rank_overlap(view: RankView, by: str = "op", round_us: bool = False) -> Rank
     key_of = _call_key(profile, view, by if by != "step" else "op")
     comm_spans = _spans(comm, in_window(comm), round_us)
     compute_union = union((s, e) for s, e, _ in _spans(compute, in_window(compute), round_us))
-    total, over, exposed, per_ref = _sweep([(s, e, ref) for s, e, ref in comm_spans], compute_union)
+    total_pieces = Pieces()
+    total, over, exposed, per_ref = _sweep([(s, e, ref) for s, e, ref in comm_spans], compute_union, total_pieces)
     refs = {ref for _, _, ref in comm_spans if ref >= 0}
     window = ("everything in the trace" if window_end is None else
               f"activities launched before step {profile.steps[-1].number} began (HTA's window: the last step is left out)")
     figures = RankOverlap(view.rank, profile.device, total / 1e6, _length(compute_union) / 1e6, over / 1e6, exposed / 1e6,
                           len(refs), [s.number for s in profile.steps], window, profile.joined is not None, str(profile.path))
+    row_pieces: list[Pieces] = []
     if by == "step":
-        rows = step_rows(view.rank, profile, round_us)
+        rows = step_rows(view.rank, profile, round_us, row_pieces)
     else:
         by_key: dict[Any, list[float]] = {}
         calls_of: dict[Any, set[int]] = {}
@@ -306,12 +328,44 @@ def rank_overlap(view: RankView, by: str = "op", round_us: bool = False) -> Rank
             by_key[k][1] = intersection_length(mine, compute_union)
         rows = [OverlapRow(view.rank, k, len(calls_of.get(k, ())), c / 1e6, o / 1e6, x / 1e6) for k, (c, o, x) in by_key.items()]
         rows.sort(key=lambda r: (-r.exposed_s, -r.comm_s, str(r.key)))
-    return RankShare(view.rank, figures, rows, notes)
+        refs_of: dict[Any, list[int]] = {}
+        for ref in total_pieces:
+            refs_of.setdefault(key_of(ref), []).append(ref)
+        row_pieces = [Pieces((ref, total_pieces[ref]) for ref in refs_of.get(r.key, ())) for r in rows]
+    waits = WaitInputs(call_times(profile, view.events, round_us), total_pieces, row_pieces)
+    return RankShare(view.rank, figures, rows, notes, waits)
 
 
-def step_rows(rank: int, profile: Profile, round_us: bool = False) -> list[OverlapRow]:
+def call_times(profile: Profile, events: Sequence[CollectiveEvent], round_us: bool = False) -> CallTimes:
+    """Each of the profile's calls (by its index) as the wait split pairs them across ranks: its
+    (group name, sequence number) and group size, from the joined dump event where there is one,
+    (`events`: the rank's dump's) else the trace's own call (None where it names no group or
+    number), and its span: from its
+    first communication activity's start to its last one's end, all of them, in or out of HTA's
+    window (rounded inward with `round_us`, as the sweep's)."""
+    n = len(profile.calls)
+    out = CallTimes()
+    start, end = [math.inf] * n, [-math.inf] * n
+    for s, e, ref in _spans(profile.comm, lambda k: True, round_us):
+        if 0 <= ref < n:
+            start[ref] = min(start[ref], s)
+            end[ref] = max(end[ref], e)
+    joined = profile.joined
+    for ref, call in enumerate(profile.calls):
+        j = joined[ref] if joined is not None else -1
+        event = events[j] if j >= 0 else call
+        known = event.group.name != "?" and event.seq is not None and end[ref] > start[ref]
+        out.keys.append((event.group.name, event.seq) if known else None)  # type: ignore[arg-type]  # known: seq is an int
+        out.sizes.append(event.group.size)
+        out.start.append(start[ref] if known else 0.0)
+        out.length.append(end[ref] - start[ref] if known else 0.0)
+    return out
+
+
+def step_rows(rank: int, profile: Profile, round_us: bool = False, pieces: list[Pieces] | None = None) -> list[OverlapRow]:
     """Each ProfilerStep's own figures: the activities launched in it (the folder page's chart
-    shows them per rank and step).
+    shows them per rank and step). `pieces`: each step's exposed pieces per call are appended to
+    it, in the rows' order (what splitting the exposed time needs: :func:`split_waits`).
 
     >>> [(r.key, r.exposed_s) for r in step_rows(0, view.profile)]   # doctest: +SKIP
     [(4, 0.0102), (5, 0.0105), (6, 0.0189)]
@@ -326,7 +380,10 @@ def step_rows(rank: int, profile: Profile, round_us: bool = False) -> list[Overl
         number = step.number
         comm_spans = _spans(profile.comm, partial(_is_step, comm_step, number), round_us)
         compute_union = union((s, e) for s, e, _ in _spans(profile.compute, partial(_is_step, compute_step, number), round_us))
-        total, over, exposed, _ = _sweep([(s, e, 0) for s, e, _ in comm_spans], compute_union)
+        mine = Pieces()
+        total, over, exposed, _ = _sweep(comm_spans, compute_union, mine)
+        if pieces is not None:
+            pieces.append(mine)
         calls = len({ref for _, _, ref in comm_spans if ref >= 0})
         rows.append(OverlapRow(rank, number, calls, total / 1e6, over / 1e6, exposed / 1e6,
                                in_window=window_end is None or step.start < window_end,
@@ -346,17 +403,39 @@ def overlap(shares: Iterable[RankShare], by: str = "op") -> Overlap:
 
     ranks, rows, without = [], [], []
     notes: dict[str, list[int]] = {}
+    waits: list[tuple[RankOverlap | None, list[OverlapRow], WaitInputs]] = []
     for share in shares:
         if share.figures is None:
             without.append(share.rank)
             continue
         ranks.append(share.figures)
         rows.extend(share.rows)
+        if share.waits is not None:
+            waits.append((share.figures, share.rows, share.waits))
         for n in share.notes:
             notes.setdefault(n, []).append(share.rank)
+    split_waits(waits)
     ranks.sort(key=lambda r: r.rank)
     rows.sort(key=lambda r: r.rank)  # stable: each rank's own order kept
     return Overlap(ranks, by, rows, [f"{who(rs)}: {n}" for n, rs in notes.items()], sorted(without))
+
+
+def split_waits(ranks: list[tuple[RankOverlap | None, list[OverlapRow], WaitInputs]],
+                least: dict[CallKey, tuple[float, int, int]] | None = None) -> None:
+    """Fill ``exposed_wait_s`` and ``exposed_transfer_s`` of each rank's figures (where given) and
+    rows, from every rank's calls (:mod:`commdebug.analysis.overlap_wait`; `least`: their least
+    lengths where the caller has them, else those of `ranks`); the inputs are then emptied."""
+    if least is None:
+        least = least_lengths(w.calls for _, _, w in ranks)
+    for figures, rows, w in ranks:
+        total, per_row = split(w, least)
+        if figures is not None and total is not None:
+            figures.exposed_wait_s, figures.exposed_transfer_s = total, max(figures.exposed_s - total, 0.0)
+        for row, wait in zip(rows, per_row, strict=True):
+            if wait is not None:
+                row.exposed_wait_s, row.exposed_transfer_s = wait, max(row.exposed_s - wait, 0.0)
+        w.total.clear()
+        w.rows.clear()
 
 
 def check_by(by: str) -> str:
@@ -367,15 +446,17 @@ def check_by(by: str) -> str:
     return by
 
 
-def overlap_path(path: str | os.PathLike, by: str = "op", *, round_us: bool = False, jobs: int | None = 1,
+def overlap_path(path: Dumps, by: str = "op", *, round_us: bool = False, jobs: int | None = 1,
                  progress: Callable[[int, int], None] | None = None) -> Overlap:
-    """:func:`overlap` over one trace, one dump with its profile, or a folder of them."""
+    """:func:`overlap` over one trace, one dump with its profile, or a folder of them (a folder
+    of per-node folders, or several folders)."""
+    from commdebug.formats.folders import dumps_name
     from commdebug.formats.selection import iter_selected
 
     by = check_by(by)
     result = overlap(iter_selected(path, progress=progress, jobs=jobs, digest=partial(rank_overlap, by=by, round_us=round_us)), by)
     if not result.ranks:
-        raise DumpError(f"{path}: no profile to measure: give torch.profiler traces (one per rank), or record with "
+        raise DumpError(f"{dumps_name(path)}: no profile to measure: give torch.profiler traces (one per rank), or record with "
                         "`commdebug run --profile-steps A-B`, which writes rank<R>.profile.json.gz beside each dump")
     if BY[by][0] and not any(r.joined for r in result.ranks):
         raise CommDebugError(f"--by {by} needs each profile joined to its rank's commdebug dump (the trace alone knows no "

@@ -14,7 +14,7 @@ LinePrediction(seconds=4.3e-05, calls=4)
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,11 @@ from commdebug.estimate.calibrate import is_nccl_tests_file
 from commdebug.estimate.cluster import Cluster, ClusterError
 from commdebug.estimate.presets import PRESETS
 from commdebug.estimate.timed import TimedJob, timed_calls
+from commdebug.formats.folders import Dumps, dumps_name, find_job, one_file
 from commdebug.formats.readers import iter_ranks
+from commdebug.formats.selection import read_views
+from commdebug.model.presence import Placement, absence, placement_of
+from commdebug.model.rank_view import RankView
 from commdebug.model.trace import GLOBAL, Trace
 
 __all__ = ["LinePrediction", "TracePredictions", "trace_predictions", "CompareRow", "Comparison", "compare_measured",
@@ -204,21 +208,48 @@ def compare_measured(job: TimedJob, cluster: Any = None, *, by: Iterable[str] = 
     return Comparison(resolved, ordered, total, job.ranks, job.untimed, unpredicted, sources, sorted(notes))
 
 
-def timed_job(path: str | os.PathLike) -> TimedJob:
-    """The timed calls of a dump or folder of ranks, ours or Flight Recorder's."""
-    return timed_calls(iter_ranks(path), source=os.fspath(path))
+def timed_job(path: Dumps) -> TimedJob:
+    """The timed calls of a dump or folder of ranks (a folder of per-node folders, or several
+    folders), ours or Flight Recorder's."""
+    return _timed_job(path)[0]
 
 
-def compare_path(path: str | os.PathLike, cluster: Any = None, *, by: Iterable[str] = COMPARE_BY,
+def _timed_job(path: Dumps) -> tuple[TimedJob, str | None]:
+    """:func:`timed_job`, and for a node's folder read alone the note that says so: each call's
+    measured time is its least over the ranks present (:mod:`commdebug.model.presence`)."""
+    if one_file(path) is not None:
+        return timed_calls(iter_ranks(path), source=dumps_name(path)), None
+    job = find_job(path)
+    placements: dict[int, Placement] = {}
+    world = 0
+
+    def views() -> Iterator[RankView]:
+        nonlocal world
+        for view in read_views(job.files):
+            placements[view.rank] = placement_of(view.metadata)
+            world = max(world, int(view.metadata.get("world_size") or 0))
+            yield view
+
+    timed = timed_calls(views(), source=dumps_name(path))
+    said = absence(world, placements, job.scope).note()
+    if said is None:
+        return timed, None
+    return timed, (f"{said}; each call's measured time is its least over the ranks present, more than over every "
+                   "member where an absent one waited least")
+
+
+def compare_path(path: Dumps, cluster: Any = None, *, by: Iterable[str] = COMPARE_BY,
                  ranks_per_node: int | None = None) -> Comparison | None:
     """:func:`compare_measured` on a dump or folder of ranks; None when none of its calls was
     timed. A cluster is needed then: the argument, else the dump's own, else an error."""
-    job = timed_job(path)
+    job, partial = _timed_job(path)
     if not job.calls:
         return None
     comparison = compare_measured(job, cluster, by=by, ranks_per_node=ranks_per_node)
+    if comparison is not None and partial is not None:
+        comparison.notes.insert(0, partial)
     if comparison is None:
-        raise ClusterError(f"{os.fspath(path)}: no cluster to predict on: give --cluster NAME|FILE (presets: {', '.join(PRESETS)})")
+        raise ClusterError(f"{dumps_name(path)}: no cluster to predict on: give --cluster NAME|FILE (presets: {', '.join(PRESETS)})")
     return comparison
 
 

@@ -20,7 +20,6 @@ step) is tallied in the same read.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,10 +27,12 @@ from typing import Any
 
 from commdebug.analysis.check import CheckResult, check
 from commdebug.analysis.check_digest import process_alive
-from commdebug.analysis.overlap import OverlapRow, step_rows
+from commdebug.analysis.overlap import OverlapRow, call_times, split_waits, step_rows
+from commdebug.analysis.overlap_wait import CallTimes, Pieces, WaitInputs, least_lengths
 from commdebug.analysis.traffic import ImbalanceTally, PeerTally, Traffic
 from commdebug.errors import DumpError
-from commdebug.formats.readers import job_files, rank_from_name, read_all
+from commdebug.formats.folders import Dumps, common_folder, find_job, rank_from_name
+from commdebug.formats.readers import read_all
 from commdebug.formats.selection import ALL, Selection
 from commdebug.model.fault import ending_note
 from commdebug.model.rank_view import RankView
@@ -129,8 +130,10 @@ class RankModules:
     seconds: tuple[float | None, ...] | None = None
     step_ops: StepOps | None = None  # per (step, op); Flight Recorder ranks have them too
     # per profiled step (a profile beside the dump, or a profiler trace): compute, overlapped and
-    # exposed communication (commdebug.analysis.overlap.step_rows); None without a profile
+    # exposed communication, the exposed time split into waiting and transfer where every member
+    # of its calls was profiled (commdebug.analysis.overlap.step_rows); None without a profile
     overlap: list[OverlapRow] | None = None
+    overlap_waits: WaitInputs | None = None  # what that split needs, until every rank is read
 
 
 @dataclass
@@ -163,10 +166,10 @@ class FolderModules:
         return sorted(calls, key=lambda op: (-calls[op], op))
 
 
-def rank_modules(folder: str | os.PathLike, *, ranks: Selection = ALL, steps: Selection = ALL,
+def rank_modules(folder: Dumps, *, ranks: Selection = ALL, steps: Selection = ALL,
                  progress: Callable[[int, int], None] | None = None, jobs: int | None = 1) -> FolderModules:
-    """Read every rank of `folder` (see :func:`commdebug.formats.readers.job_files`; a folder
-    mixing two runs is refused) into per-module and per-(step, op) numbers, and check the ranks
+    """Read every rank of `folder` (see :func:`commdebug.formats.folders.find_job`: a folder of
+    per-node folders, or several folders, are one job; a folder mixing two runs is refused) into per-module and per-(step, op) numbers, and check the ranks
     against each other.
 
     A file that cannot be read is left out and named in ``errors``; Flight Recorder files count
@@ -180,7 +183,8 @@ def rank_modules(folder: str | os.PathLike, *, ranks: Selection = ALL, steps: Se
     is called before the first file and after each one. ``jobs``: processes reading the files
     (None: as many as pay; :func:`commdebug.formats.readers.read_all`).
     """
-    root = Path(folder)
+    job = find_job(folder)
+    root = common_folder(folder)
     tree = ModuleTree()
     found: list[RankModules] = []
     errors: list[str] = []
@@ -188,6 +192,7 @@ def rank_modules(folder: str | os.PathLike, *, ranks: Selection = ALL, steps: Se
     shared: dict[tuple, tuple] = {}  # equal tuples stored once
     peers: PeerTally | None = None  # made when a chosen rank has pair traffic
     a2a = ImbalanceTally()
+    profiled: list[CallTimes] = []  # every profiled rank's calls, chosen or not: each call's least length is over all
 
     def one(values: list) -> tuple:
         t = tuple(values)
@@ -205,7 +210,7 @@ def rank_modules(folder: str | os.PathLike, *, ranks: Selection = ALL, steps: Se
 
     def views() -> Iterator[RankView]:
         nonlocal left_out
-        files = job_files(root)
+        files = job.files
         if progress:
             progress(0, len(files))
         for done, (path, data) in enumerate(read_all(files, "read", jobs=jobs), 1):
@@ -226,12 +231,18 @@ def rank_modules(folder: str | os.PathLike, *, ranks: Selection = ALL, steps: Se
                     numbers = _numbers(data, path, tree, one)
                     numbers.step_ops = ops
                     if numbers.overlap is not None and not steps.everything:  # the page's per-step sections agree
+                        waits = numbers.overlap_waits
+                        if waits is not None:
+                            waits.rows = [p for o, p in zip(numbers.overlap, waits.rows, strict=True) if o.key in steps]
                         numbers.overlap = [o for o in numbers.overlap if o.key in steps]
                     found.append(numbers)
                 ending = ending_note(data.metadata, process_alive(data.metadata) if data.metadata.get("ended_by") in (None, "hang") else None)
                 if ending is not None:  # a fatal signal, or no final dump: said on the page with the rank
                     found[-1].notes.append(ending)
                 tally(rank, data.events, ops)
+            if data.profile is not None:
+                chosen = found[-1].overlap_waits if rank in ranks and found and found[-1].rank == rank else None
+                profiled.append(chosen.calls if chosen is not None else call_times(data.profile, data.events))
             if isinstance(data, RankView):
                 yield data
             else:
@@ -240,7 +251,7 @@ def rank_modules(folder: str | os.PathLike, *, ranks: Selection = ALL, steps: Se
                 yield RankView(rank, path, dict(data.metadata), dict(data.groups), list(data.events), source_format=source,
                                notes=_notes(data))
 
-    result = check(views())
+    result = check(views(), job.scope)
     if not found and left_out:
         raise DumpError(f"{root}: no rank in --ranks {ranks.describe()} (the folder has {left_out} rank dump{'s' if left_out != 1 else ''})")
     if not any(r.has_tree for r in found):
@@ -249,6 +260,10 @@ def rank_modules(folder: str | os.PathLike, *, ranks: Selection = ALL, steps: Se
             raise DumpError(f"{errors[0]}{more}")
         raise DumpError(f"{root}: no rank dump here has a module tree (commdebug dumps do)")
     found.sort(key=lambda r: r.rank)
+    split_waits([(None, r.overlap, r.overlap_waits) for r in found if r.overlap is not None and r.overlap_waits is not None],
+                least_lengths(profiled))
+    for r in found:
+        r.overlap_waits = None
     traffic = None if peers is None else Traffic(peers.rows(), a2a.rows())
     return FolderModules(root, tree, found, result, errors, ranks.describe(), steps.describe(), left_out, traffic)
 
@@ -303,10 +318,14 @@ def _numbers(trace: Trace, path: Path, tree: ModuleTree, one: Any) -> RankModule
             seconds[i] = math.fsum(acc[i])  # exact: the page rounds once, for display
     totals = trace.totals()
     notes = _notes(trace)
-    return RankModules(
+    numbers = RankModules(
         rank, path.name, str(trace.metadata.get("format") or "commdebug"), dict(trace.metadata), len(trace.events), notes, has_tree=True,
         collectives=totals["collectives"], total_bytes=totals["bytes"] if trace.bytes_recorded else None,
         total_seconds=None if seconds is None else seconds[tree.index(GLOBAL)],
         counts=one(counts), bytes=one(nbytes), seconds=None if seconds is None else one(seconds),
-        overlap=None if trace.profile is None else step_rows(rank, trace.profile),
     )
+    if trace.profile is not None:
+        pieces: list[Pieces] = []
+        numbers.overlap = step_rows(rank, trace.profile, pieces=pieces)
+        numbers.overlap_waits = WaitInputs(call_times(trace.profile, trace.events), Pieces(), pieces)
+    return numbers

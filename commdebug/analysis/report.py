@@ -30,7 +30,6 @@ arrays.
 
 from __future__ import annotations
 
-import os
 import statistics
 from array import array
 from collections.abc import Iterable
@@ -47,10 +46,12 @@ from commdebug.analysis.late_digest import Known, LateDigest, late_digest, step_
 from commdebug.analysis.late_tally import LateTally
 from commdebug.analysis.shares import share_base
 from commdebug.analysis.traffic import Imbalance, ImbalanceTally
-from commdebug.formats.readers import iter_ranks
+from commdebug.formats.folders import Dumps, find_job
+from commdebug.formats.selection import read_views
 from commdebug.model.aggregates import older_of
 from commdebug.model.columns import BUSBW, GROUP_NAME, IS_NOT_NONE, LATENCY, OP, SEQ, SIZE, STEP
 from commdebug.model.fault import ending_note
+from commdebug.model.presence import Absence, FolderScope, Placement, absence, placement_of
 from commdebug.model.rank_view import RankView
 from commdebug.model.trace import CollectiveEvent, GroupInfo, known_bytes
 
@@ -139,6 +140,10 @@ class OpStats:
         }
 
 
+# the figures of an op's row that add up over ranks
+_OP_SUMS = ("calls", "bytes", "unknown_size", "timed", "time_s", "timed_bytes", "bus_bytes", "sized_s", "bus_s")
+
+
 @dataclass(frozen=True)
 class Deviation:
     """How far one rank lies from the median rank: the figure furthest from its median, and by
@@ -160,6 +165,7 @@ class Report:
     notes: list[str] = field(default_factory=list)
     imbalance: list[Imbalance] = field(default_factory=list)  # all_to_all, worst first
     late: LateRanks | None = None  # who made the others wait
+    absence: Absence | None = None  # the job's ranks not in the files read (a node's folder)
     unpaired: int = 0  # timed calls that name no group: no call of another rank pairs with them
 
     def spread(self, attribute: str) -> dict[str, Any] | None:
@@ -217,6 +223,7 @@ class Report:
             "notes": self.notes,
             "all_to_all_imbalance": [i.to_dict() for i in self.imbalance],
             "late_ranks": [] if self.late is None else self.late.to_dict(),
+            "startup_skew": [] if self.late is None else self.late.startup_to_dict(),
             "late_analysis": None if self.late is None else {
                 "threshold": self.late.threshold.to_dict(), "timed": self.late.timed, "calls_analysed": self.late.analysed,
                 "calls_partial": self.late.partial, "gaps_known": self.late.gaps_known},
@@ -243,6 +250,8 @@ class RankDigest:
     groups: dict[str, GroupInfo]  # each paired group's, where the dump has it
     all_to_all: list[CollectiveEvent]  # its all_to_all calls (with a sequence number): the imbalance
     late: LateDigest  # its share of the late-rank analysis
+    placement: Placement = Placement(None)  # its host and node: a missing rank may be on another node
+    world_size: int = 0
 
 
 def rank_digest(view: RankView) -> RankDigest:
@@ -321,9 +330,7 @@ def rank_digest(view: RankView) -> RankDigest:
     notes = list(view.notes)
     base = share_base(events, meta, view.profile, older.steps if (older := older_of(view)) is not None else None)
     s.share_time_s = base.seconds
-    if s.timed and base.partial:
-        notes.append(f"calls timed in {base.timed_steps} of {base.steps} steps: the share is over "
-                     + ("those steps' time" if base.seconds is not None else "nothing (their durations were not recorded)"))
+    notes += [base.note()] if s.timed and base.partial else []
     # a fatal signal, or no final dump: how the rank's process ended, as far as known (as check says it)
     ending = ending_note(meta, process_alive(meta) if meta.get("ended_by") in (None, "hang") else None)
     if ending is not None:
@@ -331,20 +338,23 @@ def rank_digest(view: RankView) -> RankDigest:
     return RankDigest(s, ops, times[0], times[1], notes, paired, list(op_ids), paired_sums, infos, a2a,
                       late_digest(view.rank, events, times=times, lats=lats, seqs=seqs, ops=ops_col, names=names,
                                   steps=t_steps if all_timed else None, timed=timed, masks=masks,
-                                  known={name: Known(seqs_of, lats_of) for name, seqs_of, lats_of, _ in paired}, kinds=kinds))
+                                  known={name: Known(seqs_of, lats_of) for name, seqs_of, lats_of, _ in paired}, kinds=kinds),
+                      placement_of(meta), int(meta.get("world_size") or 0))
 
 
 
 
 def report(ranks: Iterable[RankView | RankDigest], *, chosen: str = "all", late_threshold: LateThreshold | None = None,
-           gap_ops: GapOps | None = None) -> Report:
+           gap_ops: GapOps | None = None, scope: FolderScope | None = None) -> Report:
     """Report on a job's ranks (see the module docstring); each rank as its view or its
     :func:`rank_digest`. `chosen`: the ``--ranks`` the ranks given were picked by ("all": every
     rank of the job); with a choice, a call whose group has members that were not given has no
     known least latency, so its straggler time is unknown (None), and a note says so.
     `late_threshold`: when a late rank is listed (default 50 ms and 10% of the step's median
     communication time); `gap_ops`: what a late rank ran in its gap, from profiled steps
-    (:data:`commdebug.analysis.late.GapOps`; none: ``gap_top`` stays empty).
+    (:data:`commdebug.analysis.late.GapOps`; none: ``gap_top`` stays empty). `scope`: what the
+    reader saw around the files (:attr:`commdebug.formats.folders.JobFiles.scope`): the ranks of
+    the job not in them (a node's folder) leave straggler times unknown as ``--ranks`` does.
 
     >>> rep = report(iter_selected("traces/", Selection.parse("0-7", "--ranks")), chosen="0-7")  # doctest: +SKIP
     >>> [(e.step, e.rank, e.worst.caused_s) for e in rep.late.entries][:1]   # doctest: +SKIP
@@ -357,23 +367,20 @@ def report(ranks: Iterable[RankView | RankDigest], *, chosen: str = "all", late_
     step_times: dict[int, tuple[array, array]] = {}  # rank -> (its steps, its time at each)
     notes: dict[str, list[int]] = {}  # a rank's note -> the ranks that have it: said once
     a2a = ImbalanceTally()
+    placements: dict[int, Placement] = {}
+    world = 0
     for view in ranks:
         d = view if isinstance(view, RankDigest) else rank_digest(view)
         s = d.stats
+        placements[s.rank] = d.placement
+        world = max(world, d.world_size)
         for mine in d.ops:
             o = ops.get(mine.op)
             if o is None:
                 ops[mine.op] = mine
                 continue
-            o.calls += mine.calls
-            o.bytes += mine.bytes
-            o.unknown_size += mine.unknown_size
-            o.timed += mine.timed
-            o.time_s += mine.time_s
-            o.timed_bytes += mine.timed_bytes
-            o.bus_bytes += mine.bus_bytes
-            o.sized_s += mine.sized_s
-            o.bus_s += mine.bus_s
+            for name in _OP_SUMS:
+                setattr(o, name, getattr(o, name) + getattr(mine, name))
         stragglers.add_rank(s.rank, d)
         late.add(d.late)
         if s.timed:
@@ -383,6 +390,9 @@ def report(ranks: Iterable[RankView | RankDigest], *, chosen: str = "all", late_
         if d.all_to_all:
             a2a.add(s.rank, d.all_to_all)
         stats.append(s)
+    away = absence(world, placements, scope) if chosen == "all" else None  # --ranks: its own note
+    if away is not None and away.elsewhere:
+        stragglers.every_member = True  # a call's least latency is over members not in these files
     unknown = stragglers.finish(stats, ops)  # group names
     medians = step_medians(list(step_times.values()))
     _worst_steps(stats, step_times, medians)
@@ -395,15 +405,19 @@ def report(ranks: Iterable[RankView | RankDigest], *, chosen: str = "all", late_
     op_rows = sorted(ops.values(), key=lambda o: (-o.time_s, -o.bytes, o.op))
     unpaired = sum(s.timed_without_group for s in stats)
     lines = [f"{who(rs)}: {n}" for n, rs in notes.items()]
+    said = None if away is None else away.note()
+    if said is not None:
+        lines.insert(0, said)
     if unknown:
         labels = sorted({stragglers.labels.get(name, f"group {name}") for name in unknown})
-        lines.append(f"straggler time unknown ('?') where --ranks {chosen} leaves out members of the call's group "
+        why = f"--ranks {chosen} leaves" if said is None else f"the ranks not in {away.scope.where() if away and away.scope else 'the dumps read'} leave"
+        lines.append(f"straggler time unknown ('?') where {why} out members of the call's group "
                      f"({_count(unknown, 'group')}: {', '.join(labels[:3])}{', ...' if len(labels) > 3 else ''}): "
                      "a call's least latency is over every member")
     if unpaired:
         lines.append(f"straggler time unknown ('?') for {_count(range(unpaired), 'timed call')} that name no process group "
                      "(the traces record none): a call is paired across ranks by its group and sequence number")
-    return Report(stats, op_rows, any(r.timed for r in stats), lines, a2a.rows(), found, unpaired)
+    return Report(stats, op_rows, any(r.timed for r in stats), lines, a2a.rows(), found, away, unpaired)
 
 
 def _count(items: Iterable[Any], word: str) -> str:
@@ -578,6 +592,8 @@ class _Stragglers:
         return unknown
 
 
-def report_path(path: str | os.PathLike, *, late_threshold: LateThreshold | None = None) -> Report:
-    """:func:`report` over a folder of rank dumps (or one dump)."""
-    return report(iter_ranks(path, digest=rank_digest), late_threshold=late_threshold)
+def report_path(path: Dumps, *, late_threshold: LateThreshold | None = None) -> Report:
+    """:func:`report` over a folder of rank dumps, a folder of per-node folders, several
+    folders, or one dump."""
+    job = find_job(path)
+    return report(read_views(job.files, digest=rank_digest), late_threshold=late_threshold, scope=job.scope)

@@ -39,6 +39,12 @@ class ShareBase:
     def to_dict(self) -> dict[str, Any]:
         return {"seconds": self.seconds, "timed_steps": self.timed_steps, "steps": self.steps}
 
+    def note(self) -> str:
+        """What a partial base says of a rank's share: "calls timed in 2 of 4 steps: the share is
+        over those steps' time"."""
+        over = "those steps' time" if self.seconds is not None else "nothing (their durations were not recorded)"
+        return f"calls timed in {self.timed_steps} of {self.steps} steps: the share is over {over}"
+
 
 def share_base(events: Iterable[CollectiveEvent], metadata: dict[str, Any], profile: Any = None,
                older_steps: dict[int, list] | None = None) -> ShareBase:

@@ -13,19 +13,22 @@ percentiles of the per-call busbw (linear interpolation).
 from __future__ import annotations
 
 import itertools
-import math
-import os
 import statistics
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from commdebug.analysis.quantiles import Binned, Exact
 from commdebug.analysis.shares import share_base
-from commdebug.errors import CommDebugError, DumpError, missing_path
+from commdebug.errors import CommDebugError, DumpError
 from commdebug.model.aggregates import older_of
 from commdebug.model.columns import SIZE
+from commdebug.model.presence import Placement, absence, placement_of
 from commdebug.model.trace import CollectiveEvent, Trace, known_bytes
+
+if TYPE_CHECKING:
+    from commdebug.formats.folders import Dumps
 
 __all__ = ["BY", "RankSpread", "SummaryRow", "Summary", "summarize", "summarize_ranks", "summarize_path",
            "parse_by", "rank_spread", "size_bin"]
@@ -65,82 +68,13 @@ def size_bin(size: int | None) -> tuple[int, int] | None:
     return (lo, lo * 2)
 
 
-_QUANTILES = (0.50, 0.90, 0.99)
-
-
-def _percentile(nth: Callable[[int], float], n: int, q: float) -> float | None:
-    """The ``q`` quantile of ``n`` values in order, ``nth(i)`` giving the i-th (linear
-    interpolation, as numpy's default)."""
-    if n == 0:
-        return None
-    pos = (n - 1) * q
-    lo = int(pos)
-    low = nth(lo)
-    return low + (nth(min(lo + 1, n - 1)) - low) * (pos - lo)
-
-
-class _Exact:
-    """Every per-call busbw of a row: exact percentiles, for one rank's calls."""
-
-    __slots__ = ("values",)
-
-    def __init__(self) -> None:
-        self.values: list[float] = []
-
-    def add(self, value: float) -> None:
-        self.values.append(value)
-
-    def percentiles(self) -> list[float | None]:
-        self.values.sort()
-        return [_percentile(self.values.__getitem__, len(self.values), q) for q in _QUANTILES]
-
-
-class _Binned:
-    """Per-call busbw of a whole job, in bins 2^(1/256) wide (0.27%) that keep their count and
-    sum: memory then grows with how spread the bandwidths are, never with the number of calls or
-    ranks. A value is read as its bin's mean, so a percentile is exact where the calls of a bin
-    agree, and otherwise within 0.27% of the exact figure."""
-
-    STEPS = 256  # bins per doubling
-    _ZERO = -(1 << 62)  # busbw 0 (a barrier's) has no logarithm: a bin below all others
-
-    __slots__ = ("bins", "n")
-
-    def __init__(self) -> None:
-        self.bins: dict[int, list[float]] = {}  # bin -> [count, sum]
-        self.n = 0
-
-    def add(self, value: float) -> None:
-        b = math.floor(math.log2(value) * self.STEPS) if value > 0 else self._ZERO
-        cell = self.bins.get(b)
-        if cell is None:
-            self.bins[b] = [1, value]
-        else:
-            cell[0] += 1
-            cell[1] += value
-        self.n += 1
-
-    def percentiles(self) -> list[float | None]:
-        cells = [self.bins[b] for b in sorted(self.bins)]
-
-        def nth(i: int) -> float:
-            seen = 0.0
-            for count, total in cells:
-                seen += count
-                if i < seen:
-                    return total / count
-            raise IndexError(i)
-
-        return [_percentile(nth, self.n, q) for q in _QUANTILES]
-
-
 class _Tally:
     """What one row adds up as its calls come in."""
 
     __slots__ = ("calls", "bytes", "unknown", "timed", "time_s", "timed_bytes", "sized_s", "bus_bytes", "bus_s",
                  "latency_min", "latency_max", "busbws", "predicted", "pred_s", "pred_bus")
 
-    def __init__(self, busbws: _Exact | _Binned) -> None:
+    def __init__(self, busbws: Exact | Binned) -> None:
         self.calls = self.bytes = self.unknown = self.timed = self.timed_bytes = 0
         # a bandwidth is bytes over the time of the calls whose bytes it sums: sized_s, the timed
         # calls of known size; bus_s, those whose busbw factor is known too
@@ -352,12 +286,12 @@ def summarize(trace: Trace, by: str = "op", cluster: Any = None, ranks_per_node:
     for key, event, seconds in calls:
         tally = tallies.get(key)
         if tally is None:
-            tally = tallies[key] = _Tally(_Exact())
+            tally = tallies[key] = _Tally(Exact())
         tally.add(event, seconds)
     for key, totals in _older_rows(trace, by):
         tally = tallies.get(key)
         if tally is None:
-            tally = tallies[key] = _Tally(_Exact())
+            tally = tallies[key] = _Tally(Exact())
         tally.add_totals(*totals)
     rows = sorted((t.row(dict(zip(columns, key, strict=True))) for key, t in tallies.items()), key=_order(by))
     header = _header(trace)
@@ -371,7 +305,7 @@ def summarize_ranks(traces: Iterable[Trace], by: str = "op", cluster: Any = None
     """One summary over the traces of a job's ranks, taken one at a time (one trace in memory,
     whatever the number of ranks). Rows add up every rank's calls; each row's ``per_rank`` says how
     it varies across ranks. A trace's rank is its ``metadata.rank``, else its place in ``traces``.
-    Percentiles come from bins 0.27% wide (see :class:`_Binned`), not from every call.
+    Percentiles come from bins 0.27% wide (see :class:`Binned`), not from every call.
 
     >>> s = summarize_ranks(commdebug.load(f) for f in job_files("traces/"))   # doctest: +SKIP
     >>> s.rows[0].per_rank.slowest_rank                                            # doctest: +SKIP
@@ -390,7 +324,7 @@ def summarize_ranks(traces: Iterable[Trace], by: str = "op", cluster: Any = None
         for key, event, seconds in calls:
             tally = tallies.get(key)
             if tally is None:
-                tally = tallies[key] = _Tally(_Binned())
+                tally = tallies[key] = _Tally(Binned())
             tally.add(event, seconds)
             mine = per_rank.setdefault(key, {}).setdefault(rank, [0, None])
             mine[0] += 1
@@ -399,7 +333,7 @@ def summarize_ranks(traces: Iterable[Trace], by: str = "op", cluster: Any = None
         for key, totals in _older_rows(trace, by):
             tally = tallies.get(key)
             if tally is None:
-                tally = tallies[key] = _Tally(_Binned())
+                tally = tallies[key] = _Tally(Binned())
             tally.add_totals(*totals)
             mine = per_rank.setdefault(key, {}).setdefault(rank, [0, None])
             mine[0] += totals[0]
@@ -422,17 +356,19 @@ def summarize_ranks(traces: Iterable[Trace], by: str = "op", cluster: Any = None
     return Summary(by, rows, _job_header(headers, ranks))
 
 
-def summarize_path(path: str | os.PathLike, by: str = "op", cluster: Any = None,
+def summarize_path(path: Dumps, by: str = "op", cluster: Any = None,
                    ranks_per_node: int | None = None, rank: int | None = None,
                    progress: Callable[[int, int], None] | None = None, jobs: int | None = 1) -> Summary:
     """:func:`summarize` of one dump, or :func:`summarize_ranks` of a folder of rank dumps (one
-    run's: a folder mixing runs is refused), each read when its turn comes; with ``rank``, the
-    one file of that rank in the folder (its dump, or its stream while it runs or after a kill).
+    run's: a folder mixing runs is refused; a folder of per-node folders, or several folders,
+    are one job), each read when its turn comes; with ``rank``, the one file of that rank in
+    the folder (its dump, or its stream while it runs or after a kill).
     ``progress(done, total)`` is told after each rank of a folder is read.
 
     >>> print(render_summary(summarize_path("traces/", "op")))   # doctest: +SKIP
     """
-    from commdebug.formats.readers import job_files, rank_from_name, read, read_all
+    from commdebug.formats.folders import dumps_name, find_job, one_file, rank_from_name
+    from commdebug.formats.readers import read, read_all
 
     def load(f: Path, data: object = None) -> Trace:  # data: read_all's result for f
         if isinstance(data, DumpError):
@@ -443,33 +379,41 @@ def summarize_path(path: str | os.PathLike, by: str = "op", cluster: Any = None,
         return trace
 
     by = parse_by(by)  # a bad grouping fails before any file is read
-    p = Path(path)
-    if not p.exists():
-        raise missing_path(p)
-    if not p.is_dir():
+    single = one_file(path)
+    if single is not None:
         if rank is not None:
-            raise CommDebugError(f"{p}: --rank picks one rank out of a folder; this is one dump already")
-        return summarize(load(p), by, cluster, ranks_per_node)
+            raise CommDebugError(f"{single}: --rank picks one rank out of a folder; this is one dump already")
+        return summarize(load(single), by, cluster, ranks_per_node)
+    job = find_job(path)
     if rank is not None:
-        files = {rank_from_name(f): f for f in job_files(p)}
+        files = {rank_from_name(f): f for f in job.files}
         if rank not in files:
-            raise DumpError(f"{p}: no dump or stream of rank {rank} (ranks here: {_rank_list(sorted(files))})")
+            raise DumpError(f"{dumps_name(path)}: no dump or stream of rank {rank} (ranks here: {_rank_list(sorted(files))})")
         trace = load(files[rank])
         if trace.metadata.get("rank") is None:
             trace.metadata["rank"] = rank
         return summarize(trace, by, cluster, ranks_per_node)
 
+    placements: dict[int, Placement] = {}
+
     def traces() -> Iterator[Trace]:
-        files = job_files(p)
+        files = job.files
         for done, (f, data) in enumerate(read_all(files, "read", jobs=jobs), 1):  # jobs: processes reading
             trace = load(f, data)
             if trace.metadata.get("rank") is None:  # torch's own dumps say no rank; the file name does
                 trace.metadata["rank"] = rank_from_name(f)
+            placements[int(trace.metadata["rank"])] = placement_of(trace.metadata)
             if progress is not None:
                 progress(done, len(files))
             yield trace
 
-    return summarize_ranks(traces(), by, cluster, ranks_per_node)
+    summary = summarize_ranks(traces(), by, cluster, ranks_per_node)
+    away = absence(int(summary.header.get("world_size") or 0), placements, job.scope)
+    said = away.note()
+    if said is not None:  # a node's folder: the header's "ranks 2-3 of 4" and where the others may be
+        summary.header["ranks_absent"] = list(away.elsewhere)
+        summary.header["read_notes"] = [said, *summary.header.get("read_notes", [])]
+    return summary
 
 
 def _rank_list(ranks: list[int]) -> str:

@@ -20,14 +20,13 @@ PeerRow(group='default_pg[4]', src=0, dst=1, calls=6, bytes=4096, step=None)
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from commdebug.errors import CommDebugError, DumpError
-from commdebug.formats.readers import iter_ranks, job_files, load_rank, rank_from_name
+from commdebug.formats.folders import Dumps, dumps_name, job_files, one_file, rank_from_name
+from commdebug.formats.readers import iter_ranks, load_rank
 from commdebug.model.rank_view import RankView
 from commdebug.model.trace import CollectiveEvent, Trace, known_bytes
 
@@ -147,19 +146,19 @@ def peer_rows(views: Iterable[Trace | RankView], by_step: bool = False) -> list[
     return tally.rows()
 
 
-def peer_rows_path(path: str | os.PathLike, rank: int | None = None, by_step: bool = False,
+def peer_rows_path(path: Dumps, rank: int | None = None, by_step: bool = False,
                    jobs: int | None = 1) -> list[PeerRow]:
     """:func:`peer_rows` of one dump or a folder of rank dumps (ours, streams or Flight
     Recorder's), read by ``jobs`` processes (None: as many as pay); ``rank``: only that rank's
     file of the folder."""
-    p = Path(path)
     if rank is None:
-        return peer_rows(iter_ranks(p, jobs=jobs), by_step)
-    if not p.is_dir():
-        raise CommDebugError(f"{p}: --rank picks one rank out of a folder; this is one dump already")
-    files = {rank_from_name(f): f for f in job_files(p)}
+        return peer_rows(iter_ranks(path, jobs=jobs), by_step)
+    single = one_file(path)
+    if single is not None:
+        raise CommDebugError(f"{single}: --rank picks one rank out of a folder; this is one dump already")
+    files = {rank_from_name(f): f for f in job_files(path)}
     if rank not in files:
-        raise DumpError(f"{p}: no dump or stream of rank {rank}")
+        raise DumpError(f"{dumps_name(path)}: no dump or stream of rank {rank}")
     return peer_rows([load_rank(files[rank])], by_step)
 
 
@@ -262,7 +261,7 @@ class Traffic:
     imbalance: list[Imbalance]
 
 
-def traffic_path(path: str | os.PathLike, by_step: bool = False, jobs: int | None = 1) -> Traffic:
+def traffic_path(path: Dumps, by_step: bool = False, jobs: int | None = 1) -> Traffic:
     """:func:`peer_rows_path` and the all_to_all imbalance rows (:class:`ImbalanceTally`) of one dump or a folder, reading each
     rank once (``jobs`` processes, as there).
 
@@ -270,9 +269,8 @@ def traffic_path(path: str | os.PathLike, by_step: bool = False, jobs: int | Non
     >>> t.imbalance[0].step, t.imbalance[0].rank      # doctest: +SKIP
     (2, 0)
     """
-    p = Path(path)
     peers, a2a = PeerTally(by_step), ImbalanceTally()
-    for index, view in enumerate(iter_ranks(p, jobs=jobs)):
+    for index, view in enumerate(iter_ranks(path, jobs=jobs)):
         rank = _rank_of(view, index)
         events = view.events
         peers.add(rank, events)

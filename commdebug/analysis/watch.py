@@ -44,15 +44,19 @@ import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from commdebug.analysis.check_digest import completed_seqs, process_alive
 from commdebug.analysis.died_in import Candidate, DiedIn, died_in
 from commdebug.model.aggregates import older_of
 from commdebug.model.fault import ending_note
+from commdebug.model.presence import Placement, absence, placement_of
 from commdebug.model.rank_view import RankView
 from commdebug.model.stream import STREAM_SUFFIX
 from commdebug.model.trace import CollectiveEvent
+
+if TYPE_CHECKING:
+    from commdebug.formats.folders import Dumps
 
 __all__ = ["Call", "RankLive", "WatchResult", "live_state", "watch", "watch_path", "RECENT_STEPS"]
 
@@ -234,6 +238,7 @@ class WatchResult:
     apart: list[int] = field(default_factory=list)  # ranks of a group whose members wait in different calls
     notes: list[str] = field(default_factory=list)
     missing: list[int] = field(default_factory=list)  # ranks of the world with no file yet
+    elsewhere: list[int] = field(default_factory=list)  # ranks of the world on another node: not in this folder
     running_median_step: float | None = None  # of the ranks still running: what a straggler is behind
 
     @property
@@ -269,6 +274,7 @@ class WatchResult:
                 "median_step": self.median_step, "stalled": self.stalled, "stragglers": self.stragglers,
                 "waiting": self.waiting, "apart": self.apart, "finished": self.finished, "gone": self.gone, "failed": self.failed, "hung": self.hung,
                 "running_median_step": self.running_median_step, "over": self.over, "missing": self.missing,
+                "elsewhere": self.elsewhere,
                 "notes": self.notes, "ranks": [r.to_dict() for r in self.ranks]}
 
 
@@ -319,11 +325,12 @@ def _apart(live: list[RankLive]) -> list[int]:
     return sorted(rank for calls in by_group.values() if len(calls) > 1 for ranks in calls.values() for rank in ranks)
 
 
-def job_started(path: str | os.PathLike) -> bool:
-    """True once ``path`` is a folder holding a rank file with at least one whole line (a
-    stream's header, or a dump): what ``watch`` waits for before its first frame."""
+def job_started(path: Dumps) -> bool:
+    """True once ``path`` (a folder, a folder of per-node folders, or several folders) holds a
+    rank file with at least one whole line (a stream's header, or a dump): what ``watch`` waits
+    for before its first frame."""
     from commdebug.errors import DumpError
-    from commdebug.formats.readers import rank_files
+    from commdebug.formats.folders import rank_files
 
     try:
         return any(_has_a_line(f) for f in rank_files(path, live=True))
@@ -339,20 +346,30 @@ def _has_a_line(path: Path) -> bool:
         return False
 
 
-def watch_path(path: str | os.PathLike, *, now: float | None = None, stall_after: float = 60.0,
+def watch_path(path: Dumps, *, now: float | None = None, stall_after: float = 60.0,
                behind_pct: float = 10.0) -> WatchResult:
     """:func:`watch` over a folder of rank streams and dumps (whatever each rank wrote so far), of
-    the newest run only (:func:`current_run`)."""
-    from commdebug.formats.readers import load_rank, rank_files
+    the newest run only (:func:`current_run`); a folder of per-node folders, or several folders,
+    are one job. Ranks of the world with no file here are ``missing`` while the dumps present
+    place them on a host of this folder (they have not streamed yet), and ``elsewhere`` (not in
+    this folder: never waited for) when they place them on another node
+    (:mod:`commdebug.model.presence`)."""
+    from commdebug.formats.folders import dumps_name, find_job, rank_from_name
+    from commdebug.formats.readers import load_rank
 
-    files, earlier = current_run(rank_files(Path(path), live=True))
+    job = find_job(path, live=True, one_run=False)
+    files, earlier = current_run(job.files)
     states, notes, world = [], [], 0
+    placements: dict[int, Placement] = {}
+    starting: list[int] = []  # ranks whose stream was just created: here, not there yet
     evidence = _Evidence()
     for f in files:
-        if not _has_a_line(f):  # a stream just created: its rank is not there yet
+        if not _has_a_line(f):
+            starting.append(rank_from_name(f))
             continue
         view = load_rank(f)
         states.append(_from_view(view))
+        placements[view.rank] = placement_of(view.metadata)
         evidence.add(view)
         notes += [f"rank {view.rank}: {n}" for n in view.notes if "cut short" in n]
         fault = view.metadata.get("fault")
@@ -362,12 +379,17 @@ def watch_path(path: str | os.PathLike, *, now: float | None = None, stall_after
     if not states:
         from commdebug.errors import DumpError
 
-        raise DumpError(f"{path}: no rank has streamed a whole line yet (the job is starting)")
+        raise DumpError(f"{dumps_name(path)}: no rank has streamed a whole line yet (the job is starting)")
     result = watch(states, now=now, stall_after=stall_after, behind_pct=behind_pct)
     for r in result.ranks:  # a rank that ended without a final dump: what the others' records add
         if r.crashed or r.rank in result.gone:
             r.died_in = evidence.died_in(r)
-    result.missing = sorted(set(range(world)) - {r.rank for r in states}) if world else []
+    away = absence(world, placements, job.scope, starting)
+    result.elsewhere = list(away.elsewhere)
+    result.missing = list(away.here)
+    said = away.note()
+    if said is not None:
+        result.notes.append(said)
     if result.missing:
         result.notes.append(f"no stream yet from rank{'s' if len(result.missing) > 1 else ''} {', '.join(map(str, result.missing))}")
     if earlier:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -50,6 +51,7 @@ class Options:
     stream: bool = True
     keep_steps: int | None = None
     metrics_port: int | None = None
+    metrics_push: str | None = None  # a Pushgateway's URL: each rank's final metrics go there at exit
     debug_server: int | None = None
     profile_steps: tuple[int, int] | None = None  # torch.profiler over these steps (launch/profiling.py)
 
@@ -170,12 +172,13 @@ _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "stream": _bool,
     "keep_steps": lambda k, v: _int(k, v, 1, allow_none=True),
     "metrics_port": lambda k, v: _port(k, v),
+    "metrics_push": lambda k, v: _url(k, v),
     "debug_server": lambda k, v: _port(k, v),
     "profile_steps": lambda k, v: _step_range(k, v),
 }
 assert set(_CHECKS) == {f.name for f in fields(Options)}
 # options of a recording session (docs/streaming.md, docs/metrics.md, docs/debug-server.md)
-SESSION_OPTIONS = frozenset({"stream", "keep_steps", "metrics_port", "debug_server", "profile_steps"})
+SESSION_OPTIONS = frozenset({"stream", "keep_steps", "metrics_port", "metrics_push", "debug_server", "profile_steps"})
 
 
 def _step_range(key: str, value: Any) -> tuple[int, int] | None:
@@ -206,6 +209,22 @@ def _port(key: str, value: Any) -> int | None:
     if port is not None and port > 65535:
         raise ConfigError(f"{key} must be a TCP port, 1-65535, got {value!r}")
     return port
+
+
+def _url(key: str, value: Any) -> str | None:
+    """An http(s) URL with a host (``http://`` when no scheme is given), or None."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    text = value.strip() if isinstance(value, str) else ""
+    url = text if "://" in text else f"http://{text}"
+    parts = urllib.parse.urlsplit(url)
+    try:
+        parts.port  # noqa: B018  # a port that is not a number raises here
+    except ValueError:
+        parts = parts._replace(netloc="")
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"{key} must be an http(s) URL such as http://pushgateway:9091, got {value!r}")
+    return url
 
 
 def check_option(key: str, value: Any) -> Any:

@@ -6,13 +6,14 @@ from __future__ import annotations
 import os
 import socket
 import uuid
+from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-__all__ = ["run_metadata", "distributed_metadata", "run_id", "now"]
+__all__ = ["run_metadata", "launcher_placement", "distributed_metadata", "run_id", "now"]
 
 # where the ranks of one job agree on a run identity, in the job's own store
 _RUN_ID_KEY = "commdebug/run_id"
@@ -40,8 +41,22 @@ def run_metadata() -> dict[str, Any]:
         "end_time": None,
         "steps": 0,
     }
+    meta.update(launcher_placement(os.environ))
     meta.update(distributed_metadata(meta))
     return meta
+
+
+def launcher_placement(env: Mapping[str, str]) -> dict[str, int]:
+    """Where the launcher put this process: ``local_rank``, ``local_world_size`` and
+    ``node_rank`` from torchrun's LOCAL_RANK, LOCAL_WORLD_SIZE and GROUP_RANK, where set. A
+    folder of one node's dumps is told apart from a job with ranks missing by them
+    (docs/ranks.md, one job from several folders).
+
+    >>> launcher_placement({"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1"})
+    {'local_rank': 1, 'local_world_size': 2, 'node_rank': 1}
+    """
+    keys = (("local_rank", "LOCAL_RANK"), ("local_world_size", "LOCAL_WORLD_SIZE"), ("node_rank", "GROUP_RANK"))
+    return {key: int(env[name]) for key, name in keys if env.get(name, "").isdigit()}
 
 
 def distributed_metadata(known: dict[str, Any]) -> dict[str, Any]:

@@ -170,6 +170,7 @@ class Recorder(Stepping, TorchDispatchMode):
     def __enter__(self) -> Recorder:
         self._reset()
         self.trace.metadata = run_metadata()
+        self.trace.metadata["start_wall_s"] = self._t0_wall  # start_s's 0, to the us: `trace` puts ranks on one clock
         self.trace.metadata["timing"] = self.options.timing
         light = self.options.light
         self.trace.metadata["capture"] = "light" if light else "full"

@@ -7,21 +7,18 @@ Flight Recorder's, each told by its content.
   no tree) of our dump or a Flight Recorder one: what ``check``, ``report`` and ``trace`` read.
 - :func:`read` gives whichever of the two the file holds: a Trace for our dumps, a RankView
   for Flight Recorder's.
-- :func:`iter_ranks` walks a folder (or one file) a rank at a time, and :func:`read_all` reads
-  a list of files with either reader, in parallel worker processes when it pays (``-j``:
-  :func:`default_jobs`), giving results in file order; :func:`job_files` lists a
-  folder's dumps in rank order and refuses a folder whose dumps carry different
-  ``metadata.run_id`` (a rank copied in from another launch would otherwise be compared as if it
-  were this one's; a dump without a run id, such as Flight Recorder's, is never a conflict).
+- :func:`iter_ranks` walks a job (a folder, a folder of per-node folders, several folders, or
+  one file) a rank at a time, and :func:`read_all` reads a list of files with either reader, in
+  parallel worker processes when it pays (``-j``: :func:`default_jobs`), giving results in file
+  order. Which files make a job is :mod:`commdebug.formats.folders`' business
+  (:func:`job_files`: one file per rank, in rank order, one run only).
 
 A rank's fault record (``rank<R>.fault``, written when a fatal signal ended its process:
 :mod:`commdebug.model.fault`) is read with its dump or stream, into ``metadata.fault``, where
 its pid and run id are the rank's.
 
 A rank's stream (``rank<R>.jsonl``, written while the program runs: docs/streaming.md) is read
-by all of them, up to a torn last chunk (said in a note); in a folder, a rank with both a dump
-and a stream counts once: by its final dump, or by its hang dump until the stream shows progress
-after it (``watch`` reads the newer of the two).
+by all of them, up to a torn last chunk (said in a note).
 
 Every problem is a :class:`~commdebug.errors.DumpError` naming the file, never a traceback.
 
@@ -41,7 +38,6 @@ import io
 import json
 import os
 import pickle
-import re
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -49,25 +45,19 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from commdebug.errors import DumpError, empty_file, missing_path, no_rank_dumps
+from commdebug.errors import DumpError, empty_file, missing_path
 from commdebug.formats.faults import with_fault
 from commdebug.formats.flight_recorder import from_flight_recorder, is_flight_recorder
+from commdebug.formats.folders import PICKLE, Dumps, dump_files, job_files, rank_files, rank_from_name, run_id_of
 from commdebug.formats.kineto import is_profiler_trace
-from commdebug.formats.profile_files import (
-    NO_RANK,
-    is_trace_name,
-    profiles_with_their_dumps,
-    refuse_two_of_a_rank,
-    trace_rank,
-)
+from commdebug.formats.profile_files import trace_rank
 from commdebug.formats.profile_join import attach_profile, profile_path_for
 from commdebug.formats.profiler import profile_view, read_profile
 from commdebug.model.aggregates import older_of, set_older
 from commdebug.model.dump import from_dump_dict, rank_view_from_dump_dict
-from commdebug.model.fault import FAULT_SUFFIX
 from commdebug.model.profile import Profile
 from commdebug.model.rank_view import RankView, trace_of_view
-from commdebug.model.stream import STREAM_SUFFIX, is_stream, parse_stream, stream_rank_view, stream_trace
+from commdebug.model.stream import is_stream, parse_stream, stream_rank_view, stream_trace
 from commdebug.model.trace import CollectiveEvent, Trace
 
 if TYPE_CHECKING:
@@ -90,9 +80,6 @@ except ImportError:  # optional at run time: the standard library's parser reads
 
 __all__ = ["load", "load_rank", "read", "read_json", "rank_from_name", "rank_files", "job_files", "run_id_of",
            "iter_ranks", "read_all", "default_jobs"]
-
-_PICKLE = b"\x80"  # the first byte of a pickle (protocol 2+): Flight Recorder's binary dump
-
 
 _GZIP = b"\x1f\x8b"
 
@@ -145,7 +132,7 @@ def _parsed(path: Path) -> tuple[str, Any]:
     """("flight-recorder" | "stream" | "profile" | "json", the file's data): the one place a
     file's kind is told."""
     raw = read_bytes(path)
-    if raw[:1] == _PICKLE:
+    if raw[:1] == PICKLE:
         return "flight-recorder", _plain_unpickle(raw, path)
     if is_stream(raw):  # a rank's live stream (docs/streaming.md), maybe cut short by a kill
         return "stream", parse_stream(raw, str(path))
@@ -250,137 +237,13 @@ def _plain_unpickle(raw: bytes, p: Path) -> Any:
         raise DumpError(f"{p}: not a readable Flight Recorder pickle ({type(e).__name__}: {e})") from None
 
 
-_TRAILING_NUMBER = re.compile(r"(\d+)(?:\.\w+)?$")
-
-
-def rank_from_name(p: Path) -> int:
-    """The rank of a dump file by its name (``rank3.json``, ``fr_trace_3``; a torch.profiler
-    trace's ``rank3.pt.trace.json`` or, where the name has none, its ``distributedInfo``), or a
-    :class:`DumpError`."""
-    if is_trace_name(p.name):
-        rank = trace_rank(p)
-        if rank is None:
-            raise DumpError(f"{p}: a torch.profiler trace that names no rank: no distributedInfo, and no 'rank<N>' in its name")
-        return rank
-    m = _TRAILING_NUMBER.search(p.name)
-    if not m:
-        raise DumpError(f"{p}: the rank is neither in the dump nor at the end of its name")
-    return int(m.group(1))
-
-
-def rank_files(folder: str | os.PathLike, *, live: bool = False) -> list[Path]:
-    """The dump files of a folder, in rank order (by the number ending their name); for a rank
-    with both a dump and a stream, the one :func:`_dump_or_stream` picks."""
-    d = Path(folder)
-    if not d.exists():
-        raise missing_path(d)
-    if not d.is_dir():
-        raise DumpError(f"{d}: not a folder")
-    found = [f for f in d.iterdir() if f.is_file() and not f.name.startswith(".") and f.suffix not in (".html", ".txt", ".log", FAULT_SUFFIX)]
-    files = [f for f in found if is_trace_name(f.name) or _TRAILING_NUMBER.search(f.name)]
-    if not files:
-        raise no_rank_dumps(d)
-    files = profiles_with_their_dumps(files)
-    ranks = {f: _rank_or_last(f) for f in files}
-    refuse_two_of_a_rank(d, files, ranks)
-    return sorted(_one_of_each_rank(files, live), key=lambda f: (ranks[f], f.name))
-
-
-def _rank_or_last(f: Path) -> int:
-    """A file's rank for ordering; a profiler trace whose rank shows neither in its name nor in
-    its head goes last (reading it says why)."""
-    if is_trace_name(f.name):
-        rank = trace_rank(f)
-        return NO_RANK if rank is None else rank
-    return rank_from_name(f)
-
-
-def _one_of_each_rank(files: list[Path], live: bool) -> list[Path]:
-    """One file per rank where a rank has both a dump and a stream (``rank1.json`` and
-    ``rank1.jsonl``)."""
-    dumps = {f.with_suffix(""): f for f in files if f.suffix == ".json"}
-    streams = {f for f in files if f.suffix == STREAM_SUFFIX}
-    out = []
-    for f in files:
-        if f.suffix == STREAM_SUFFIX and f.with_suffix("") in dumps:
-            out.append(_dump_or_stream(dumps[f.with_suffix("")], f, live))
-        elif f.suffix == ".json" and f.with_suffix(STREAM_SUFFIX) in streams:
-            continue  # decided with its stream above
-        else:
-            out.append(f)
-    return out
-
-
-def _dump_or_stream(dump: Path, stream: Path, live: bool) -> Path:
-    """Which of a rank's two files tells its story.
-
-    A final dump holds everything its stream held (it replaces the stream at the end; a stream
-    left beside it is one that could not be removed): the dump, whatever their times on disk. A
-    hang watchdog's dump (``ended_by: "hang"``) says where the rank is stuck, while its stream
-    keeps being touched to show the rank alive: the dump, unless the stream recorded progress (a
-    new collective or step) after the dump was written, when the hang is over. ``live`` readers
-    (``watch``) want the stream's heartbeats and waiting times: the newer file."""
-    try:
-        if live:
-            return stream if stream.stat().st_mtime_ns > dump.stat().st_mtime_ns else dump
-        if _ended_by_of(dump) != "hang":
-            return dump
-        progress = _last_progress(stream)
-        return stream if progress is not None and progress > dump.stat().st_mtime else dump
-    except OSError:  # one of them vanished meanwhile: keep the other
-        return stream if not dump.exists() else dump
-
-
-_ENDED_BY = re.compile(rb'"ended_by"\s*:\s*"((?:[^"\\]|\\.)*)"')
-_PROGRESS = re.compile(rb'"progress":(-?[0-9][0-9.eE+-]*)')
-
-
-def _ended_by_of(dump: Path) -> str | None:
-    """A dump's ``metadata.ended_by``, found by searching its bytes (as :func:`run_id_of`)."""
-    found = _ENDED_BY.findall(dump.read_bytes())
-    return found[-1].decode("utf-8", "replace") if len(set(found)) == 1 else None
-
-
-def _last_progress(stream: Path, block: int = 1 << 16) -> float | None:
-    """The wall time of a stream's last progress (its newest chunk's ``progress``), reading the
-    file from its end; None when no chunk has one."""
-    with open(stream, "rb") as f:
-        end = f.seek(0, os.SEEK_END)
-        tail = b""
-        while end > 0:
-            start = max(0, end - block)
-            f.seek(start)
-            tail = f.read(end - start) + tail
-            end = start
-            found = _PROGRESS.findall(tail[tail.find(b"\n") + 1:] if start else tail)  # whole lines only
-            if found:
-                return float(found[-1])
-    return None
-
-
-def job_files(folder: str | os.PathLike, *, live: bool = False) -> list[Path]:
-    """:func:`rank_files`, refusing a folder whose dumps come from different runs.
-
-    Every folder verb reads through this. Each file's run id is found by :func:`run_id_of`
-    (a byte search, not a parse), so the check costs a read of each file, not a second parse.
-
-    >>> job_files("traces/")      # doctest: +SKIP
-    [PosixPath('traces/rank0.json'), PosixPath('traces/rank1.json')]
-    """
-    files = rank_files(folder, live=live)
-    _refuse_mixed_runs(Path(folder), [(f, run_id_of(f)) for f in files])
-    return files
-
-
-def iter_ranks(path: str | os.PathLike, *, live: bool = False, jobs: int | None = 1,
+def iter_ranks(path: Dumps, *, live: bool = False, jobs: int | None = 1,
                digest: Callable[[RankView], Any] | None = None) -> Iterator[Any]:
-    """Each rank of a folder (or the one dump a file is), in rank order, as a RankView or its
-    `digest` (see :func:`read_all`); ``live``: a rank's stream where it is newer than its dump
-    (see :func:`_dump_or_stream`); ``jobs``: processes reading (None: :func:`default_jobs`)."""
-    p = Path(path)
-    if not p.exists():
-        raise missing_path(p)
-    files = job_files(p, live=live) if p.is_dir() else [p]
+    """Each rank of a job (a folder, a folder of per-node folders, several folders, or the one
+    dump a file is: :func:`~commdebug.formats.folders.dump_files`), in rank order, as a
+    RankView or its `digest` (see :func:`read_all`); ``live``: a rank's stream where it is newer
+    than its dump; ``jobs``: processes reading (None: :func:`default_jobs`)."""
+    files = dump_files(path, live=live)
     for _, view in read_all(files, "rank", jobs=jobs, digest=digest):
         if isinstance(view, DumpError):
             raise view
@@ -527,70 +390,4 @@ def read_all(files: Iterable[Path], kind: Kind = "rank", *, jobs: int | None = N
                 del blob
                 yield f, result
 
-
-# ---------------------------------------------------------------------------- one run per folder
-
-# A JSON object key "run_id" and its string value. Inside a JSON string a quote is escaped, so
-# text that merely mentions "run_id" (a module name, a source line) never matches.
-_RUN_ID = re.compile(rb'"run_id"\s*:\s*("(?:[^"\\]|\\.)*")')
-
-
-def run_id_of(path: str | os.PathLike) -> str | None:
-    """The ``metadata.run_id`` of one of our dumps, or None (absent, unreadable, or a Flight
-    Recorder dump): found by searching the bytes, the whole JSON is not parsed.
-
-    >>> run_id_of("traces/rank0.json")      # doctest: +SKIP
-    '5f0c...'
-    """
-    try:
-        raw = Path(path).read_bytes()
-    except OSError:
-        return None  # reading it for real says what is wrong
-    if raw[:1] == _PICKLE:
-        return None  # a Flight Recorder pickle: no run id
-    found = {m.group(1) for m in _RUN_ID.finditer(raw)}
-    if len(found) > 1:  # the key elsewhere too (unusual metadata): ask the parsed dump
-        return _parsed_run_id(raw)
-    try:
-        value = json.loads(found.pop()) if found else None
-    except ValueError:
-        return None
-    return value if isinstance(value, str) else None
-
-
-def _parsed_run_id(raw: bytes) -> str | None:
-    try:
-        meta = json.loads(raw)["commdebug"]["metadata"]
-    except (ValueError, KeyError, TypeError):
-        return None
-    value = meta.get("run_id") if isinstance(meta, dict) else None
-    return value if isinstance(value, str) else None
-
-
-def _refuse_mixed_runs(folder: Path, run_ids: list[tuple[Path, str | None]]) -> None:
-    """A :class:`DumpError` naming the odd files when the dumps carry different run ids: the
-    files outside the largest set, or every set when none is larger than all others."""
-    by_run: dict[str, list[Path]] = {}
-    for f, run in run_ids:
-        if run is not None:
-            by_run.setdefault(run, []).append(f)
-    if len(by_run) < 2:
-        return
-    # largest set first; among equals, the set holding the earliest file (files are in rank order)
-    ordered = sorted(by_run.items(), key=lambda kv: -len(kv[1]))
-    (major, major_files), rest = ordered[0], ordered[1:]
-    if len(major_files) > len(rest[0][1]):
-        odd = [f for f, run in run_ids if run is not None and run != major]
-        runs = ", ".join(run for run, _ in rest)
-        verb, which = ("belongs", "another run") if len(odd) == 1 else ("belong", "another run" if len(rest) == 1 else "other runs")
-        raise DumpError(f"{_names(odd)} {verb} to {which} (run_id{'s' if len(rest) > 1 else ''} {runs}) than the other "
-                        f"{len(major_files)} dump{'s' if len(major_files) != 1 else ''} (run_id {major})")
-    sets = "; ".join(f"{_names(fs)} (run_id {run})" for run, fs in by_run.items())
-    raise DumpError(f"{folder}: the dumps come from {len(by_run)} runs, none the majority: {sets}")
-
-
-def _names(files: list[Path], most: int = 4) -> str:
-    """Up to `most` file names, then how many more."""
-    shown = ", ".join(str(f) for f in files[:most])
-    return shown if len(files) <= most else f"{shown} and {len(files) - most} more"
 

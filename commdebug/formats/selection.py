@@ -14,7 +14,6 @@ True
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -22,8 +21,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from commdebug.errors import CommDebugError, DumpError, missing_path
-from commdebug.formats.readers import job_files, rank_from_name, read_all
+from commdebug.errors import CommDebugError, DumpError
+from commdebug.formats.folders import Dumps, dump_files, rank_from_name
+from commdebug.formats.readers import read_all
 from commdebug.model.rank_view import RankView
 
 __all__ = ["SelectionError", "Selection", "ALL", "selections", "dump_files", "pick", "read_views", "iter_selected",
@@ -98,14 +98,6 @@ def selections(ranks: str | None, steps: str | None) -> tuple[Selection, Selecti
     return Selection.parse(ranks, "--ranks"), Selection.parse(steps, "--steps")
 
 
-def dump_files(path: str | os.PathLike) -> list[Path]:
-    """The dumps `path` names: a folder's (in rank order, one run only), or the one file it is."""
-    p = Path(path)
-    if not p.exists():
-        raise missing_path(p)
-    return job_files(p) if p.is_dir() else [p]
-
-
 def pick(files: list[Path], ranks: Selection) -> list[Path]:
     """The files whose name ends in a rank of `ranks` (a name without a number is kept: the
     rank inside the dump decides, once it is read). None of them: a :class:`SelectionError`."""
@@ -154,10 +146,10 @@ def _selected(view: RankView, ranks: Selection, steps: Selection, digest: Callab
     return digest(keep_steps(view, steps)) if view.rank in ranks else None
 
 
-def iter_selected(path: str | os.PathLike, ranks: Selection = ALL, steps: Selection = ALL,
+def iter_selected(path: Dumps, ranks: Selection = ALL, steps: Selection = ALL,
                   progress: Callable[[int, int], None] | None = None, jobs: int | None = 1,
                   digest: Callable[[RankView], Any] | None = None) -> Iterator[Any]:
-    """Each chosen rank of `path` (a folder or one dump): :func:`read_views` of the files
+    """Each chosen rank of `path` (a folder, several, or one dump): :func:`read_views` of the files
     :func:`pick` keeps (or their `digest`).
 
     >>> for view in iter_selected("traces/", Selection.parse("0-7", "--ranks")):   # doctest: +SKIP

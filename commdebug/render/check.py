@@ -26,11 +26,12 @@ def render_check(result: CheckResult) -> str:
     >>> print(render_check(check_path("traces/")))   # doctest: +SKIP
     """
     what = _header(result)
+    among = f" {result.among}" if result.among else ""  # a node's folder: the verdict covers its ranks
     if result.consistent:
-        lines = [f"consistent: {what}"]
+        lines = [f"consistent{among}: {what}"]
     else:
         n = len(result.findings)
-        lines = [f"INCONSISTENT: {n} finding{'s' if n != 1 else ''} in {what}"]
+        lines = [f"INCONSISTENT{among}: {n} finding{'s' if n != 1 else ''} in {what}"]
     late = late_headline(result.late)
     if late is not None:  # a fact about speed, not about consistency: the exit status ignores it
         lines.append(f"  {late}")
@@ -103,7 +104,7 @@ def describe_last(last: LastCall | None) -> str:
 
 def _endings(result: CheckResult) -> list[str]:
     """One line per set of ranks that ended the same way at the same last call; ranks with no
-    dump from the no_dump finding. Many ranks: the most common line, then the unusual ones."""
+    dump from the no_dump finding, and the ranks not in the folders read. Many ranks: the most common line, then the unusual ones."""
     lines: dict[str, list[int]] = {}
     for s in result.rank_summaries:
         last = describe_died(s.died_in) if s.died_in is not None else describe_last(s.last)
@@ -111,6 +112,9 @@ def _endings(result: CheckResult) -> list[str]:
     absent = [r for f in result.findings if f.kind == "no_dump" for side in f.sides for r in side.ranks]
     if absent:
         lines["left no dump"] = absent
+    away = result.absence
+    if away is not None and away.elsewhere:
+        lines[f"not in {away.scope.where() if away.scope is not None else 'the dumps read'} (see the note)"] = list(away.elsewhere)
     if len(result.rank_summaries) > ALL_RANKS_UP_TO:
         return _few(lines)
     return [f"{who(ranks)}: {text}" for text, ranks in sorted(lines.items(), key=lambda kv: kv[1][0])]

@@ -25,7 +25,7 @@ from commdebug.analysis.report import Deviation, OpStats, RankStats, Report
 from commdebug.analysis.traffic import Imbalance
 from commdebug.render.columns import align
 from commdebug.render.late import late_lines
-from commdebug.units import UNKNOWN, format_bytes, format_duration, format_gbps, format_known_bytes, format_share
+from commdebug.units import UNKNOWN, format_bytes, format_duration, format_gbps, format_known_bytes, format_share, who
 
 __all__ = ["render_report", "shown_ranks", "TOP_FROM", "TOP_DEFAULT"]
 
@@ -84,7 +84,12 @@ def worst_steps_text(r: RankStats) -> str:
 def render_report(rep: Report, top: int | None = None) -> str:
     """The report as text, ending with a newline; with `top`, the rank table lists only the
     `top` ranks furthest from the median, furthest first, with a ``deviation`` column."""
-    lines = [f"commdebug report: {len(rep.ranks)} rank{'s' if len(rep.ranks) != 1 else ''}"
+    away = rep.absence
+    of = ""
+    if away is not None and away.elsewhere:  # a node's folder: say so before any figure
+        where = away.scope.where() if away.scope is not None else "the dumps read"
+        of = f" of {away.world_size} ({who(away.elsewhere)} not in {where}: see the note)"
+    lines = [f"commdebug report: {len(rep.ranks)} rank{'s' if len(rep.ranks) != 1 else ''}{of}"
              + ("" if rep.timed else "; no timing was recorded (record with --timing): counts and bytes only")]
     if top:
         lines.append(f"ranks: the {top} of {len(rep.ranks):,} furthest from the median (--top K to change, --top 0 for all)")
@@ -131,7 +136,8 @@ def render_report(rep: Report, top: int | None = None) -> str:
         lines += ["straggler: time spent in calls beyond the fastest rank's time for the same call (group, sequence number);",
                   "a rank with little of it arrived last and made the others wait."]
         if any(r.caused_wait_s is not None for r in rep.ranks):
-            lines.append("caused: the wait a rank made the others spend in the calls where it arrived last (late ranks, above).")
+            lines.append("caused: the wait a rank made the others spend where it arrived last by its own work, with the waits it passed on "
+                         "through other ranks (late ranks, above); start-up apart.")
     lines.extend(f"note: {n}" for n in rep.notes)
     return "\n".join(lines) + "\n"
 

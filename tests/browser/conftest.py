@@ -173,11 +173,16 @@ def reference_dump() -> dict:
 
 
 @pytest.fixture(scope="session")
-def real_dumps(tmp_path_factory) -> dict[str, dict]:
+def real_dumps(shared_run) -> dict[str, dict]:
     """Dumps of real runs of the demo's tensor-parallel transformer on 8 simulated ranks:
     "commdebug", 2 training steps with checkpointed layers; "plain" and "reference", 1 step
     without, written by commdebug and by torch's CommDebugMode (which in torch 2.13 fails on
-    checkpointed modules and on a second forward)."""
+    checkpointed modules and on a second forward). Recorded once per test run, read by every worker."""
+    out = shared_run.folder("real-dumps", _record_real_dumps)
+    return {name: json.loads((out / f"{name}.json").read_text()) for name in ("commdebug", "plain", "reference")}
+
+
+def _record_real_dumps(out: Path) -> None:
     import torch
     from torch.distributed.tensor.debug import CommDebugMode as ReferenceMode
 
@@ -185,8 +190,6 @@ def real_dumps(tmp_path_factory) -> dict[str, dict]:
     from commdebug.demo import ModelConfig, init_fake_world, tensor_parallel_transformer
 
     init_fake_world(8)
-    out = tmp_path_factory.mktemp("real-dumps")
-    dumps = {}
     for name, mode, steps, checkpointed in (("commdebug", CommDebugMode(), 2, True),
                                             ("plain", CommDebugMode(), 1, False),
                                             ("reference", ReferenceMode(), 1, False)):
@@ -202,8 +205,6 @@ def real_dumps(tmp_path_factory) -> dict[str, dict]:
                 optimizer.step()
                 optimizer.zero_grad()
         mode.generate_json_dump(file_name=str(out / f"{name}.json"), noise_level=3)
-        dumps[name] = json.loads((out / f"{name}.json").read_text())
-    return dumps
 
 
 @pytest.fixture(scope="session")

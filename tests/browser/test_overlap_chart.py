@@ -1,5 +1,5 @@
 """The folder page's exposed communication (issue 37). On a real two-rank gloo job run under
-``commdebug run --profile-steps`` (tutorials/programs/13_overlap.py), the chart has one bar per
+``commdebug run --profile-steps`` (tutorials/programs/13_overlap.py, made by tests/test_overlap.py), the chart has one bar per
 (rank, profiled step) carrying ``commdebug overlap --by step --json``'s figures exactly, drawn in
 proportion to them, the step outside HTA's window marked; with more ranks than it lists, the most
 exposed come first and the rest wait behind "Show all"; a folder without profiles has no chart."""
@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
+from test_overlap import async_profiled
 
 import commdebug
 import visualizer
 from commdebug.units import format_duration
 
 ROOT = Path(__file__).resolve().parents[2]
-PROGRAM = ROOT / "tutorials" / "programs" / "13_overlap.py"
 DEADLINE_S = 150
 SECTION = "#overlap-section"
 CHART = '[data-testid="overlap-chart"]'
@@ -31,6 +31,7 @@ BARS = f'{CHART} [data-testid="overlap-bar"]'
 READ_BARS = """els => els.map(e => ({rank: Number(e.dataset.rank), step: Number(e.dataset.step),
   exposed: Number(e.dataset.exposedUs), overlapped: Number(e.dataset.overlappedUs), compute: Number(e.dataset.computeUs),
   calls: Number(e.dataset.calls), inWindow: e.dataset.inWindow, title: e.title, width: e.getBoundingClientRect().width,
+  wait: e.dataset.waitUs === "" ? null : Number(e.dataset.waitUs),
   parts: [...e.children].map(c => [c.className, c.getBoundingClientRect().width])}))"""
 
 
@@ -40,22 +41,10 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def profiled(tmp_path_factory) -> Path:
-    """Two gloo ranks of the tutorial's async model, 4 steps, steps 1-3 profiled: the folder.
-
-    gloo in torch 2.13 sometimes aborts a rank in interpreter teardown after the program
-    finished (docs/ranks.md): accepted only when every rank said its dump was complete."""
-    cwd = tmp_path_factory.mktemp("overlap-job")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", "commdebug", "run",
-           "--out", "traces", "--profile-steps", "1-3", "--", str(PROGRAM), "--mode", "async", "--steps", "4"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                          timeout=DEADLINE_S)
-    finished = [line for line in proc.stderr.splitlines() if "commdebug: program finished (exit 0); dump complete" in line]
-    if proc.returncode != 0:
-        assert len(finished) == 2 and "SIGABRT" in proc.stderr, proc.stderr[-3000:]
-    traces = cwd / "traces"
-    assert sorted(p.name for p in traces.glob("*.profile.json.gz")) == ["rank0.profile.json.gz", "rank1.profile.json.gz"]
-    return traces
+def profiled(shared_run) -> Path:
+    """Two gloo ranks of the tutorial's async model, 4 steps, steps 1-3 profiled: the folder, the
+    run's one copy of the job (tests/test_overlap.py reads it too)."""
+    return async_profiled(shared_run)
 
 
 def step_rows(folder: Path) -> list[dict]:
@@ -93,9 +82,18 @@ def test_each_bar_is_overlaps_row_for_its_rank_and_step(viewer, profiled):
         assert b["compute"] == pytest.approx(r["compute_s"] * 1e6, rel=1e-15, abs=0)
         assert b["calls"] == r["calls"]
         assert b["inWindow"] == ("true" if r["in_window"] else "false")
-        # drawn as it says: the parts in proportion, the bar's length the step's busy time on one scale
+        # drawn as it says: the parts in proportion, the bar's length the step's busy time on one scale;
+        # the exposed part in two shades where its split into waiting and transfer is known
         parts = [r["compute_s"] - r["overlap_s"], r["overlap_s"], r["exposed_s"]]
-        assert [cls for cls, _ in b["parts"]] == ["ov-part ov-compute", "ov-part ov-overlapped", "ov-part ov-exposed"]
+        classes = ["ov-part ov-compute", "ov-part ov-overlapped", "ov-part ov-exposed"]
+        if r["exposed_wait_s"] is None:
+            assert b["wait"] is None
+        else:
+            assert b["wait"] == pytest.approx(r["exposed_wait_s"] * 1e6, rel=1e-15, abs=0)
+            parts[2:] = [r["exposed_wait_s"], r["exposed_s"] - r["exposed_wait_s"]]
+            classes[2:] = ["ov-part ov-exposed ov-wait", "ov-part ov-exposed ov-transfer"]
+            assert f"(waiting {format_duration(r['exposed_wait_s'])}, transfer " in b["title"]
+        assert [cls for cls, _ in b["parts"]] == classes
         for (_, width), v in zip(b["parts"], parts, strict=True):
             assert abs(width - b["width"] * v / sum(parts)) < 1, (b, r)
         assert abs(b["width"] - busiest * (r["compute_s"] + r["exposed_s"]) / most) < 1.5, (b, r)
@@ -118,6 +116,9 @@ def test_each_bar_is_overlaps_row_for_its_rank_and_step(viewer, profiled):
     for words in ("compute only = compute with no communication under it", "overlapped = communication under compute",
                   "exposed = communication not under compute", "* outside HTA's window"):
         assert words in legend
+    # both ranks of the job profiled, with their groups: every step's exposed time is split
+    assert all(r["exposed_wait_s"] is not None for r in rows)
+    assert "waiting = exposed, waiting for a late peer to arrive" in legend and "transfer = exposed, moving the data" in legend
     # the most exposed rank first; a bar's click shows that rank
     assert page.eval_on_selector_all(f"{CHART} .rank-link", "els => els.map(e => Number(e.dataset.rank))") == exposed_order(rows)
     last = exposed_order(rows)[-1]
@@ -141,6 +142,9 @@ def test_no_chart_without_profiles_and_a_rank_without_one_is_named(viewer, profi
     expect(page.locator(SECTION)).to_be_visible()
     assert sorted({b["rank"] for b in page.eval_on_selector_all(BARS, READ_BARS)}) == [1]
     expect(page.locator("#overlap-note")).to_contain_text("rank 0: no profile (record with commdebug run --profile-steps)")
+    # rank 0's calls are not known, so how long rank 1 waited for it is not either: one shade, and said
+    expect(page.locator("#overlap-note")).to_contain_text("rank 1: exposed time not split into waiting and transfer")
+    assert page.locator(f"{CHART} .ov-wait").count() == 0
     # one rank's dump opened on the folder page: the folder's chart goes with the folder
     page.set_input_files("#file-input", str(bare / "rank0.json"))
     expect(page.locator("#events")).to_be_visible()
@@ -215,9 +219,10 @@ def test_past_the_row_limit_the_least_exposed_ranks_are_left_out_and_said(viewer
 
 
 def test_a_thousand_profiled_ranks_add_little_to_the_page(profiled):
-    """1,024 profiled ranks x 3 steps: every bar embedded, in well under a quarter of a MiB."""
+    """1,024 profiled ranks x 3 steps: every bar embedded, its exposed time's waiting part too, in
+    under a quarter of a MiB."""
     found = many_ranks(profiled, profiled_ranks=1024, bare=0)
     index, blocks = visualizer.ranks_data(found)
     block = blocks[index["overlap"]["block"]]
-    assert index["overlap"]["left_out"] == [] and sum(len(r) for r in json.loads(block)) == 1024 * 3 * 6
-    assert len(block) < 200_000, len(block)
+    assert index["overlap"]["left_out"] == [] and sum(len(r) for r in json.loads(block)) == 1024 * 3 * 7
+    assert len(block) < 250_000, len(block)

@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 from playwright.sync_api import expect
-from test_moe import DEADLINE_S, _launch_router, cli
+from test_moe import DEADLINE_S, cli, skewed_router
 
 import commdebug
 
@@ -18,11 +18,9 @@ MATRIX = '[data-testid="traffic-matrix"]'
 
 
 @pytest.fixture(scope="module")
-def moe(tmp_path_factory):
-    """Tutorial 12's skewed MoE layer, 4 ranks of the fake backend, 3 steps."""
-    out = tmp_path_factory.mktemp("moe4")
-    _launch_router(out, 4, ["--router", "skewed", "--steps", "3"])
-    return out
+def moe(shared_run):
+    """Tutorial 12's skewed MoE layer, 4 ranks of the fake backend, 3 steps (the run's shared folder)."""
+    return skewed_router(shared_run)[0]
 
 
 def matrix_cells(page) -> list[tuple[int, int, int, int]]:

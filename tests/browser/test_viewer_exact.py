@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
-from ranks_job import write_job
+from ranks_job import shared_job
 
 import commdebug
 from commdebug.units import format_duration
@@ -29,8 +29,8 @@ def cli(*args: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def job(tmp_path_factory):
-    return write_job(tmp_path_factory.mktemp("job64") / "job", 64)
+def job(shared_run):
+    return shared_job(shared_run, 64)
 
 
 def latencies(job, rank: int) -> dict[tuple[int, str], list[float]]:

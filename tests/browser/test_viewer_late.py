@@ -64,3 +64,27 @@ def test_a_late_cell_lists_its_calls_with_the_gap_and_the_two_lines(viewer, job)
     # a cell with no late call lists none
     page.locator(f'{HEATMAP} .cell[data-rank="4"][data-step="1"]').click()
     expect(page.locator('[data-testid="late-calls"]')).to_have_count(0)
+
+
+def test_a_wait_passed_on_is_marked_at_its_root_and_start_up_in_no_cell(viewer, tmp_path):
+    """The 2-D job (tests/timeline.py): rank 3 sleeps before its pair all_reduce at step 3, rank 2
+    then comes last to the world call; the processes started apart. Only rank 3's cell is marked,
+    its calls say where the wait went, and the start carries no wait."""
+    from timeline import pair_then_world, simulate, write_views
+
+    views = simulate(pair_then_world(), 4, 6, starts={0: 0.0, 1: 0.2, 2: 0.42, 3: 0.1}, delays={(3, 3, 0): 0.5, (2, 3, 1): 2e-4})
+    page = viewer.open_ranks(write_views(views, tmp_path / "twod"), name="twod.html")
+    page.locator("#heat-metric label", has_text="wait caused").click()
+    assert outliers(page) == [[3, 3]]
+    expect(page.locator("#heat-note")).to_contain_text("Start-up skew (the processes reaching their first collective apart) is in no cell")
+    # rank 2 started last: its first call made the others wait 420 ms, and names no late rank
+    page.locator(f'{HEATMAP} .cell[data-rank="2"][data-step="0"]').hover()
+    expect(page.locator("#heatmap-hover")).to_contain_text("rank 2")
+    expect(page.locator("#heatmap-hover")).not_to_contain_text("late rank")
+    page.locator(f'{HEATMAP} .cell[data-rank="3"][data-step="3"]').click()
+    box = page.locator('[data-testid="late-calls"]')
+    expect(box).to_contain_text("Rank 3 arrived last here by its own work")
+    [item] = box.locator("li").all()
+    text = item.text_content()
+    assert text.startswith("all_reduce #3 on group 2[2] at job.py:24: made 1 rank wait 500 ms"), text
+    assert "passed on through all_reduce #3 on default_pg[4] at job.py:25 (rank 2 came last there): 1.50 s of waiting in all" in text, text

@@ -232,3 +232,20 @@ def test_an_extreme_most_ranks_share_is_counted_not_listed(viewer, tmp_path):
     line = page.locator('#rank-stats tr[data-stat="bytes"] td.extremes')
     expect(line).to_have_text(re.compile(r"^max rank 5; 7 ranks tie at \S+ \S+$"))
     assert not re.search(r"\b0, 1\b", line.inner_text())
+
+
+def test_a_nodes_folder_says_its_verdict_covers_its_ranks(viewer, tmp_path):
+    """A node's folder read alone (docs/ranks.md, one node's folder alone): the page's check
+    covers the ranks present and names the others, never a rank without a dump."""
+    from test_job_folders import write_nodes
+
+    run = write_nodes(tmp_path / "run")
+    page = viewer.open_ranks(run / "node1")
+    expect(page.locator("#check-status")).to_have_text("consistent among ranks 2-3 of 4")
+    expect(page.locator("#findings .empty")).to_have_text("No findings.")
+    expect(page.locator("#findings p.note").first).to_have_text(
+        f"ranks 0-1 of 4 are not in {run / 'node1'} (no dump, stream or fault record of theirs): they may be in "
+        f"{run / 'node0'} beside it; read the parent folder for the whole job")
+    page = viewer.open_ranks(run, name="job.html")  # the parent: one job of both nodes
+    expect(page.locator("#check-status")).to_have_text("consistent")
+    assert page.eval_on_selector_all("#rank-select option", "os => os.map(o => o.textContent)") == ["0", "1", "2", "3"]

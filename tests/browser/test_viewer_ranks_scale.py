@@ -10,7 +10,7 @@ from collections import defaultdict
 
 import pytest
 from playwright.sync_api import expect
-from ranks_job import write_job
+from ranks_job import shared_job
 
 import commdebug
 
@@ -20,8 +20,8 @@ DURATION = re.compile(r"^\d+(\.\d+)? (s|ms|us|ns)$")
 
 
 @pytest.fixture(scope="module")
-def job(tmp_path_factory):
-    return write_job(tmp_path_factory.mktemp("job1024") / "job", 1024)
+def job(shared_run):
+    return shared_job(shared_run, 1024)
 
 
 def own_cells(path, step):

@@ -30,9 +30,11 @@ for step in range(4):
     dist.barrier()  # the ranks start the step together
     if rank == late_rank and step == late_step:
         if late_how == "compute":  # extra work on this rank: what a profile shows in its gap
+            # products big enough that the profile holds hundreds of them, not hundreds of thousands
+            a = torch.randn(256, 256)
             until = time.monotonic() + late_s
             while time.monotonic() < until:
-                torch.mm(x.t(), x)
+                torch.mm(a, a)
         else:
             time.sleep(late_s)  # this rank's data loader stalls
     dist.all_reduce(model.weight.grad)  # the others wait for it here

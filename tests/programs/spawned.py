@@ -13,7 +13,6 @@ finished, as torch 2.13's gloo teardown sometimes does.
 """
 
 import os
-import socket
 import sys
 
 import torch
@@ -46,9 +45,11 @@ def work(rank: int, world: int, abort: bool) -> None:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    # bench/ports.py is the one way to find free ports (it keeps to the test worker's own range)
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+    from ports import free_port as pick
+
+    return pick()
 
 
 if __name__ == "__main__":

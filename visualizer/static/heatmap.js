@@ -4,15 +4,18 @@
  * not fit as rows of a readable height: wide worlds show groups of ranks per row (the group's
  * largest value, so one slow rank still shows), and the page says so.
  *
- * "wait caused" (timed jobs): the wait each rank made the others spend at the calls where it
- * arrived last; its outliers are the late ranks `commdebug check` lists (index.check.late_ranks),
- * not a statistical rule, and a clicked cell lists that rank's late calls of the step with the
- * gap before each and the two lines around it.
+ * "wait caused" (timed jobs): the wait each rank made the others spend where it arrived last by
+ * its own work, the waits it passed on through other ranks included and start-up skew left out
+ * (commdebug check's analysis); its outliers are the late ranks `commdebug check` lists
+ * (index.check.late_ranks, roots only), not a statistical rule, and a clicked cell lists that
+ * rank's late calls of the step with the gap before each, the two lines around it, and the calls
+ * its wait passed through.
  */
 
 const HEAT_METRICS = {
   time: {label: "time", fmt: (v) => fmtSeconds(v), what: "communication time (sum of latencies)"},
-  caused: {label: "wait caused", fmt: (v) => fmtSeconds(v), what: "wait caused: the time the others waited for this rank where it arrived last"},
+  caused: {label: "wait caused", fmt: (v) => fmtSeconds(v),
+    what: "wait caused: the time the others waited for this rank where it arrived last by its own work, waits it passed on included"},
   bytes: {label: "bytes", fmt: (v) => fmtBytes(v), what: "message bytes"},
   calls: {label: "calls", fmt: (v) => fmtCount(v), what: "collective calls"},
 };
@@ -57,17 +60,26 @@ function siteText(site, group) {
   return `${what}${group ? ` on ${str(group)}` : ""}${module}${site.source ? ` at ${str(site.source)}` : ""}`;
 }
 
-/** A late (step, rank)'s calls: the wait each caused, the gap before it and the two lines. */
+/** A late (step, rank)'s calls: the wait each caused, the gap before it and the two lines, and
+ * the calls its wait passed through (other ranks came last there, held up by it). */
 function lateDetail(entry) {
   const calls = arr(entry.calls).filter(isObj);
+  const passed = (c) => {
+    const through = arr(c.through).filter(isObj);
+    if (through.length === 0) return null;
+    return h("span", {class: "late-passed muted", "data-testid": "late-passed"},
+      ` — passed on through ${through.map((t) => `${siteText(t, t.group)} (rank ${str(t.rank)} came last there)`).join(", ")}: `
+      + `${fmtSeconds(optNum(c.chain_caused_s))} of waiting in all`);
+  };
   return h("div", {"data-testid": "late-calls", class: "late-calls"},
-    h("p", null, `Rank ${str(entry.rank)} arrived last here: the others waited for it.`),
+    h("p", null, `Rank ${str(entry.rank)} arrived last here by its own work: the others waited for it.`),
     h("ol", null, ...calls.map((c) => h("li", {"data-seq": str(c.seq), "data-caused-s": str(c.caused_s)},
       h("span", {class: "late-call"}, `${siteText(c.before, c.group)}: made ${fmtCount(c.waited)} rank${c.waited === 1 ? "" : "s"} wait `
         + `${fmtSeconds(optNum(c.caused_s))} (${fmtSeconds(optNum(c.max_wait_s))} at most)`),
-      c.gap_s == null ? null : h("span", {class: "late-gap muted"},
-        ` — its gap before it: ${fmtSeconds(optNum(c.gap_s))}, from ${c.after ? siteText(c.after) : "its recording's start"} to `
-        + `${siteText(c.before)}${c.others_gap_s == null ? "" : ` (the ranks that waited: ${fmtSeconds(optNum(c.others_gap_s))})`}`)))));
+      c.gap_s == null || !c.after ? null : h("span", {class: "late-gap muted"},
+        ` — its gap before it: ${fmtSeconds(optNum(c.gap_s))}, from ${siteText(c.after)} to `
+        + `${siteText(c.before)}${c.others_gap_s == null ? "" : ` (the ranks that waited: ${fmtSeconds(optNum(c.others_gap_s))})`}`),
+      passed(c)))));
 }
 
 /** Median and a robust standard deviation (1.4826 x the median absolute deviation). */
@@ -305,8 +317,9 @@ class Heatmap {
     if (!this.timed) notes.push("Not timed: bytes and calls only (record with --timing); the wait a late rank caused needs timing too.");
     if (this.metric === "caused") {
       notes.push(this.late.size ? `Marked: the ${fmtCount(this.late.size)} (rank, step) pair${this.late.size === 1 ? "" : "s"} where a rank arrived `
-        + "last and made another wait over the threshold of `commdebug report` (click one for its calls)."
+        + "last by its own work and made another wait over the threshold of `commdebug report` (click one for its calls)."
         : "No rank made another wait over the threshold of `commdebug report`: the colours are jitter.");
+      notes.push("Start-up skew (the processes reaching their first collective apart) is in no cell: `commdebug report` lists it.");
     }
     $("heat-note").textContent = notes.join(" ");
     this.drawLegend();

@@ -1,9 +1,11 @@
 /* The folder page's exposed communication (visualizer.overlap_data: `commdebug overlap --by
  * step`'s rows of each profiled rank, computed in Python): per rank and profiled step, one bar
- * of the step's busy time (compute or communication running) in three parts, every bar on one
- * scale. Nothing is recomputed here but the compute-only part (compute less overlapped). The
- * ranks with the most exposed time come first; past OVERLAP_TOP ranks the rest wait behind
- * "Show all", so a thousand ranks cost nothing until asked for.
+ * of the step's busy time (compute or communication running) in three parts, the exposed one in
+ * two shades where its split is known (waiting for a late peer, then transfer), every bar on one
+ * scale. Nothing is recomputed here but the compute-only part (compute less overlapped) and the
+ * transfer (exposed less waiting). The ranks with the most exposed time come first; past
+ * OVERLAP_TOP ranks the rest wait behind "Show all", so a thousand ranks cost nothing until asked
+ * for.
  */
 
 const OVERLAP_TOP = 16;  // ranks drawn before "Show all"
@@ -12,6 +14,11 @@ const OVERLAP_PARTS = [
   ["compute", "compute only", "compute with no communication under it"],
   ["overlapped", "overlapped", "communication under compute"],
   ["exposed", "exposed", "communication not under compute: the rank waits for it"],
+];
+// the exposed part's two shades, where every member of its calls was profiled
+const EXPOSED_SPLIT = [
+  ["exposed wait", "waiting", "exposed, waiting for a late peer to arrive (the late rank's fix, not overlap's)"],
+  ["exposed transfer", "transfer", "exposed, moving the data (prefetch, bucket sizes or less data shrink it)"],
 ];
 const OUTSIDE_WINDOW = "outside HTA's window: the trace's last step, usually cut short; " +
   "commdebug overlap's whole-rank figures leave it out";
@@ -53,8 +60,10 @@ class OverlapChart {
       for (let k = 0; columns.length && k + columns.length <= flat.length; k += columns.length) {
         const v = (name) => flat[k + at[name]];
         const overlapped = optNum(v("overlapped_us")), exposed = optNum(v("exposed_us"));
+        const wait = "exposed_wait_us" in at && exposed != null ? optNum(v("exposed_wait_us")) : null;
         steps.push({step: v("step"), calls: optNum(v("calls")), overlapped, exposed, compute: optNum(v("compute_us")),
-          comm: overlapped == null || exposed == null ? null : overlapped + exposed, inWindow: v("in_window") !== 0});
+          comm: overlapped == null || exposed == null ? null : overlapped + exposed, inWindow: v("in_window") !== 0,
+          wait, transfer: wait == null ? null : Math.max(0, exposed - wait)});
       }
       if (steps.length === 0) this.stepless.push(entry.rank);
       // the order: exposed time over the steps commdebug overlap's rank figures cover
@@ -66,6 +75,8 @@ class OverlapChart {
     this.outside = new Set(all.filter((s) => !s.inWindow).map((s) => s.step));
     // one scale for every bar, shown or not: "Show all" must not change a bar's length
     this.scale = Math.max(0, ...all.map((s) => num(s.compute) + num(s.exposed)));
+    this.split = all.some((s) => s.wait != null);  // some bar's exposed time is split
+    this.unsplit = [...new Set(this.ranks.filter((r) => r.steps.some((s) => s.wait == null && num(s.exposed) > 0)).map((r) => r.rank))];
     this.all = false;
   }
 
@@ -78,9 +89,11 @@ class OverlapChart {
     this.toggle = h("button", {type: "button", id: "overlap-all", onclick: () => { this.all = !this.all; this.draw(); }});
     section.replaceChildren(
       h("div", {class: "section-head"}, h("h2", null, "Exposed communication ", h("span", {class: "muted"},
-        "per rank and profiled step: the step's busy time as compute only, overlapped and exposed (commdebug overlap --by step)"))),
-      h("div", {id: "overlap-legend", class: "legend"}, ...OVERLAP_PARTS.flatMap(([cls, name, what]) => [
-        h("span", {class: `swatch ov-${cls}`}), h("span", {class: "muted"}, h("strong", null, name), ` = ${what}; `)]),
+        "per rank and profiled step: the step's busy time as compute only, overlapped and exposed" +
+        `${this.split ? " (waiting for a late peer, then transfer)" : ""} (commdebug overlap --by step)`))),
+      h("div", {id: "overlap-legend", class: "legend"}, ...OVERLAP_PARTS.concat(this.split ? EXPOSED_SPLIT : []).flatMap(([cls, name, what]) => [
+        h("span", {class: `swatch ${cls.split(" ").map((c) => `ov-${c}`).join(" ")}`}),
+        h("span", {class: "muted"}, h("strong", null, name), ` = ${what}; `)]),
       h("span", {class: "muted"}, `* ${OUTSIDE_WINDOW}.`)),
       h("p", {id: "overlap-note", class: "note"}),
       h("div", {class: "overlap-wrap"}, this.chart),
@@ -124,6 +137,10 @@ class OverlapChart {
         "rank and step bars are embedded): commdebug overlap --by step --json has them all.");
     }
     if (this.without.length) notes.push(`${rankList(this.without)}: no profile (record with commdebug run --profile-steps).`);
+    if (this.unsplit.length) {
+      notes.push(`${rankList(this.unsplit)}: exposed time not split into waiting and transfer (it needs every member of each ` +
+        "call profiled in this folder).");
+    }
     $("overlap-note").textContent = notes.join(" ");
     this.toggle.hidden = n <= OVERLAP_TOP;
     this.toggle.textContent = this.all ? `Show the ${OVERLAP_TOP} with most exposed time` : `Show all ${fmtCount(n)} ranks`;
@@ -134,14 +151,15 @@ class OverlapChart {
     const computeOnly = s.compute == null || s.overlapped == null ? null : Math.max(0, s.compute - s.overlapped);
     const bar = h("div", {class: "ov-bar" + (s.inWindow ? "" : " outside"), "data-testid": "overlap-bar", "data-rank": rank,
       "data-step": s.step, "data-exposed-us": s.exposed ?? "", "data-overlapped-us": s.overlapped ?? "",
-      "data-compute-us": s.compute ?? "", "data-calls": s.calls ?? "",
+      "data-compute-us": s.compute ?? "", "data-calls": s.calls ?? "", "data-wait-us": s.wait ?? "",
       "data-in-window": String(s.inWindow), title: this.describe(rank, s, computeOnly)});
     const busy = num(s.compute) + num(s.exposed);
     bar.style.setProperty("width", `${this.scale > 0 ? ((100 * busy) / this.scale).toFixed(2) : 0}%`);
-    const parts = [["compute", computeOnly], ["overlapped", s.overlapped], ["exposed", s.exposed]];
+    const parts = [["compute", computeOnly], ["overlapped", s.overlapped]].concat(
+      s.wait == null ? [["exposed", s.exposed]] : [["exposed wait", s.wait], ["exposed transfer", s.transfer]]);
     const whole = sum(parts.map(([, v]) => num(v)));
     for (const [cls, v] of parts) {
-      const part = h("span", {class: `ov-part ov-${cls}`});
+      const part = h("span", {class: `ov-part ${cls.split(" ").map((c) => `ov-${c}`).join(" ")}`});
       // from a zero basis, grow factors summing to 1: each part its share of the bar
       part.style.setProperty("flex-grow", String(whole > 0 ? num(v) / whole : 0));
       bar.append(part);
@@ -154,8 +172,9 @@ class OverlapChart {
   describe(rank, s, computeOnly) {
     const sec = (us) => fmtSeconds(us == null ? null : us * 1e-6);
     const share = s.comm > 0 && s.overlapped != null ? `, ${((100 * s.overlapped) / s.comm).toFixed(1)}% of it overlapped` : "";
+    const split = s.wait == null ? "" : ` (waiting ${sec(s.wait)}, transfer ${sec(s.transfer)})`;
     return `rank ${str(rank)} · step ${str(s.step)}${s.inWindow ? "" : ` (${OUTSIDE_WINDOW})`}\n` +
-      `compute only ${sec(computeOnly)} · overlapped ${sec(s.overlapped)} · exposed ${sec(s.exposed)}\n` +
+      `compute only ${sec(computeOnly)} · overlapped ${sec(s.overlapped)} · exposed ${sec(s.exposed)}${split}\n` +
       `communication ${sec(s.comm)} in ${counted(s.calls ?? 0, "call")}${share}; compute ${sec(s.compute)}`;
   }
 

@@ -204,7 +204,9 @@ class RanksViewer extends BaseViewer {
       // per rank, not summed over ranks: "24", or "24–25" when ranks differ (the check counts the
       // calls on known groups: without a verdict, the ranks' own counts)
       fact("check-collectives", "collectives per rank", check.no_verdict ? callSpan(this.ranks) : perRank(check)),
-      fact("check-status", "check", check.no_verdict ? "no verdict" : findings.length ? counted(findings.length, "finding") : "consistent"),
+      // a node's folder: the verdict covers its ranks ("consistent among ranks 2-3 of 4")
+      fact("check-status", "check", check.no_verdict ? "no verdict"
+        : (findings.length ? counted(findings.length, "finding") : "consistent") + (check.among ? ` ${str(check.among)}` : "")),
       fact("meta-rank", "showing rank", str(rank.rank)),
       fact("meta-host", "host", str(meta.hostname ?? "—")),
       // worded in Python as `commdebug check` words it (its stream, its fault record, its error)
