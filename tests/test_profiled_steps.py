@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from collections import Counter
 from pathlib import Path
 
@@ -22,17 +21,8 @@ DATA = ROOT / "tests" / "data" / "fsdp_profiled"
 
 
 @pytest.fixture
-def cli(capsys):
-    """``commdebug ARGS`` run in this process (the offline verbs start no process group): its
-    exit status, stdout and stderr, as a CompletedProcess."""
-    from commdebug.cli import main
-
-    def run(*args: str) -> subprocess.CompletedProcess:
-        status = main(list(args))
-        out, err = capsys.readouterr()
-        return subprocess.CompletedProcess(["commdebug", *args], status, out, err)
-
-    return run
+def cli(in_process_cli):
+    return in_process_cli  # commdebug ARGS in this process (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,6 @@ spellings are those of HolisticTraceAnalysis's test traces (``nccl:_all_gather_b
 from __future__ import annotations
 
 import json
-import subprocess
 from collections import Counter
 from pathlib import Path
 
@@ -107,17 +106,8 @@ def traces(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
-def cli(capsys):
-    """``commdebug ARGS`` run in this process (the offline verbs start no process group): its
-    exit status, stdout and stderr, as a CompletedProcess."""
-    from commdebug.cli import main
-
-    def run(*args: str) -> subprocess.CompletedProcess:
-        status = main(list(args))
-        out, err = capsys.readouterr()
-        return subprocess.CompletedProcess(["commdebug", *args], status, out, err)
-
-    return run
+def cli(in_process_cli):
+    return in_process_cli  # commdebug ARGS in this process (tests/conftest.py)
 
 
 def test_every_call_counts_once_under_its_op_whatever_records_spell_it(traces):
