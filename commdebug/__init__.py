@@ -12,7 +12,8 @@ read files with :func:`load` (one dump, with its module tree), :func:`read` (our
 Recorder's) and :func:`iter_ranks` (a folder, a rank at a time); analyse with :func:`check`,
 :func:`report`, :func:`summarize`, :func:`trace_predictions` and :func:`rank_modules`; word a
 ``check`` finding as the command line does with :func:`describe_finding` and
-:func:`describe_side`, and how a rank ended with :func:`rank_ending`; write with
+:func:`describe_side`, why it can give no verdict with :func:`no_verdict`, and how a rank
+ended with :func:`rank_ending`; write with
 :func:`write_output`. The viewer package uses nothing else. Every name loads on first use:
 ``import commdebug`` imports neither torch nor the analyses, so the offline verbs start in
 milliseconds, and torch loads with :class:`CommDebugMode` (recording).
@@ -35,7 +36,7 @@ if TYPE_CHECKING:  # for type checkers; at run time each name loads on first use
     from commdebug.model.dump import from_dump_dict, to_dump_dict
     from commdebug.model.rank_view import RankView
     from commdebug.model.trace import PHASES, CollectiveEvent, Trace
-    from commdebug.render.check import describe_finding, describe_side
+    from commdebug.render.check import describe_finding, describe_side, no_verdict
     from commdebug.render.endings import rank_ending
 
 # name -> module it is loaded from on first use: only recording (CommDebugMode) imports torch, so
@@ -62,6 +63,7 @@ _LAZY = {
     "traffic_path": "commdebug.analysis.traffic",
     "describe_finding": "commdebug.render.check",
     "describe_side": "commdebug.render.check",
+    "no_verdict": "commdebug.render.check",
     "rank_ending": "commdebug.render.endings",
 }
 
@@ -70,7 +72,7 @@ _LAZY = {
 __all__ = ["CommDebugMode", "Trace", "CollectiveEvent", "RankView", "load", "read", "iter_ranks", "to_dump_dict",
            "from_dump_dict", "PHASES", "write_output", "CommDebugError", "DumpError", "__version__", "check", "report",
            "summarize", "trace_predictions", "rank_modules", "traffic_path", "describe_finding", "describe_side",
-           "rank_ending"]
+           "rank_ending", "no_verdict"]
 
 
 def __getattr__(name: str) -> Any:

@@ -296,15 +296,14 @@ def _check(args: argparse.Namespace) -> int:
     from commdebug.analysis.check import check, rank_digest
     from commdebug.formats.folders import dumps_name, find_job
     from commdebug.formats.selection import read_views
-    from commdebug.render.check import render_check
+    from commdebug.render.check import no_verdict, render_check
 
     job = find_job(args.dumps)
     with _meter(args) as meter:
         result = check(read_views(job.files, progress=meter, jobs=args.jobs, digest=rank_digest), job.scope)
-    if not result.compared:  # no verdict at all rather than "consistent" on nothing
-        raise CommDebugError(f"{dumps_name(args.dumps)}: nothing to check: the ranks' collectives name no process group (gloo's "
-                             "torch.profiler traces do not record it), so no call can be paired across ranks; record the "
-                             "job with `commdebug run` (its dumps name their groups; --profile-steps adds the profile)")
+    why = no_verdict(result)
+    if why is not None:  # no verdict at all rather than "consistent" on nothing
+        raise CommDebugError(f"{dumps_name(args.dumps)}: {why}")
     _show(result, render_check, args.json)
     return OK if result.consistent else FOUND
 

@@ -121,7 +121,7 @@ class CommDebugMode(Recorder):
         for (fqn, phase), bucket in self.trace.collectives.items():
             entry = out.setdefault(fqn, {"forward": defaultdict(int), "backward": defaultdict(int)})
             side = entry["backward" if phase in (BACKWARD, CHECKPOINT) else "forward"]
-            for key, (count, _) in bucket.items():
+            for key, (count, *_) in bucket.items():
                 side[_ops.compat_key_packet(key[0])] += count
         return out
 

@@ -474,10 +474,12 @@ ALIAS_SOURCES: tuple[AliasSource, ...] = get_args(AliasSource)
 # names), so keep the ops of the older table first.
 _OPS: dict[str, OpInfo] = {info.op: info for info in (
     OpInfo("all_reduce", torch=("all_reduce_coalesced", "inference_all_reduce"),
-           flight_recorder=("allreduce", "all_reduce", "allreduce_coalesced"), nccl_tests=("all_reduce",),
+           flight_recorder=("allreduce", "all_reduce", "allreduce_coalesced", "all_reduce_coalesced", "sparse_all_reduce"),
+           nccl_tests=("all_reduce",),
            profiler=("allreduce", "allreduce_coalesced"), needs_all=True),
     OpInfo("all_gather", torch=("all_gather_into_tensor", "all_gather_base", "allgather_fn", "all_gather_coalesced"),
-           flight_recorder=("allgather", "all_gather", "_allgather_base", "allgather_into_tensor_coalesced"),
+           flight_recorder=("allgather", "all_gather", "_allgather_base", "_all_gather_base", "allgather_into_tensor_coalesced",
+                            "all_gather_into_tensor_coalesced"),
            nccl_tests=("all_gather",), shape=ShapeRule(whole="output", whole_may_be_list=True),
            profiler=("allgather", "_allgather_base", "allgather_coalesced", "allgather_into_tensor_coalesced"), needs_all=True),
     OpInfo("reduce_scatter", torch=("reduce_scatter_tensor", "reduce_scatter_base", "reduce_scatter_fn"),
@@ -486,13 +488,13 @@ _OPS: dict[str, OpInfo] = {info.op: info for info in (
            profiler=("_reduce_scatter_base", "reduce_scatter_tensor_coalesced"), needs_all=True),
     OpInfo("all_to_all", torch=("all_to_all_single",), flight_recorder=("all_to_all", "alltoall", "alltoall_base"),
            nccl_tests=("alltoall",), shape=ShapeRule(balanced=True), profiler=("alltoall", "alltoall_base"), needs_all=True),
-    OpInfo("broadcast", flight_recorder=("broadcast",), nccl_tests=("broadcast",), profiler=("_broadcast_oop",)),
-    OpInfo("reduce", flight_recorder=("reduce",), nccl_tests=("reduce",), profiler=("_reduce_oop",)),
+    OpInfo("broadcast", flight_recorder=("broadcast", "_broadcast_oop"), nccl_tests=("broadcast",), profiler=("_broadcast_oop",)),
+    OpInfo("reduce", flight_recorder=("reduce", "_reduce_oop"), nccl_tests=("reduce",), profiler=("_reduce_oop",)),
     OpInfo("gather", flight_recorder=("gather",)),
     OpInfo("scatter", flight_recorder=("scatter",)),
     # sendrecv_perf times a send and a receive at once; S is what each rank sends
     OpInfo("send", torch=("isend",), flight_recorder=("send",), nccl_tests=("sendrecv",)),
-    OpInfo("recv", torch=("irecv",), flight_recorder=("recv",)),
+    OpInfo("recv", torch=("irecv",), flight_recorder=("recv", "recvAnySource")),
     OpInfo("batch_p2p"),
     OpInfo("barrier", torch=("monitored_barrier",), flight_recorder=("barrier",), needs_all=True),
 )}

@@ -1,28 +1,46 @@
 """Human-readable figures for text reports: sizes in base 1024 as mpitrace prints them, times,
 bandwidths in GB/s (1e9 bytes/s, as nccl-tests), shares, and sets of ranks as ranges
-(``ranks 0-3,5``). None prints as ``-``."""
+(``ranks 0-3,5``). A time, bandwidth or share of None prints as ``-`` (nothing to show: not
+timed); a size of None as ``?`` (a value the data does not give), and a sum that leaves some
+calls' unknown sizes out says how many (``1.00 KiB (+3 ?)``)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = ["format_bytes", "format_duration", "format_gbps", "format_share", "who", "ranks_text"]
+__all__ = ["format_bytes", "format_known_bytes", "format_duration", "format_gbps", "format_share", "who", "ranks_text",
+           "UNKNOWN"]
+
+UNKNOWN = "?"  # a value the data does not give, in text and on the page (null in JSON)
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 
 
-def format_bytes(n: float) -> str:
-    """A byte count in B, KiB, MiB, GiB or TiB.
+def format_bytes(n: float | None) -> str:
+    """A byte count in B, KiB, MiB, GiB or TiB; ``?`` for a size not known.
 
-    >>> format_bytes(1536)
-    '1.50 KiB'
+    >>> format_bytes(1536), format_bytes(None)
+    ('1.50 KiB', '?')
     """
+    if n is None:
+        return UNKNOWN
     value = float(n)
     for unit in _UNITS:
         if abs(value) < 1024 or unit == _UNITS[-1]:
             return f"{int(value)} B" if unit == "B" else f"{value:.2f} {unit}"
         value /= 1024
     raise AssertionError("unreachable")
+
+
+def format_known_bytes(n: float | None, unknown: int = 0) -> str:
+    """A sum of sizes that leaves out ``unknown`` calls whose size is not known: the figure and
+    how many it leaves out; ``?`` when no size is known (``n`` None).
+
+    >>> format_known_bytes(1536), format_known_bytes(1536, 3), format_known_bytes(None, 3)
+    ('1.50 KiB', '1.50 KiB (+3 ?)', '?')
+    """
+    text = format_bytes(n)
+    return f"{text} (+{unknown} ?)" if unknown and n is not None else text
 
 
 # (unit, seconds per unit), largest first: a duration prints in the first unit it reaches 1 in

@@ -225,3 +225,18 @@ def plain_counts(module_counts) -> dict:
         fqn: {phase: {str(k): v for k, v in ops.items() if v} for phase, ops in phases.items()}
         for fqn, phases in module_counts.items()
     }
+
+
+@pytest.fixture
+def in_process_cli(capsys: pytest.CaptureFixture) -> Callable[..., subprocess.CompletedProcess]:
+    """``commdebug ARGS`` run in this process, for the offline verbs (they start no process
+    group): its exit status, stdout and stderr, as a CompletedProcess, without an interpreter's
+    start per call."""
+    from commdebug.cli import main
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        status = main(list(args))
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(["commdebug", *args], status, out, err)
+
+    return run

@@ -89,6 +89,18 @@ def trace_text(rank: int, world: int, groups: dict[str, tuple[str, list[int]]], 
             + ",\n".join(events) + "\n],\n  \"traceName\": \"synthetic\",\n  \"displayTimeUnit\": \"ms\"\n}\n")
 
 
+def document(events: list[str], rank: int, world: int, groups: dict[str, tuple[str, list[int]]], backend: str = "nccl") -> str:
+    """A trace of ``events`` (as :func:`event` and :func:`launch` write them) in Kineto's layout,
+    with ``distributedInfo`` naming ``groups``."""
+    pg_config = [{"pg_name": n, "pg_desc": d, "backend_config": f"cuda:{backend}", "pg_size": len(r), "ranks": r} for n, (d, r) in groups.items()]
+    info = json.dumps({"backend": backend, "rank": rank, "world_size": world, "pg_count": len(groups), "pg_config": pg_config})
+    return ("{\n  \"schemaVersion\": 1,\n  \"deviceProperties\": [],\n  \"distributedInfo\": " + info + ",\n  \"traceEvents\": [\n"
+            + ",\n".join(events) + "\n],\n  \"traceName\": \"synthetic\",\n  \"displayTimeUnit\": \"ms\"\n}\n")
+
+
+event, launch = _event, _launch  # for tests that lay out their own records
+
+
 def write_trace(path: Path, rank: int, world: int, groups: dict[str, tuple[str, list[int]]], steps: list[tuple[int, float, float]],
                 calls: list[Call], compute: list[tuple[float, float]] = (), seq: bool = True) -> Path:
     text = trace_text(rank, world, groups, steps, calls, compute, seq)

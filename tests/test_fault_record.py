@@ -38,7 +38,8 @@ USUAL_CAUSES = ("its process ended without a final dump and the cause was not re
 
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "commdebug", *args], capture_output=True, text=True, cwd=cwd or ROOT, timeout=120)
+    # this checkout's commdebug, from any working directory
+    return subprocess.run([sys.executable, "-m", "commdebug", *args], capture_output=True, text=True, cwd=cwd or ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
 
 
 def _env() -> dict[str, str]:

@@ -87,7 +87,7 @@ def test_a_node_folder_alone_is_consistent_among_its_ranks_and_names_the_others(
     assert status == 0 and out.startswith(f"commdebug report: 2 ranks of 4 (ranks 0-1 not in {node1}: see the note)")
     rows = json.loads(run(capsys, "report", node1, "--json")[1])
     assert [r["straggler_s"] for r in rows["ranks"]] == [None, None] and rows["notes"][0] == note[len("note: "):]
-    assert any("straggler time unknown ('-') where the ranks not in" in n for n in rows["notes"])
+    assert any("straggler time unknown ('?') where the ranks not in" in n for n in rows["notes"])
     status, out, _ = run(capsys, "summary", node1)
     assert out.startswith("commdebug summary by op: ranks 2-3 of 4 on node1,") and note in out
     frame = json.loads(run(capsys, "watch", node1, "--once", "--json")[1])

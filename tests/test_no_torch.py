@@ -11,6 +11,7 @@ exit that no ``torch`` module was loaded.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -42,7 +43,9 @@ sys.exit(rc)
 
 
 def no_torch(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", NO_TORCH, *args], capture_output=True, text=True, cwd=cwd, timeout=120)
+    # this checkout's commdebug, not an installed one: the subprocess runs from a temporary folder
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    return subprocess.run([sys.executable, "-c", NO_TORCH, *args], capture_output=True, text=True, cwd=cwd, timeout=120, env=env)
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from commdebug.formats.readers import default_jobs, job_files, parse_json
 
 from synthetic import write_rank_dumps
 
+ROOT = Path(__file__).resolve().parents[1]
 RANKS = 16
 
 
@@ -28,7 +30,8 @@ def folder(tmp_path_factory) -> Path:
 
 
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "commdebug", *args], capture_output=True, text=True, cwd=cwd, timeout=180)
+    # this checkout's commdebug, from any working directory
+    return subprocess.run([sys.executable, "-m", "commdebug", *args], capture_output=True, text=True, cwd=cwd, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=180)
 
 
 @pytest.mark.proc

@@ -152,11 +152,11 @@ def test_straggler_time_is_unknown_where_ranks_leaves_out_members_of_a_group(sam
     assert {o["op"]: o["straggler_s"] for o in data["ops"] if o["timed_calls"]} == {"all_reduce": None, "all_gather": None}
     assert data["spread"]["straggler_s"] is None
     [note] = [n for n in data["notes"] if n.startswith("straggler time unknown")]
-    assert note == ("straggler time unknown ('-') where --ranks 0-1 leaves out members of the call's group "
+    assert note == ("straggler time unknown ('?') where --ranks 0-1 leaves out members of the call's group "
                     "(2 groups: default_pg[6], group 1[3]): a call's least latency is over every member")
     text = cli("report", str(same6), "--ranks", "0-1").stdout
     rows = _op_rows(text)
-    assert rows["all_reduce"][-1] == "-" and rows["all_gather"][-1] == "-", text
+    assert rows["all_reduce"][-1] == "?" and rows["all_gather"][-1] == "?", text
     assert f"note: {note}" in text
     # the even ranks are all of their group: its all_gather is known; the all_reduce is not
     data = json.loads(cli("report", str(same6), "--ranks", "0,2,4", "--json").stdout)

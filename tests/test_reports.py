@@ -91,7 +91,7 @@ def test_json_dump_keeps_the_reference_node_format(traced, tmp_path):
     compat = plain_counts(traced.comm_module_counts)["Global"]
     assert fwd == compat["forward"] and bwd == compat["backward"]
     section = root["commdebug"]
-    assert section["schema_version"] == 2 and section["noise_level"] == 2
+    assert section["schema_version"] == 3 and section["noise_level"] == 2
     meta = section["metadata"]
     assert meta["world_size"] == 8 and meta["rank"] == 0 and meta["steps"] == 2
     assert meta["torch_version"] == torch.__version__ and meta["hostname"]

@@ -149,7 +149,7 @@ def test_untimed_summary_says_so(world):
     assert "algbw" not in text and "all_reduce      1" in text.replace("  ", "  ")
     data = summarize(comm.trace, "op").to_dict()
     assert data["rows"] == [{"op": "all_reduce", "calls": 1, "bytes": 32, "timed_calls": 0, "time_s": None, "avg_time_s": None,
-                             "latency_min_s": None, "latency_max_s": None, "algbw_gbps": None, "busbw_gbps": None, "busbw_p50_gbps": None, "busbw_p90_gbps": None, "busbw_p99_gbps": None}]
+                             "latency_min_s": None, "latency_max_s": None, "algbw_gbps": None, "busbw_gbps": None, "busbw_p50_gbps": None, "busbw_p90_gbps": None, "busbw_p99_gbps": None, "unknown_size_calls": 0}]
     assert data["header"]["timing"] == "off" and data["header"]["comm_time_s"] is None
 
 

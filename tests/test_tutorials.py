@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -20,7 +21,9 @@ def test_there_are_tutorials():
 @pytest.mark.proc
 @pytest.mark.parametrize("script", TUTORIALS, ids=lambda p: p.name)
 def test_tutorial_runs_and_its_page_shows_real_output(script):
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    # this checkout's commdebug: a script's own folder, not the working directory, starts sys.path
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=ROOT, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr
     page = script.with_suffix(".md").read_text()
     blocks = re.findall(r"```text\n(.*?)```", page, flags=re.S)

@@ -280,6 +280,7 @@ def _check_data(result: Any) -> dict[str, Any]:
     """``check``'s result as the page lists it (each rank's ending is in its own entry's meta),
     each finding and side with the ``text`` the command line prints for it."""
     data = {k: v for k, v in result.to_dict().items() if k != "rank_summaries"}
+    data["no_verdict"] = commdebug.no_verdict(result)  # the calls name no group: no verdict, as `commdebug check` says
     data["among"] = result.among  # "among ranks 2-3 of 4": a node's folder, the others elsewhere
     for f, d in zip(result.findings, data["findings"], strict=True):
         d["text"] = commdebug.describe_finding(f)
@@ -304,7 +305,8 @@ def heat_data(found: Any) -> dict[str, Any]:
     per metric (``time``, ``bytes``, ``calls``) a rank x step and a rank x op matrix
     (``step_time``, ``op_time``, ...; times in seconds, each the exact sum of the rank's exact
     (step, op) sums, as :func:`exact_floats`), one row per rank in the index's order, null where
-    a rank had no call (or, for time, no timed call), each as distinct rows and a row index per
+    a rank had no call (or, for time, no timed call; for bytes, no call of known size: the calls
+    matrix tells an empty cell from one of unknown figures), each as distinct rows and a row index per
     rank. A timed job whose calls were timed on every member adds ``step_caused``: the wait each
     rank made the others spend where it arrived last (``commdebug check``'s late-rank analysis,
     in seconds, exact; 0 where it never did).
@@ -330,7 +332,8 @@ def heat_data(found: Any) -> dict[str, Any]:
                         if time_row[i] is None:
                             time_row[i] = []
                         time_row[i].append(t)
-                    bytes_row[i] = (bytes_row[i] or 0) + b
+                    if b is not None:  # a (step, op) whose sizes are not known leaves the cell null
+                        bytes_row[i] = (bytes_row[i] or 0) + b
                     calls_row[i] = (calls_row[i] or 0) + c
         for axis in ("step", "op"):
             time_row, bytes_row, calls_row = cols[axis]

@@ -61,6 +61,7 @@ from typing import Any
 
 from commdebug.analysis.alltoall import PairMismatch, SplitPairs
 from commdebug.analysis.check_digest import LastCall, RankDigest, RankSummary, rank_digest
+from commdebug.analysis.died_in import Candidate
 from commdebug.analysis.divergence import (
     UNKNOWN_STEP,
     BranchNotes,
@@ -72,12 +73,12 @@ from commdebug.analysis.divergence import (
     history_words,
     once_note,
 )
+from commdebug.analysis.endings import ended_findings, settle_last_calls
 from commdebug.analysis.findings import Change, Finding, Side, ranks_text, who
 from commdebug.analysis.late import LateRanks
 from commdebug.analysis.late_tally import LateTally
 from commdebug.formats.folders import Dumps, find_job
 from commdebug.formats.selection import read_views
-from commdebug.model.fault import CAUSE_NOT_RECORDED, fault_words
 from commdebug.model.presence import Absence, FolderScope, Placement, absence
 from commdebug.model.rank_view import RankView
 from commdebug.model.trace import CollectiveEvent
@@ -188,9 +189,10 @@ class _Checker:
         self.summaries: list[RankSummary] = []
         self.partial: set[int] = set()  # ranks whose record may lack their last calls: a stream, no final dump
         # (group, src, dst, p2p seq) -> (bytes, call site, step or None)
-        self.sends: dict[tuple[str, int, int, int], tuple[int, int, int | None]] = {}
-        self.recvs: dict[tuple[str, int, int, int], tuple[int, int, int | None]] = {}
+        self.sends: dict[tuple[str, int, int, int], tuple[int | None, int, int | None]] = {}
+        self.recvs: dict[tuple[str, int, int, int], tuple[int | None, int, int | None]] = {}
         self.late = LateTally()
+        self.beyond: dict[int, list[Candidate]] = {}  # rank -> calls others' records show it issued after its own stops
 
     def add(self, view: RankView | RankDigest) -> None:
         """One rank: its :class:`RankDigest` (made here from a view, or by the worker that read it)."""
@@ -288,6 +290,8 @@ class _Checker:
                 g.pairs = SplitPairs(e.group.ranks)
             self._pair_findings(g, g.pairs.add(rank, seq, e.send_splits, e.recv_splits, self.ctxs((e.module, e.source)), step), e)
             return
+        if e.input_bytes is None or e.output_bytes is None:  # sizes not known: no totals to compare
+            return
         totals = g.a2a.setdefault(seq, [0, 0])
         g.a2a_step.setdefault(seq, UNKNOWN_STEP if step is None else step)
         totals[0] += e.input_bytes
@@ -308,7 +312,8 @@ class _Checker:
             self._settle(g)
             self._group_findings(g)
         self._p2p_findings()
-        self.findings[0:0] = _ended(self.summaries)
+        settle_last_calls(self.summaries, self.beyond)  # what the evidence says a rank without a final dump was in
+        self.findings[0:0] = ended_findings(self.summaries)
         away = absence(self.world_size, self.placements, self.scope)
         if away.here:
             self.findings.insert(0, Finding("no_dump", "", None, f"{who(away.here)} of {self.world_size} left no dump",
@@ -361,6 +366,14 @@ class _Checker:
         proven = min(g.completed, last)
         cut = {r: seq for r, seq in g.members.items() if seq < proven}
         self._cut_notes(g, cut, proven)
+        if cut:  # the last call each of them is known to have issued: the call a crashed rank was in, perhaps
+            pos = proven - g.first
+            op, _, _ = self.sigs.values[g.sig[pos]] if 0 <= pos < len(g.sig) and g.sig[pos] >= 0 else (None, None, None)
+            module, source = self.ctxs.values[g.ctx[pos]] if 0 <= pos < len(g.ctx) and g.ctx[pos] >= 0 else (None, None)
+            if op is not None:
+                for r in cut:
+                    self.beyond.setdefault(r, []).append(
+                        Candidate(op, g.label, proven, source, module, self._step(g, proven), g.completed_by))
         reach = {r: max(seq, proven) for r, seq in g.members.items()}
         short = sorted(r for r, seq in reach.items() if seq < last)
         stop = min(reach[r] for r in short) + 1 if short else None  # the first seq some rank is not known to have issued
@@ -524,7 +537,7 @@ class _Checker:
         for key in sorted(set(self.sends) | set(self.recvs), key=lambda k: (k[0], k[1], k[2], k[3])):
             group, src, dst, seq = key
             send, recv = self.sends.get(key), self.recvs.get(key)
-            if send and recv and send[0] == recv[0]:
+            if send and recv and (send[0] == recv[0] or send[0] is None or recv[0] is None):  # a size not known cannot differ
                 continue
             if send and recv:
                 msg = f"group {group}: send #{seq} {src}->{dst} is {format_bytes(send[0])} but the receive is {format_bytes(recv[0])}"
@@ -544,23 +557,6 @@ class _Checker:
 def _records(ranks: list[int]) -> str:
     """"rank 1's record", "the records of ranks 1-2"."""
     return f"{who(ranks)}'s record" if len(ranks) == 1 else f"the records of {who(ranks)}"
-
-
-def _ended(summaries: list[RankSummary]) -> list[Finding]:
-    """The ranks whose process ended without a final dump, known from a fault record (a fatal
-    signal) or from a stream whose process is gone: the run failed, whatever its collectives
-    say. A fatal signal after the final dump (the gloo teardown abort) is a note, not here."""
-    found = []
-    for s in summaries:
-        if s.fault is not None and not s.fault.get("after_final_dump"):
-            found.append(Finding("ended", "", None, f"rank {s.rank} ended by {fault_words(s.fault)}, without a final dump",
-                                 odd_ranks=[s.rank]))
-    gone = [s.rank for s in summaries if s.fault is None and not s.final and s.stream_step is not None and s.stream_alive is False]
-    if gone:
-        whose = "its process" if len(gone) == 1 else "their processes"
-        found.append(Finding("ended", "", None, f"{who(gone)}: {whose} ended without a final dump and {CAUSE_NOT_RECORDED}",
-                             odd_ranks=gone))
-    return found
 
 
 def _append(g: _Group, pos: int, sig: int, ctx: int, step: int, in_flight: bool) -> None:

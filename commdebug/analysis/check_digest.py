@@ -14,6 +14,7 @@ from itertools import compress
 from operator import and_ as _and, gt as _gt
 from typing import Any
 
+from commdebug.analysis.died_in import DiedIn
 from commdebug.analysis.divergence import UNKNOWN_STEP
 from commdebug.analysis.findings import Finding, Side
 from commdebug.analysis.late_digest import LATE_IN_C, Known, LateDigest, late_digest
@@ -37,7 +38,7 @@ from commdebug.model.trace import CollectiveEvent, GroupInfo
 from commdebug.ops import needs_all, shape_rule
 from commdebug.units import format_bytes
 
-__all__ = ["LastCall", "RankSummary", "RankDigest", "rank_digest", "shape_finding", "process_alive"]
+__all__ = ["LastCall", "RankSummary", "RankDigest", "rank_digest", "shape_finding", "process_alive", "completed_seqs"]
 
 
 
@@ -77,6 +78,11 @@ class RankSummary:
     fault: dict[str, Any] | None = None
     # its collectives on no known group (a gloo torch.profiler trace names none): not compared
     ungrouped: int = 0
+    # where its program raised (metadata.raised_at: {"file", "line", "function"}), when it did
+    raised_at: dict[str, Any] | None = None
+    # a rank whose record may lack its last calls (no final dump): the call the evidence says it
+    # was last in (its peers' records, its fault record's line); set by the check over all ranks
+    died_in: DiedIn | None = None
 
     @property
     def final(self) -> bool:
@@ -87,6 +93,7 @@ class RankSummary:
     def to_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
         d["last"] = None if self.last is None else dict(self.last.__dict__)
+        d["died_in"] = None if self.died_in is None else self.died_in.to_dict()
         return d
 
 def _unknown(name: str) -> GroupInfo:
@@ -102,6 +109,8 @@ def shape_finding(rank: int, seq: int, e: CollectiveEvent, step: int | None) -> 
         return None
     whole_shapes = e.output_shapes if rule.whole == "output" else e.input_shapes
     if rule.whole_may_be_list and e.key.startswith("fr:") and len(whole_shapes) != 1:
+        return None
+    if e.input_bytes is None or e.output_bytes is None:  # sizes not known: no rule to break
         return None
     bad = rule.mismatch(e.input_bytes, e.output_bytes, n)
     if bad is None:
@@ -155,8 +164,8 @@ def rank_digest(view: RankView) -> RankDigest:
     kinds = set(ops)
     odd_ops = {op for op in kinds if (r := shape_rule(op)) is not None and r.balanced}
     shapes = set(zip(ops, map(INPUT_BYTES, events), map(OUTPUT_BYTES, events), map(GROUP_SIZE, events), strict=True))
-    suspect = odd_ops | {op for op, i, o, n in shapes if op not in odd_ops and n > 0 and (r := shape_rule(op)) is not None
-                         and r.mismatch(i, o, n) is not None}
+    suspect = odd_ops | {op for op, i, o, n in shapes if op not in odd_ops and n > 0 and i is not None and o is not None
+                         and (r := shape_rule(op)) is not None and r.mismatch(i, o, n) is not None}
     specials: list[Any] = []
     if suspect or None in seqs_all:  # one by one, in call order
         for e, seq, op in zip(events, seqs_all, ops, strict=True):
@@ -210,13 +219,8 @@ def rank_digest(view: RankView) -> RankDigest:
     table = [(c[0], c[3], c[4]) for c in calls] if late_masks is not None and len(known) == len(late_masks) and None not in seqs_all else None
     by_group = set(compress(names, with_seq))
     idle = [(name, info) for name, info in view.groups.items() if name not in by_group and info.ranks and rank in info.ranks]
-    completed = {name: (seq, view.groups.get(name) or _unknown(name)) for name, seq in view.completed.items()}
-    # a dump that flagged its unfinished calls when written; not a stream (which may carry the flag
-    # in its metadata after a hang dump, but flags a call only once it has been unfinished 2 s)
-    if view.metadata.get("unfinished_marked") and not isinstance(view.metadata.get("stream"), dict):
-        for name, seq in _finished(events, seqs_all, ops, names).items():
-            if seq > completed.get(name, (-1, None))[0]:
-                completed[name] = (seq, view.groups.get(name) or _unknown(name))
+    completed = {name: (seq, view.groups.get(name) or _unknown(name))
+                 for name, seq in completed_seqs(view, seqs_all, ops, names).items()}
     notes = list(view.notes)
     fault = view.metadata.get("fault")
     if isinstance(fault, dict) and fault.get("after_final_dump"):  # the gloo teardown abort: a note on a complete dump
@@ -225,6 +229,24 @@ def rank_digest(view: RankView) -> RankDigest:
                        kinds=kinds, starts=False)
     return RankDigest(rank, int(view.metadata.get("world_size") or 0), notes, specials, list(calls), groups,
                       idle, completed, _summary(view, issued), late, placement_of(view.metadata))
+
+
+def completed_seqs(view: RankView, seqs: list[int | None] | None = None, ops: list[str] | None = None,
+                   names: list[str] | None = None) -> dict[str, int]:
+    """Per group, the last sequence number this rank's record shows completed: Flight Recorder's
+    pg_status, or the last finished call of an op that needs every member (so every member issued
+    it and all before it), in a dump that flagged its unfinished calls when written (not a stream,
+    which may carry the flag after a hang dump but flags a call only once it has been unfinished
+    2 s). ``seqs``, ``ops``, ``names``: the events' columns, where already made."""
+    completed = dict(view.completed)
+    if view.metadata.get("unfinished_marked") and not isinstance(view.metadata.get("stream"), dict):
+        events = view.events
+        found = _finished(events, list(map(SEQ, events)) if seqs is None else seqs, list(map(OP, events)) if ops is None else ops,
+                          list(map(GROUP_NAME, events)) if names is None else names)
+        for name, seq in found.items():
+            if seq > completed.get(name, -1):
+                completed[name] = seq
+    return completed
 
 
 def _finished(events: list[CollectiveEvent], seqs: list[int | None], ops: list[str], names: list[str]) -> dict[str, int]:
@@ -261,6 +283,8 @@ def _summary(view: RankView, collectives: int) -> RankSummary:
     summary.ungrouped = sum(1 for e in view.events if e.seq is None and e.group.name == "?" and e.op not in ("send", "recv"))
     fault = view.metadata.get("fault")
     summary.fault = fault if isinstance(fault, dict) else None
+    raised = view.metadata.get("raised_at")
+    summary.raised_at = raised if isinstance(raised, dict) else None
     if isinstance(stream, dict):
         summary.stream_step = int(stream.get("step") or 0)
         summary.stream_torn = bool(stream.get("torn"))

@@ -121,7 +121,7 @@ def _own(trace: Trace, names: dict[str, str], group_of: Any) -> dict[tuple[str, 
             for stat in trace.collective_stats(fqn, phase):
                 key = (phase, stat.key, group_of(stat.group))
                 count, nbytes = mine.get(key, (0, 0))
-                mine[key] = (count + stat.count, nbytes + stat.bytes)
+                mine[key] = (count + stat.count, nbytes + (stat.bytes or 0))  # sizes not known: counts alone differ
     own: dict[tuple[str, str, str, str], tuple[int, int]] = {}
     for fqn, mine in inclusive.items():
         left = {k: list(v) for k, v in mine.items()}

@@ -100,6 +100,7 @@ class _Branch:
 class _History:
     first: int  # the rank's first step on the group
     novel: dict[int, tuple[int, int]] | None  # step -> (its call sites, its previous step's), for steps unlike every earlier one
+    last: int = UNKNOWN_STEP  # the rank's last step on the group: its record ends in it
 
 
 @dataclass
@@ -219,7 +220,9 @@ class GroupSites:
                 alike.setdefault((step, *novel[step]), []).append(r)
         out: list[Change] = []
         for (step, now, before), rs in sorted(alike.items(), key=lambda kv: kv[1][0]):
-            out.extend(_how(sorted(rs), step, patterns.values[now], patterns.values[before], ctxs.values))
+            # a step its record ends in: the calls after its last one were not reached, not skipped
+            ended = all(self.history[r].last == step for r in rs)
+            out.extend(_how(sorted(rs), step, patterns.values[now], patterns.values[before], ctxs.values, ended))
         return out
 
     def _own(self, rank: int, since: int | None, step: int | None) -> tuple[str, int | None]:
@@ -262,7 +265,7 @@ def _history(steps: list[int], ctxs: list[int], patterns: Interner) -> _History:
                 novel.setdefault(step, (pid, prev))
         seen.add(pid)
         prev = pid
-    return _History(steps[0], novel or None)
+    return _History(steps[0], novel or None, steps[-1])
 
 
 def _parting(seqs: list[int], steps: list[int], ctxs: list[int], sigs: list[int], ref_ctx: array,
@@ -303,15 +306,17 @@ def _parting(seqs: list[int], steps: list[int], ctxs: list[int], sigs: list[int]
 
 
 def _how(ranks: list[int], step: int, now: tuple[int, ...], before: tuple[int, ...],
-         sites: Sequence[tuple[str | None, str | None]]) -> list[Change]:
-    """The first two differences of a step's call sites from the previous step's."""
+         sites: Sequence[tuple[str | None, str | None]], ended: bool = False) -> list[Change]:
+    """The first two differences of a step's call sites from the previous step's. ``ended``: the
+    ranks' records end in this step, so the previous step's calls after their last one were never
+    reached (``not_reached``), where a call missing before their last one was ``skipped``."""
     out: list[Change] = []
     for tag, i1, i2, j1, j2 in SequenceMatcher(None, before, now, autojunk=False).get_opcodes():
         if tag == "equal":
             continue
         if tag == "delete":
             module, source = sites[before[i1]]
-            out.append(Change(ranks, step, "skipped", module, source, i2 - i1))
+            out.append(Change(ranks, step, "not_reached" if ended and j1 == len(now) else "skipped", module, source, i2 - i1))
         elif tag == "insert":
             module, source = sites[now[j1]]
             out.append(Change(ranks, step, "extra", module, source, j2 - j1))
@@ -337,6 +342,8 @@ def _action(c: Change) -> str:
     more = f" and {c.count - 1} more after it" if c.count > 1 else ""
     if c.kind == "skipped":
         return f"skipped the call at {site(c.module, c.source)}{more}"
+    if c.kind == "not_reached":  # after its last recorded call, in the step its record ends in
+        return f"never reached the call at {site(c.module, c.source)}{more}, its record ending before it"
     if c.kind == "extra":
         return f"issued an extra call at {site(c.module, c.source)}{more}"
     return f"called from {site(c.module, c.source)} where its previous step called from {site(c.instead_module, c.instead_source)}"

@@ -36,7 +36,8 @@ class Side:
 @dataclass
 class Change:
     """How `ranks`' step `step` on a group differs from their previous step there: a call
-    ``skipped``, an ``extra`` one, or one ``replaced`` by a call from another site. `module` and
+    ``skipped``, an ``extra`` one, one ``replaced`` by a call from another site, or, after their
+    last call in the step their record ends in, one ``not_reached``. `module` and
     `source` name the call skipped, added or put in (the first of `count`); `instead_module` and
     `instead_source` what the previous step called there (``replaced`` only)."""
 

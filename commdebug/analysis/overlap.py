@@ -49,7 +49,8 @@ if TYPE_CHECKING:
 __all__ = ["BY", "RankOverlap", "OverlapRow", "Overlap", "RankShare", "rank_overlap", "overlap", "overlap_path",
            "step_rows", "call_times", "split_waits", "union", "intersection_length"]
 
-UNATTRIBUTED = "?"  # the key of communication the trace ties to no collective
+# the key of communication the trace ties to no collective (a word: "?" stands for a value not known)
+UNATTRIBUTED = "unattributed"
 # grouping -> (needs the joined dump, key of one call)
 BY: dict[str, tuple[bool, Callable[[CollectiveEvent], Any]]] = {
     "op": (False, lambda e: e.op),

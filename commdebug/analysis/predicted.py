@@ -201,7 +201,7 @@ def compare_measured(job: TimedJob, cluster: Any = None, *, by: Iterable[str] = 
         e = call.event
         for row in [total] + [_row(tables[b], BY[b], e) for b in groupings]:
             row.calls += 1
-            row.bytes += e.size_bytes
+            row.bytes += e.size_bytes or 0  # predicted calls have a known size (alpha_beta skips the others)
             row.measured_s += call.seconds
             row.predicted_s += s
     ordered = {b: sorted(rows.values(), key=_compare_order(b)) for b, rows in tables.items()}

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from commdebug.analysis.check import CheckResult, check
+from commdebug.analysis.check_digest import process_alive
 from commdebug.analysis.overlap import OverlapRow, call_times, split_waits, step_rows
 from commdebug.analysis.overlap_wait import CallTimes, Pieces, WaitInputs, least_lengths
 from commdebug.analysis.traffic import ImbalanceTally, PeerTally, Traffic
@@ -35,7 +36,7 @@ from commdebug.formats.readers import read_all
 from commdebug.formats.selection import ALL, Selection
 from commdebug.model.fault import ending_note
 from commdebug.model.rank_view import RankView
-from commdebug.model.trace import GLOBAL, PHASES, Trace
+from commdebug.model.trace import GLOBAL, PHASES, Trace, known_bytes
 
 __all__ = ["ModuleTree", "StepOps", "RankModules", "FolderModules", "rank_modules", "step_ops"]
 
@@ -66,11 +67,11 @@ class ModuleTree:
 class StepOps:
     """One rank's calls, bytes and timed seconds per (step, op), in (step, op) order: column
     tuples of one value per key. ``seconds`` is None for an untimed rank, and holds None where
-    no call of that key was timed."""
+    no call of that key was timed; ``bytes`` holds None where no call's size is known."""
 
     keys: tuple[tuple[int, str], ...]
     calls: tuple[int, ...]
-    bytes: tuple[int, ...]
+    bytes: tuple[int | None, ...]
     seconds: tuple[float | None, ...] | None  # exact sums (math.fsum) of the latencies
 
 
@@ -89,9 +90,12 @@ def step_ops(events: Iterable[Any], steps: Selection = ALL, one: Callable[[list]
         key = (e.step, e.op)
         a = acc.get(key)
         if a is None:
-            a = acc[key] = [0, 0, []]
+            a = acc[key] = [0, 0, [], 0]
         a[0] += 1
-        a[1] += e.size_bytes
+        if e.size_bytes is None:  # not known: counted apart, never as 0 bytes
+            a[3] += 1
+        else:
+            a[1] += e.size_bytes
         lat = e.latency_s
         if lat is not None and math.isfinite(lat):  # untimed, NaN or infinite: no time
             a[2].append(lat)
@@ -99,7 +103,7 @@ def step_ops(events: Iterable[Any], steps: Selection = ALL, one: Callable[[list]
     keys = sorted(acc)
     rows = [acc[k] for k in keys]
     seconds = one([math.fsum(r[2]) if r[2] else None for r in rows]) if timed else None
-    return StepOps(one(keys), one([r[0] for r in rows]), one([r[1] for r in rows]), seconds)
+    return StepOps(one(keys), one([r[0] for r in rows]), one([known_bytes(r[1], r[3], r[0]) for r in rows]), seconds)
 
 
 @dataclass
@@ -232,7 +236,7 @@ def rank_modules(folder: Dumps, *, ranks: Selection = ALL, steps: Selection = AL
                             waits.rows = [p for o, p in zip(numbers.overlap, waits.rows, strict=True) if o.key in steps]
                         numbers.overlap = [o for o in numbers.overlap if o.key in steps]
                     found.append(numbers)
-                ending = ending_note(data.metadata)
+                ending = ending_note(data.metadata, process_alive(data.metadata) if data.metadata.get("ended_by") in (None, "hang") else None)
                 if ending is not None:  # a fatal signal, or no final dump: said on the page with the rank
                     found[-1].notes.append(ending)
                 tally(rank, data.events, ops)
@@ -242,7 +246,10 @@ def rank_modules(folder: Dumps, *, ranks: Selection = ALL, steps: Selection = AL
             if isinstance(data, RankView):
                 yield data
             else:
-                yield RankView(rank, path, dict(data.metadata), dict(data.groups), list(data.events), notes=_notes(data))
+                # a trace read from a torch.profiler file says so: the check words what it lacks by its format
+                source = "torch-profiler" if data.metadata.get("format") == "torch-profiler" else "commdebug"
+                yield RankView(rank, path, dict(data.metadata), dict(data.groups), list(data.events), source_format=source,
+                               notes=_notes(data))
 
     result = check(views(), job.scope)
     if not found and left_out:
@@ -288,12 +295,14 @@ def _numbers(trace: Trace, path: Path, tree: ModuleTree, one: Any) -> RankModule
     nbytes: list[int | None] = [None] * n
     for fqn, _ in trace.walk():
         i = tree.index(fqn)
-        total = 0
+        total = calls = unknown = 0
         for k, phase in enumerate(PHASES):
             c, b = trace.phase_totals(fqn, phase)
             counts[len(PHASES) * i + k] = c
-            total += b
-        nbytes[i] = total if trace.bytes_recorded else None
+            total += b or 0
+            calls += c
+            unknown += trace.unknown_sizes(fqn, phase)
+        nbytes[i] = known_bytes(total, unknown, calls) if trace.bytes_recorded else None
     seconds: list[float | None] | None = None
     if any(e.latency_s for e in trace.events):
         acc: list[list[float]] = [[] for _ in range(n)]

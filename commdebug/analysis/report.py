@@ -40,17 +40,20 @@ from operator import and_ as _and, gt as _gt, mul as _mul
 from typing import Any
 
 from commdebug.analysis.check import who
+from commdebug.analysis.check_digest import process_alive
 from commdebug.analysis.late import GapOps, LateRanks, LateThreshold
 from commdebug.analysis.late_digest import Known, LateDigest, late_digest, step_medians, step_times
 from commdebug.analysis.late_tally import LateTally
+from commdebug.analysis.shares import share_base
 from commdebug.analysis.traffic import Imbalance, ImbalanceTally
 from commdebug.formats.folders import Dumps, find_job
 from commdebug.formats.selection import read_views
+from commdebug.model.aggregates import older_of
 from commdebug.model.columns import BUSBW, GROUP_NAME, IS_NOT_NONE, LATENCY, OP, SEQ, SIZE, STEP
 from commdebug.model.fault import ending_note
 from commdebug.model.presence import Absence, FolderScope, Placement, absence, placement_of
 from commdebug.model.rank_view import RankView
-from commdebug.model.trace import CollectiveEvent, GroupInfo
+from commdebug.model.trace import CollectiveEvent, GroupInfo, known_bytes
 
 __all__ = ["RankStats", "StepExcess", "OpStats", "Deviation", "Report", "RankDigest", "report", "report_path", "rank_digest", "DEVIATION_FIGURES",
            "WORST_STEPS"]
@@ -77,18 +80,22 @@ class RankStats:
     rank: int
     host: str | None
     collectives: int = 0
-    bytes: int = 0
+    bytes: int | None = 0  # of the calls whose size is known; None when none is
+    unknown_size: int = 0  # calls whose size is not known (a trace without shapes)
     timed: int = 0
     comm_time_s: float | None = None
     elapsed_s: float | None = None
     recorded_s: float | None = None
+    share_time_s: float | None = None  # the time its share is over: the steps its calls were timed in (commdebug.analysis.shares)
     straggler_s: float | None = None
+    # timed calls on no known group (a trace that records none): no other rank's call pairs with them
+    timed_without_group: int = 0
     worst_steps: list[StepExcess] = field(default_factory=list)  # worst first, at most WORST_STEPS
     caused_wait_s: float | None = None  # the wait it made the others spend, where it arrived last
 
     @property
     def share(self) -> float | None:
-        return self.comm_time_s / self.recorded_s if self.comm_time_s is not None and self.recorded_s else None
+        return self.comm_time_s / self.share_time_s if self.comm_time_s is not None and self.share_time_s else None
 
     def to_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -101,27 +108,40 @@ class RankStats:
 class OpStats:
     op: str
     calls: int = 0
-    bytes: int = 0
+    bytes: int = 0  # of the calls whose size is known
+    unknown_size: int = 0  # calls whose size is not known: not in bytes or the bandwidths
     timed: int = 0
     time_s: float = 0.0
-    bus_bytes: float = 0.0  # sum of S x factor over timed calls
+    bus_bytes: float = 0.0  # sum of S x factor over timed calls whose size and factor are known
     timed_bytes: int = 0
-    straggler_s: float | None = 0.0  # None: unknown (--ranks left out members of a group it ran on)
+    sized_s: float = 0.0  # time of the timed calls whose size is known
+    bus_s: float = 0.0  # time of those whose busbw factor is known too
+    # None: unknown (--ranks left out members of a group it ran on, or its calls name no group to pair them by)
+    straggler_s: float | None = None
 
     @property
     def algbw_gbps(self) -> float | None:
-        return self.timed_bytes / self.time_s / 1e9 if self.time_s > 0 else None
+        return self.timed_bytes / self.sized_s / 1e9 if self.sized_s > 0 else None
 
     @property
     def busbw_gbps(self) -> float | None:
-        return self.bus_bytes / self.time_s / 1e9 if self.time_s > 0 else None
+        return self.bus_bytes / self.bus_s / 1e9 if self.bus_s > 0 else None
+
+    @property
+    def known_bytes(self) -> int | None:
+        """Its bytes, None when no call's size is known."""
+        return known_bytes(self.bytes, self.unknown_size, self.calls)
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "op": self.op, "calls": self.calls, "bytes": self.bytes, "timed_calls": self.timed,
+            "op": self.op, "calls": self.calls, "bytes": self.known_bytes, "unknown_size_calls": self.unknown_size, "timed_calls": self.timed,
             "time_s": self.time_s if self.timed else None, "algbw_gbps": self.algbw_gbps,
             "busbw_gbps": self.busbw_gbps, "straggler_s": self.straggler_s if self.timed else None,
         }
+
+
+# the figures of an op's row that add up over ranks
+_OP_SUMS = ("calls", "bytes", "unknown_size", "timed", "time_s", "timed_bytes", "bus_bytes", "sized_s", "bus_s")
 
 
 @dataclass(frozen=True)
@@ -146,6 +166,7 @@ class Report:
     imbalance: list[Imbalance] = field(default_factory=list)  # all_to_all, worst first
     late: LateRanks | None = None  # who made the others wait
     absence: Absence | None = None  # the job's ranks not in the files read (a node's folder)
+    unpaired: int = 0  # timed calls that name no group: no call of another rank pairs with them
 
     def spread(self, attribute: str) -> dict[str, Any] | None:
         """min / median / max of a per-rank figure, with the ranks holding min and max."""
@@ -244,21 +265,33 @@ def rank_digest(view: RankView) -> RankDigest:
     lats = list(map(LATENCY, events))
     timed = list(map(IS_NOT_NONE, lats))
     all_timed = all(timed)
-    s.collectives, s.bytes = len(events), sum(sizes)
+    s.unknown_size = sizes.count(None)
+    s.collectives, s.bytes = len(events), known_bytes(sum(v for v in sizes if v is not None), s.unknown_size, len(events))
     s.timed = len(events) if all_timed else sum(timed)
     t_lats = lats if all_timed else list(compress(lats, timed))
     ops: list[OpStats] = []
     kinds = dict.fromkeys(ops_col)
     for op in kinds:  # first call first
         mine = list(map(op.__eq__, ops_col))
-        o = OpStats(op, mine.count(True), sum(compress(sizes, mine)))
+        own_sizes = list(compress(sizes, mine))
+        o = OpStats(op, mine.count(True), sum(v for v in own_sizes if v is not None), own_sizes.count(None))
         if not all_timed:
             mine = list(map(_and, mine, timed))
         o.timed = mine.count(True)
         if o.timed:
             o.time_s = sum(compress(lats, mine))
-            o.timed_bytes = sum(compress(sizes, mine))
-            o.bus_bytes = sum(map(_mul, compress(sizes, mine), compress(map(BUSBW, events), mine)))
+            if not o.unknown_size and None not in map(BUSBW, compress(events, mine)):  # the usual case, in C
+                o.timed_bytes = sum(compress(sizes, mine))
+                o.bus_bytes = sum(map(_mul, compress(sizes, mine), compress(map(BUSBW, events), mine)))
+                o.sized_s = o.bus_s = o.time_s
+            else:  # sizes or group sizes not known: each bandwidth over the calls it can divide
+                for e in compress(events, mine):
+                    if e.size_bytes is not None and e.latency_s is not None:
+                        o.timed_bytes += e.size_bytes
+                        o.sized_s += e.latency_s
+                        if e.busbw_factor is not None:
+                            o.bus_bytes += e.size_bytes * e.busbw_factor
+                            o.bus_s += e.latency_s
         ops.append(o)
     times = (array("q"), array("d"))
     t_steps: list[int] | None = None
@@ -272,6 +305,8 @@ def rank_digest(view: RankView) -> RankDigest:
     op_ids: dict[str, int] = {}
     seqs = list(map(SEQ, events))
     pairable = list(map(_and, timed, map(IS_NOT_NONE, seqs)))
+    s.timed_without_group = sum(1 for e, ok in zip(events, timed, strict=True)
+                                if ok and e.seq is None and e.op not in ("send", "recv") and e.group.name == "?")
     names: list[str] | None = None
     masks: dict[str, list[bool]] = {}  # group -> which calls are its pairable ones
     if any(pairable):
@@ -293,7 +328,11 @@ def rank_digest(view: RankView) -> RankDigest:
                 infos[name] = view.groups[name]
     a2a = [e for e in events if e.op == "all_to_all" and e.seq is not None] if "all_to_all" in ops_col else []
     notes = list(view.notes)
-    ending = ending_note(meta)  # a fatal signal, or no final dump: how the rank's process ended, as far as known
+    base = share_base(events, meta, view.profile, older.steps if (older := older_of(view)) is not None else None)
+    s.share_time_s = base.seconds
+    notes += [base.note()] if s.timed and base.partial else []
+    # a fatal signal, or no final dump: how the rank's process ended, as far as known (as check says it)
+    ending = ending_note(meta, process_alive(meta) if meta.get("ended_by") in (None, "hang") else None)
     if ending is not None:
         notes.append(ending)
     return RankDigest(s, ops, times[0], times[1], notes, paired, list(op_ids), paired_sums, infos, a2a,
@@ -340,12 +379,8 @@ def report(ranks: Iterable[RankView | RankDigest], *, chosen: str = "all", late_
             if o is None:
                 ops[mine.op] = mine
                 continue
-            o.calls += mine.calls
-            o.bytes += mine.bytes
-            o.timed += mine.timed
-            o.time_s += mine.time_s
-            o.timed_bytes += mine.timed_bytes
-            o.bus_bytes += mine.bus_bytes
+            for name in _OP_SUMS:
+                setattr(o, name, getattr(o, name) + getattr(mine, name))
         stragglers.add_rank(s.rank, d)
         late.add(d.late)
         if s.timed:
@@ -368,6 +403,7 @@ def report(ranks: Iterable[RankView | RankDigest], *, chosen: str = "all", late_
                 s.caused_wait_s = found.caused_by_rank.get(s.rank, 0.0)
     stats.sort(key=lambda r: r.rank)
     op_rows = sorted(ops.values(), key=lambda o: (-o.time_s, -o.bytes, o.op))
+    unpaired = sum(s.timed_without_group for s in stats)
     lines = [f"{who(rs)}: {n}" for n, rs in notes.items()]
     said = None if away is None else away.note()
     if said is not None:
@@ -375,10 +411,13 @@ def report(ranks: Iterable[RankView | RankDigest], *, chosen: str = "all", late_
     if unknown:
         labels = sorted({stragglers.labels.get(name, f"group {name}") for name in unknown})
         why = f"--ranks {chosen} leaves" if said is None else f"the ranks not in {away.scope.where() if away and away.scope else 'the dumps read'} leave"
-        lines.append(f"straggler time unknown ('-') where {why} out members of the call's group "
+        lines.append(f"straggler time unknown ('?') where {why} out members of the call's group "
                      f"({_count(unknown, 'group')}: {', '.join(labels[:3])}{', ...' if len(labels) > 3 else ''}): "
                      "a call's least latency is over every member")
-    return Report(stats, op_rows, any(r.timed for r in stats), lines, a2a.rows(), found, away)
+    if unpaired:
+        lines.append(f"straggler time unknown ('?') for {_count(range(unpaired), 'timed call')} that name no process group "
+                     "(the traces record none): a call is paired across ranks by its group and sequence number")
+    return Report(stats, op_rows, any(r.timed for r in stats), lines, a2a.rows(), found, away, unpaired)
 
 
 def _count(items: Iterable[Any], word: str) -> str:

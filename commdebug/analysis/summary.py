@@ -13,17 +13,19 @@ percentiles of the per-call busbw (linear interpolation).
 from __future__ import annotations
 
 import itertools
-import math
 import statistics
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from commdebug.analysis.quantiles import Binned, Exact
+from commdebug.analysis.shares import share_base
 from commdebug.errors import CommDebugError, DumpError
 from commdebug.model.aggregates import older_of
+from commdebug.model.columns import SIZE
 from commdebug.model.presence import Placement, absence, placement_of
-from commdebug.model.trace import CollectiveEvent, Trace
+from commdebug.model.trace import CollectiveEvent, Trace, known_bytes
 
 if TYPE_CHECKING:
     from commdebug.formats.folders import Dumps
@@ -51,97 +53,32 @@ def parse_by(by: str) -> str:
     return key
 
 
-def size_bin(size: int) -> tuple[int, int]:
+def size_bin(size: int | None) -> tuple[int, int] | None:
     """The mpitrace-style power-of-two bin ``[lo, hi)`` of a message size in bytes; ``(0, 0)``
-    for empty messages (a barrier's).
+    for empty messages (a barrier's); None for a size not known, a row of its own.
 
-    >>> size_bin(3000)
-    (2048, 4096)
+    >>> size_bin(3000), size_bin(None)
+    ((2048, 4096), None)
     """
+    if size is None:
+        return None
     if size <= 0:
         return (0, 0)
     lo = 1 << (size.bit_length() - 1)
     return (lo, lo * 2)
 
 
-_QUANTILES = (0.50, 0.90, 0.99)
-
-
-def _percentile(nth: Callable[[int], float], n: int, q: float) -> float | None:
-    """The ``q`` quantile of ``n`` values in order, ``nth(i)`` giving the i-th (linear
-    interpolation, as numpy's default)."""
-    if n == 0:
-        return None
-    pos = (n - 1) * q
-    lo = int(pos)
-    low = nth(lo)
-    return low + (nth(min(lo + 1, n - 1)) - low) * (pos - lo)
-
-
-class _Exact:
-    """Every per-call busbw of a row: exact percentiles, for one rank's calls."""
-
-    __slots__ = ("values",)
-
-    def __init__(self) -> None:
-        self.values: list[float] = []
-
-    def add(self, value: float) -> None:
-        self.values.append(value)
-
-    def percentiles(self) -> list[float | None]:
-        self.values.sort()
-        return [_percentile(self.values.__getitem__, len(self.values), q) for q in _QUANTILES]
-
-
-class _Binned:
-    """Per-call busbw of a whole job, in bins 2^(1/256) wide (0.27%) that keep their count and
-    sum: memory then grows with how spread the bandwidths are, never with the number of calls or
-    ranks. A value is read as its bin's mean, so a percentile is exact where the calls of a bin
-    agree, and otherwise within 0.27% of the exact figure."""
-
-    STEPS = 256  # bins per doubling
-    _ZERO = -(1 << 62)  # busbw 0 (a barrier's) has no logarithm: a bin below all others
-
-    __slots__ = ("bins", "n")
-
-    def __init__(self) -> None:
-        self.bins: dict[int, list[float]] = {}  # bin -> [count, sum]
-        self.n = 0
-
-    def add(self, value: float) -> None:
-        b = math.floor(math.log2(value) * self.STEPS) if value > 0 else self._ZERO
-        cell = self.bins.get(b)
-        if cell is None:
-            self.bins[b] = [1, value]
-        else:
-            cell[0] += 1
-            cell[1] += value
-        self.n += 1
-
-    def percentiles(self) -> list[float | None]:
-        cells = [self.bins[b] for b in sorted(self.bins)]
-
-        def nth(i: int) -> float:
-            seen = 0.0
-            for count, total in cells:
-                seen += count
-                if i < seen:
-                    return total / count
-            raise IndexError(i)
-
-        return [_percentile(nth, self.n, q) for q in _QUANTILES]
-
-
 class _Tally:
     """What one row adds up as its calls come in."""
 
-    __slots__ = ("calls", "bytes", "timed", "time_s", "timed_bytes", "bus_bytes", "latency_min", "latency_max",
-                 "busbws", "predicted", "pred_s", "pred_bus")
+    __slots__ = ("calls", "bytes", "unknown", "timed", "time_s", "timed_bytes", "sized_s", "bus_bytes", "bus_s",
+                 "latency_min", "latency_max", "busbws", "predicted", "pred_s", "pred_bus")
 
-    def __init__(self, busbws: _Exact | _Binned) -> None:
-        self.calls = self.bytes = self.timed = self.timed_bytes = 0
-        self.time_s = self.bus_bytes = self.pred_s = self.pred_bus = 0.0
+    def __init__(self, busbws: Exact | Binned) -> None:
+        self.calls = self.bytes = self.unknown = self.timed = self.timed_bytes = 0
+        # a bandwidth is bytes over the time of the calls whose bytes it sums: sized_s, the timed
+        # calls of known size; bus_s, those whose busbw factor is known too
+        self.time_s = self.bus_bytes = self.pred_s = self.pred_bus = self.sized_s = self.bus_s = 0.0
         self.latency_min: float | None = None
         self.latency_max: float | None = None
         self.busbws = busbws
@@ -149,18 +86,26 @@ class _Tally:
 
     def add(self, e: CollectiveEvent, predicted_s: float | None) -> None:
         self.calls += 1
-        self.bytes += e.size_bytes
-        if predicted_s is not None:
+        size, factor = e.size_bytes, e.busbw_factor
+        if size is None:
+            self.unknown += 1
+        else:
+            self.bytes += size
+        if predicted_s is not None and size is not None:  # a prediction needs the size
             self.predicted = True
             self.pred_s += predicted_s
-            self.pred_bus += e.size_bytes * e.busbw_factor
+            self.pred_bus += size * (factor if factor is not None else 1.0)
         latency = e.latency_s
         if latency is None:
             return
         self.timed += 1
         self.time_s += latency
-        self.timed_bytes += e.size_bytes
-        self.bus_bytes += e.size_bytes * e.busbw_factor
+        if size is not None:
+            self.timed_bytes += size
+            self.sized_s += latency
+            if factor is not None:
+                self.bus_bytes += size * factor
+                self.bus_s += latency
         if self.latency_min is None or latency < self.latency_min:
             self.latency_min = latency
         if self.latency_max is None or latency > self.latency_max:
@@ -169,31 +114,40 @@ class _Tally:
         if busbw is not None:
             self.busbws.add(busbw)
 
-    def add_totals(self, calls: int, nbytes: int, timed: int = 0, time_s: float = 0.0, timed_bytes: int = 0,
+    def add_totals(self, calls: int, nbytes: int | None, timed: int = 0, time_s: float = 0.0, timed_bytes: int = 0,
                    bus_bytes: float = 0.0, latency_min: float | None = None, latency_max: float | None = None) -> None:
-        """Calls known only by their totals (older steps of a ``keep_steps`` run): no percentiles."""
+        """Calls known only by their totals (older steps of a ``keep_steps`` run): no
+        percentiles; ``nbytes`` None: their size is not known."""
         self.calls += calls
-        self.bytes += nbytes
+        if nbytes is None:
+            self.unknown += calls
+        else:
+            self.bytes += nbytes
         if not timed:
             return
         self.timed += timed
         self.time_s += time_s
-        self.timed_bytes += timed_bytes
-        self.bus_bytes += bus_bytes
+        if nbytes is not None:
+            self.timed_bytes += timed_bytes
+            self.bus_bytes += bus_bytes
+            self.sized_s += time_s
+            self.bus_s += time_s
         if latency_min is not None and (self.latency_min is None or latency_min < self.latency_min):
             self.latency_min = latency_min
         if latency_max is not None and (self.latency_max is None or latency_max > self.latency_max):
             self.latency_max = latency_max
 
     def row(self, key: dict[str, Any]) -> SummaryRow:
-        row = SummaryRow(key, calls=self.calls, bytes=self.bytes, timed_calls=self.timed)
+        row = SummaryRow(key, calls=self.calls, bytes=known_bytes(self.bytes, self.unknown, self.calls), timed_calls=self.timed,
+                         unknown_size_calls=self.unknown)
         if self.timed:
             t = self.time_s
             row.time_s, row.avg_time_s = t, t / self.timed
             row.latency_min_s, row.latency_max_s = self.latency_min, self.latency_max
-            if t > 0:
-                row.algbw_gbps = self.timed_bytes / t / 1e9
-                row.busbw_gbps = self.bus_bytes / t / 1e9
+            if self.sized_s > 0:
+                row.algbw_gbps = self.timed_bytes / self.sized_s / 1e9
+            if self.bus_s > 0:
+                row.busbw_gbps = self.bus_bytes / self.bus_s / 1e9
             row.busbw_p50_gbps, row.busbw_p90_gbps, row.busbw_p99_gbps = self.busbws.percentiles()
         if self.predicted:
             row.predicted_s = self.pred_s
@@ -239,7 +193,7 @@ class SummaryRow:
 
     key: dict[str, Any]
     calls: int = 0
-    bytes: int = 0
+    bytes: int | None = 0  # the known sizes' sum; None when no call's size is known
     timed_calls: int = 0
     time_s: float | None = None
     avg_time_s: float | None = None
@@ -253,6 +207,8 @@ class SummaryRow:
     # predicted on a target cluster (commdebug.estimate), never mixed with the measured ones
     predicted_s: float | None = None
     predicted_busbw_gbps: float | None = None
+    # calls whose size is not known (a trace recorded without shapes): left out of bytes and bandwidths
+    unknown_size_calls: int = 0
     per_rank: RankSpread | None = None
 
     def to_dict(self, predicted: bool = True) -> dict[str, Any]:
@@ -298,7 +254,8 @@ def _keyed(trace: Trace, key_of: Callable[[CollectiveEvent], tuple], cluster: An
 
 def _older_rows(trace: Trace, by: str) -> Iterator[tuple[tuple, list]]:
     """(row key, totals) of the calls a trace keeps as totals only (``keep_steps``): per step
-    [calls, bytes, timed, seconds], else [calls, bytes, timed, seconds, timed bytes, bus bytes, min, max]."""
+    [calls, bytes, timed, seconds], else [calls, bytes, timed, seconds, timed bytes, bus bytes, min, max]
+    (bytes None where their size is not known)."""
     older = older_of(trace)
     if older is None:
         return
@@ -307,6 +264,8 @@ def _older_rows(trace: Trace, by: str) -> Iterator[tuple[tuple, list]]:
             yield (step,), totals
         return
     for (module, phase, _key, op, group, size), totals in older.rows.items():
+        if size is None:
+            totals = [totals[0], None, *totals[2:]]
         yield {"op": (op,), "op,size": (op, size), "op,bin": (op, size_bin(size)), "module": (module,),
                "group": (trace.group(group).label,), "phase": (phase,)}[by], totals
 
@@ -327,12 +286,12 @@ def summarize(trace: Trace, by: str = "op", cluster: Any = None, ranks_per_node:
     for key, event, seconds in calls:
         tally = tallies.get(key)
         if tally is None:
-            tally = tallies[key] = _Tally(_Exact())
+            tally = tallies[key] = _Tally(Exact())
         tally.add(event, seconds)
     for key, totals in _older_rows(trace, by):
         tally = tallies.get(key)
         if tally is None:
-            tally = tallies[key] = _Tally(_Exact())
+            tally = tallies[key] = _Tally(Exact())
         tally.add_totals(*totals)
     rows = sorted((t.row(dict(zip(columns, key, strict=True))) for key, t in tallies.items()), key=_order(by))
     header = _header(trace)
@@ -346,7 +305,7 @@ def summarize_ranks(traces: Iterable[Trace], by: str = "op", cluster: Any = None
     """One summary over the traces of a job's ranks, taken one at a time (one trace in memory,
     whatever the number of ranks). Rows add up every rank's calls; each row's ``per_rank`` says how
     it varies across ranks. A trace's rank is its ``metadata.rank``, else its place in ``traces``.
-    Percentiles come from bins 0.27% wide (see :class:`_Binned`), not from every call.
+    Percentiles come from bins 0.27% wide (see :class:`Binned`), not from every call.
 
     >>> s = summarize_ranks(commdebug.load(f) for f in job_files("traces/"))   # doctest: +SKIP
     >>> s.rows[0].per_rank.slowest_rank                                            # doctest: +SKIP
@@ -365,7 +324,7 @@ def summarize_ranks(traces: Iterable[Trace], by: str = "op", cluster: Any = None
         for key, event, seconds in calls:
             tally = tallies.get(key)
             if tally is None:
-                tally = tallies[key] = _Tally(_Binned())
+                tally = tallies[key] = _Tally(Binned())
             tally.add(event, seconds)
             mine = per_rank.setdefault(key, {}).setdefault(rank, [0, None])
             mine[0] += 1
@@ -374,7 +333,7 @@ def summarize_ranks(traces: Iterable[Trace], by: str = "op", cluster: Any = None
         for key, totals in _older_rows(trace, by):
             tally = tallies.get(key)
             if tally is None:
-                tally = tallies[key] = _Tally(_Binned())
+                tally = tallies[key] = _Tally(Binned())
             tally.add_totals(*totals)
             mine = per_rank.setdefault(key, {}).setdefault(rank, [0, None])
             mine[0] += totals[0]
@@ -464,37 +423,46 @@ def _rank_list(ranks: list[int]) -> str:
 
 
 def _order(by: str) -> Callable[[SummaryRow], Any]:
-    if by in ("op,size", "op,bin", "step"):  # by op, then size; steps in order
+    if by in ("op,size", "op,bin", "step"):  # by op, then size (a size not known last); steps in order
         columns = BY[by][0]
-        return lambda r: tuple(r.key[c] for c in columns)
+        return lambda r: tuple((r.key[c] is None, r.key[c] or 0) for c in columns)
     # heaviest first: time when timed, else bytes, then calls
-    return lambda r: (-(r.time_s or 0.0), -r.bytes, -r.calls, str(list(r.key.values())))
+    return lambda r: (-(r.time_s or 0.0), -(r.bytes or 0), -r.calls, str(list(r.key.values())))
 
 
 def _header(trace: Trace) -> dict[str, Any]:
     meta = trace.metadata
     timed = [e.latency_s for e in trace.events if e.latency_s is not None]
     older = older_of(trace)
+    sizes = list(map(SIZE, trace.events))
+    count = len(trace.events) + (older.events if older is not None else 0)
+    unknown = sizes.count(None) + (sum(r[0] for k, r in older.rows.items() if k[5] is None) if older is not None else 0)
     older_timed = sum(r[2] for r in older.rows.values()) if older is not None else 0
     older_s = (older.time_s or 0.0) if older is not None else 0.0
     comm_s = sum(timed) + older_s if timed or older_timed else None
     recorded = meta.get("recorded_s", meta.get("elapsed_s"))
+    base = share_base(trace.events, meta, trace.profile, older.steps if older is not None else None)
     header: dict[str, Any] = {
         "rank": meta.get("rank"),
         "world_size": meta.get("world_size"),
         "hostname": meta.get("hostname"),
         "timing": meta.get("timing", "off" if not timed else "sync"),
         "steps": _steps(trace),
-        "collectives": len(trace.events) + (older.events if older is not None else 0),
-        "bytes": sum(e.size_bytes for e in trace.events) + (older.bytes if older is not None else 0),
+        "collectives": count,
+        "bytes": known_bytes(sum(s for s in sizes if s is not None) + (older.bytes if older is not None else 0), unknown, count),
+        "unknown_size_calls": unknown,
         "timed_collectives": len(timed) + older_timed,
         "elapsed_s": meta.get("elapsed_s"),
         "recorded_s": recorded,
         "comm_time_s": comm_s,
-        "comm_share": comm_s / recorded if comm_s is not None and recorded else None,
+        # over the time of the steps its calls were timed in (all of them, or a profile's)
+        "share_time_s": base.seconds,
+        "comm_share": comm_s / base.seconds if comm_s is not None and base.seconds else None,
         "events_dropped": max(trace.events_dropped - (older.events if older is not None else 0), 0),
         "timing_notes": list(meta.get("timing_notes") or []),
     }
+    if comm_s is not None and base.partial:  # only some steps timed: the share says over which
+        header["timed_steps"] = [base.timed_steps, base.steps]
     if older is not None and older.events:  # keep_steps: these calls count in the rows, as totals
         header["totals_only"] = older.events
     if meta.get("read_notes"):
@@ -538,7 +506,7 @@ def _job_header(headers: list[dict[str, Any]], ranks: list[int]) -> dict[str, An
                 holders.setdefault(note, []).append(rank)
         return [f"{who(rs)}: {note}" for note, rs in holders.items()]
 
-    shares = [(h["comm_time_s"], h["recorded_s"]) for h in headers if h["comm_time_s"] is not None and h["recorded_s"]]
+    shares = [(h["comm_time_s"], h["share_time_s"]) for h in headers if h["comm_time_s"] is not None and h["share_time_s"]]
     job: dict[str, Any] = {
         "ranks": ranks,
         "world_size": longest("world_size"),
@@ -551,10 +519,14 @@ def _job_header(headers: list[dict[str, Any]], ranks: list[int]) -> dict[str, An
         "elapsed_s": longest("elapsed_s"),
         "recorded_s": longest("recorded_s"),
         "comm_time_s": total("comm_time_s"),
+        "share_time_s": sum(r for _, r in shares) if shares else None,
         "comm_share": sum(c for c, _ in shares) / sum(r for _, r in shares) if shares else None,
         "events_dropped": total("events_dropped") or 0,
         "timing_notes": notes("timing_notes"),
     }
+    timed_steps = [h["timed_steps"] for h in headers if h.get("timed_steps")]
+    if timed_steps:  # the ranks timed only some steps: the fewest timed of the most
+        job["timed_steps"] = [min(t for t, _ in timed_steps), max(n for _, n in timed_steps)]
     if total("totals_only"):
         job["totals_only"] = total("totals_only")
     if any(h.get("read_notes") for h in headers):

@@ -28,7 +28,7 @@ from commdebug.errors import CommDebugError, DumpError
 from commdebug.formats.folders import Dumps, dumps_name, job_files, one_file, rank_from_name
 from commdebug.formats.readers import iter_ranks, load_rank
 from commdebug.model.rank_view import RankView
-from commdebug.model.trace import CollectiveEvent, Trace
+from commdebug.model.trace import CollectiveEvent, Trace, known_bytes
 
 __all__ = ["PeerRow", "PeerTally", "peer_rows", "peer_rows_path", "Imbalance", "ImbalanceTally",
            "received_bytes", "Traffic", "traffic_path"]
@@ -37,23 +37,28 @@ __all__ = ["PeerRow", "PeerTally", "peer_rows", "peer_rows_path", "Imbalance", "
 @dataclass(frozen=True)
 class PeerRow:
     """Traffic from global rank ``src`` to global rank ``dst`` on ``group`` (its label, as other
-    summaries name groups): ``calls`` and ``bytes``; ``step`` when counted per step (else None)."""
+    summaries name groups): ``calls`` and ``bytes``; ``step`` when counted per step (else None).
+    ``unknown``: calls whose size is not known (a trace without shapes), left out of ``bytes``
+    (None when no call's size is known)."""
 
     group: str
     src: int
     dst: int
     calls: int
-    bytes: int
+    bytes: int | None
     step: int | None = None
+    unknown: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"group": self.group, "src": self.src, "dst": self.dst, "calls": self.calls, "bytes": self.bytes}
+        if self.unknown:
+            d["unknown_size"] = self.unknown
         if self.step is not None:
             d["step"] = self.step
         return d
 
 
-# (group label, step or None, src, dst) -> [calls, bytes]
+# (group label, step or None, src, dst) -> [calls, bytes, calls of unknown size]
 _Key = tuple[str, int | None, int, int]
 
 
@@ -105,8 +110,8 @@ class PeerTally:
         for key, value in self.received.items():
             if key not in counts:
                 counts[key] = value
-        return [PeerRow(group, src, dst, calls, nbytes, step)
-                for (group, step, src, dst), (calls, nbytes) in sorted(counts.items(), key=_order)]
+        return [PeerRow(group, src, dst, calls, known_bytes(nbytes, unknown, calls), step, unknown)
+                for (group, step, src, dst), (calls, nbytes, unknown) in sorted(counts.items(), key=_order)]
 
 
 def _order(item: tuple[_Key, list[int]]) -> tuple:
@@ -114,12 +119,14 @@ def _order(item: tuple[_Key, list[int]]) -> tuple:
     return (group, -1 if step is None else step, src, dst)
 
 
-def _count(table: dict[_Key, list[int]], key: _Key, nbytes: int) -> None:
+def _count(table: dict[_Key, list[int]], key: _Key, nbytes: int | None) -> None:
     agg = table.get(key)
     if agg is None:
-        table[key] = [1, nbytes]
+        agg = table[key] = [0, 0, 0]
+    agg[0] += 1
+    if nbytes is None:
+        agg[2] += 1
     else:
-        agg[0] += 1
         agg[1] += nbytes
 
 
@@ -155,9 +162,9 @@ def peer_rows_path(path: Dumps, rank: int | None = None, by_step: bool = False,
     return peer_rows([load_rank(files[rank])], by_step)
 
 
-def received_bytes(e: CollectiveEvent) -> int:
+def received_bytes(e: CollectiveEvent) -> int | None:
     """What one rank received in an all_to_all call: its receive splits summed where recorded,
-    else its output buffer (a Flight Recorder dump, an older dump)."""
+    else its output buffer (a Flight Recorder dump, an older dump); None where not known."""
     return sum(e.recv_splits) if e.recv_splits is not None else e.output_bytes
 
 
@@ -210,6 +217,8 @@ class ImbalanceTally:
             if e.op != "all_to_all" or e.seq is None:
                 continue
             got = received_bytes(e)
+            if got is None:  # a size not known: no imbalance can be told from it
+                continue
             key = (e.group.name, e.seq)
             c = calls.get(key)
             if c is None:

@@ -46,7 +46,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from commdebug.analysis.check_digest import process_alive
+from commdebug.analysis.check_digest import completed_seqs, process_alive
+from commdebug.analysis.died_in import Candidate, DiedIn, died_in
 from commdebug.model.aggregates import older_of
 from commdebug.model.fault import ending_note
 from commdebug.model.presence import Placement, absence, placement_of
@@ -103,6 +104,9 @@ class RankLive:
     hostname: str | None = None
     fault: dict[str, Any] | None = None  # its fault record (metadata.fault): a fatal signal ended its process
     alive: bool | None = None  # its process still runs (False: ended), where this host can tell
+    raised_at: dict[str, Any] | None = None  # where its program raised the error its final dump names
+    # a rank gone without a final dump: the call the evidence says it was last in (commdebug.analysis.died_in)
+    died_in: DiedIn | None = None
 
     @property
     def crashed(self) -> bool:
@@ -119,6 +123,8 @@ class RankLive:
         d["last"] = Call(**d["last"]) if d.get("last") else None
         d["waiting"] = Call(**d["waiting"]) if d.get("waiting") else None
         d["recent"] = [tuple(r) for r in d.get("recent") or []]
+        died = d.get("died_in")
+        d["died_in"] = DiedIn(Candidate(**{k: v for k, v in died.items() if k != "fault_line"}), bool(died["fault_line"])) if died else None
         return cls(**d)
 
 
@@ -163,9 +169,42 @@ def _from_view(view: RankView) -> RankLive:
                        hostname=meta.get("hostname"), older_steps=older.steps if older is not None else None)
     fault = meta.get("fault")
     state.fault = fault if isinstance(fault, dict) else None
+    raised = meta.get("raised_at")
+    state.raised_at = raised if isinstance(raised, dict) else None
     if ended in (None, "hang"):  # no final dump: is its process still there?
         state.alive = process_alive(meta)
     return state
+
+
+class _Evidence:
+    """What the ranks' records say about calls a rank's own record may lack: per group, the
+    last call some member's record shows completed, and each rank's own last call there
+    (:mod:`commdebug.analysis.died_in`)."""
+
+    def __init__(self) -> None:
+        self.done: dict[str, Candidate] = {}  # group name -> the latest call a record shows completed
+        self.own: dict[int, dict[str, int]] = {}  # rank -> group name -> its own last seq
+
+    def add(self, view: RankView) -> None:
+        mine = self.own.setdefault(view.rank, {})
+        for e in view.events:
+            if e.seq is not None:
+                mine[e.group.name] = max(mine.get(e.group.name, -1), e.seq)
+        for name, seq in completed_seqs(view).items():
+            known = self.done.get(name)
+            if known is not None and known.seq is not None and known.seq >= seq:
+                continue
+            call = next((e for e in reversed(view.events) if e.group.name == name and e.seq == seq), None)
+            if call is not None:
+                self.done[name] = Candidate(call.op, call.group.label, seq, call.source,
+                                            call.module if call.module not in ("?", "") else None, call.step, view.rank)
+
+    def died_in(self, r: RankLive) -> DiedIn | None:
+        """For a rank gone without a final dump: the call the evidence says it was last in."""
+        peers = [c for name, last in self.own.get(r.rank, {}).items()
+                 if (c := self.done.get(name)) is not None and c.seq is not None and c.seq > last and c.completed_by != r.rank]
+        own = None if r.last is None else Candidate(r.last.op, r.last.group, r.last.seq, r.last.source, r.last.module, r.last.step, None)
+        return died_in(peers, own, r.fault)
 
 
 def _step(view: RankView) -> int:
@@ -323,6 +362,7 @@ def watch_path(path: Dumps, *, now: float | None = None, stall_after: float = 60
     states, notes, world = [], [], 0
     placements: dict[int, Placement] = {}
     starting: list[int] = []  # ranks whose stream was just created: here, not there yet
+    evidence = _Evidence()
     for f in files:
         if not _has_a_line(f):
             starting.append(rank_from_name(f))
@@ -330,6 +370,7 @@ def watch_path(path: Dumps, *, now: float | None = None, stall_after: float = 60
         view = load_rank(f)
         states.append(_from_view(view))
         placements[view.rank] = placement_of(view.metadata)
+        evidence.add(view)
         notes += [f"rank {view.rank}: {n}" for n in view.notes if "cut short" in n]
         fault = view.metadata.get("fault")
         if isinstance(fault, dict) and fault.get("after_final_dump"):  # gloo's teardown abort: the rank finished
@@ -340,6 +381,9 @@ def watch_path(path: Dumps, *, now: float | None = None, stall_after: float = 60
 
         raise DumpError(f"{dumps_name(path)}: no rank has streamed a whole line yet (the job is starting)")
     result = watch(states, now=now, stall_after=stall_after, behind_pct=behind_pct)
+    for r in result.ranks:  # a rank that ended without a final dump: what the others' records add
+        if r.crashed or r.rank in result.gone:
+            r.died_in = evidence.died_in(r)
     away = absence(world, placements, job.scope, starting)
     result.elsewhere = list(away.elsewhere)
     result.missing = list(away.here)

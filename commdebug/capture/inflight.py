@@ -23,6 +23,7 @@ errors to the trace through the ``on_error`` callback.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -310,6 +311,16 @@ def wait_until_finished(out: Any, spec: Any, args: tuple, kwargs: dict) -> None:
             torch.ops._c10d_functional.wait_tensor(t)
 
 
+def _unseen(error: BaseException) -> None:
+    """Take the wrapper that catches ``error`` out of its traceback before it is raised on: the
+    program's traceback ends at torch's call to ``wait`` as it would without commdebug
+    (docs/ranks.md). A bare ``raise`` then adds no entry for the wrapper's frame (Python 3.11+,
+    where it raises the error with the traceback it carries)."""
+    tb = error.__traceback__
+    if tb is not None and tb.tb_frame is sys._getframe(1):
+        error.__traceback__ = tb.tb_next
+
+
 def _wrap_wait(original: Any, patch: Any) -> Any:
     def wait(work: Any, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -317,6 +328,7 @@ def _wrap_wait(original: Any, patch: Any) -> Any:
         except BaseException as e:
             for flight in list(patch.users):
                 flight.work_waited(work, e)
+            _unseen(e)
             raise
         for flight in list(patch.users):
             flight.work_waited(work)
@@ -344,8 +356,11 @@ def _wrap_trigger_wait(original: Any, patch: Any) -> Any:
         skipped = light.skip()
         try:
             result = original(act, *args, **kwargs)
-        finally:
+        except BaseException as e:
             light.unskip(skipped)
+            _unseen(e)
+            raise
+        light.unskip(skipped)
         if first:
             _tell(patch.users, act.elem)
         return result
@@ -360,8 +375,11 @@ def _wrap_act_wait(original: Any, patch: Any) -> Any:
         skipped = light.skip()  # as in trigger_wait: this wrapper finishes the collective
         try:
             result = original(act, *args, **kwargs)
-        finally:
+        except BaseException as e:
             light.unskip(skipped)
+            _unseen(e)
+            raise
+        light.unskip(skipped)
         _tell(patch.users, act.elem)
         return result
 

@@ -29,6 +29,7 @@ __all__ = ["Prediction", "predict", "predict_events", "predict_trace", "resolve_
 
 NOTE_NO_RANKS = "some groups have no recorded ranks: assumed consecutive ranks 0..size-1"
 NOTE_NO_SIZE = "some calls are on a group of unknown size: not predicted"
+NOTE_NO_BYTES = "some calls have no recorded message size (a trace without shapes): not predicted"
 
 
 @dataclass
@@ -58,7 +59,7 @@ def effective_size(event: CollectiveEvent) -> int:
     :func:`commdebug.estimate.timed.timed_calls`). An even one charges its S, as before."""
     if event.send_splits is not None or event.recv_splits is not None:
         return max(sum(event.send_splits or ()), sum(event.recv_splits or ()))
-    return event.size_bytes
+    return event.size_bytes or 0  # a size not known never reaches here (predict_events skips it)
 
 
 def _placement(ranks: Iterable[int], ranks_per_node: int) -> tuple[str, int]:
@@ -133,6 +134,11 @@ def predict_events(events: Iterable[CollectiveEvent], cluster: Cluster, *, rank:
     notes: set[str] = set()
     for e in events:
         group = e.group
+        if e.size_bytes is None:  # a trace recorded without shapes: nothing to predict from
+            pred.seconds.append(None)
+            pred.sources.append(None)
+            notes.add(NOTE_NO_BYTES)
+            continue
         if e.peer is not None:  # send/recv: this rank and its peer
             key: tuple = ("p2p", rank // rpn == e.peer // rpn)
             ranks: tuple[int, ...] = (rank, e.peer)
@@ -155,7 +161,11 @@ def predict_events(events: Iterable[CollectiveEvent], cluster: Cluster, *, rank:
         if placed is None:
             placed = cache[key] = _placement(ranks, rpn)
         link, k = placed
-        seconds, where = model.time(e.op, effective_size(e), n, link, k, e.busbw_factor)
+        factor = e.busbw_factor
+        if factor is None:  # the call's group size was not known; the ranks placed here give it
+            spec = ops.spec_for_op(e.op)
+            factor = spec.busbw_factor(n) if spec is not None else 1.0
+        seconds, where = model.time(e.op, effective_size(e), n, link, k, factor)
         pred.seconds.append(seconds)
         pred.sources.append(where)
     pred.notes = sorted(notes)

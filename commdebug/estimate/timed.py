@@ -146,5 +146,7 @@ def _with_members(e: CollectiveEvent, members: dict[str, set[int]], groups: dict
     spec = ops.spec_for_op(e.op)
     if spec is None:
         return e._replace(group=info)
+    if e.input_bytes is None or e.output_bytes is None:  # a size not known stays so
+        return e._replace(group=info, busbw_factor=spec.busbw_factor(info.size))
     size = ops.MESSAGE_SIZE[spec.size](e.input_bytes, e.output_bytes, info.size)
     return e._replace(group=info, size_bytes=size, busbw_factor=spec.busbw_factor(info.size))

@@ -2,25 +2,28 @@
 communication and compute ran) and its collectives as events, so ``check``, ``report``,
 ``overlap`` and the rest read a profiler trace as they read a dump.
 
-What a trace says about a collective depends on its backend and vintage, and this reader takes
-each call from the richest record it has:
+What a trace says about a collective depends on its backend and vintage. Every record of a
+call counts it once, under its op, whichever of them the trace has (:mod:`.profile_calls`):
 
-- ``record_param_comms`` (torch 2.x on NCCL): op (``"Collective name"``), dtype, element counts,
-  all_to_all split sizes, group (name, description, ranks, size), ``"Seq"`` (torch counts from
-  1; shifted to ours, from 0), p2p peer; its GPU kernel (the one sharing its ``External id``, else
-  the one whose CUDA launch lies inside the call) gives the latency, NCCL's own time;
-- ``nccl:<op>`` annotations (older NCCL traces, no args): op only, sizes from the enclosing
-  ``c10d::*`` op's ``Input Dims`` where shapes were recorded;
-- ``c10d::*`` (and functional collective) ops (gloo, which writes no ``record_param_comms``):
-  op and sizes from the op's inputs (by the op registry's argument positions); the work is a
-  ``gloo:<op>`` span on a gloo thread, matched to the earliest call of the same op (and shape)
-  issued before it, which gives the latency.
+- ``record_param_comms`` (torch 2.1+ on NCCL): dtype, element counts, all_to_all split sizes,
+  group (name, description, ranks, size), ``"Seq"`` (torch counts from 1; shifted to ours, from
+  0), p2p peer; its GPU kernel (the one sharing an ``External id`` of the call's records, else the
+  one whose CUDA launch lies inside the call) gives the latency, NCCL's own time; older torch
+  writes it without arguments;
+- ``nccl:<op>`` annotations: the op where no dispatcher op names it (NCCL's all_to_all);
+- ``c10d::*`` (and functional collective) ops: the op as the program called it, and sizes from
+  the op's inputs (by the op registry's argument positions) where shapes were recorded. On gloo,
+  the only record: the work is a ``gloo:<op>`` span on a gloo thread, matched to the earliest
+  call of the same op (and shape) issued before it, which gives the latency.
 
-A group the trace does not name is left unknown (``"?"``), never guessed, but where
-``distributedInfo`` lists one group only; without ``"Seq"`` a known group's calls are numbered
-in their order in the trace. A call's step is the ``ProfilerStep#N`` it lies in; its phase is
-``optimizer`` inside ``Optimizer.step#*``, ``backward`` inside an autograd engine function, else
-``forward`` (as commdebug's own capture counts). What is left unknown is said once, in a note.
+A group the trace does not name is left unknown, never guessed, but where ``distributedInfo``
+lists one group only; without ``"Seq"`` a known group's calls are numbered in their order in the
+trace. A size no record gives is None (``?`` in text, null in JSON), never 0. A call's step is
+the ``ProfilerStep#N`` it lies in; its phase is ``optimizer`` inside ``Optimizer.step#*``,
+``backward`` inside an autograd engine function or one of FSDP's backward hooks (its last
+reduce_scatter runs in ``FSDP::root_post_backward_callback``, outside the engine), else
+``forward`` (as commdebug's own capture counts). What is left unknown is said once, in a note
+that names the fact it rests on.
 
 Activities follow HolisticTraceAnalysis 0.5.0 (``hta/utils/utils.py``), so the two agree: GPU
 activities are the events with a ``stream``; communication is ``^nccl.*Kernel``, memory
@@ -37,19 +40,18 @@ from __future__ import annotations
 import math
 import re
 from bisect import bisect_right
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from commdebug import ops as _ops
 from commdebug.errors import DumpError
-from commdebug.formats.flight_recorder import C10_DTYPES
 from commdebug.formats.kineto import KinetoEvents, read_events
+from commdebug.formats.profile_calls import NOT_CALLS, CallReader, arg_bytes, collective_op, group_calls
 from commdebug.formats.trace_spans import (
     KINDS,
     CallsAt,
-    Enclosing,
     ThreadSpans,
     as_int,
     as_int_list,
@@ -67,21 +69,17 @@ __all__ = ["read_profile", "profile_view", "rank_in_name", "FORMAT"]
 FORMAT = "torch-profiler"  # RankView.source_format of a view read from a profiler trace
 
 # record_param_comms entries that are no collective the program issued
-_NOT_CALLS = frozenset({"wait", "init", "coalesced", "startCoalescing", "endCoalescing", ""})
 _STEP = re.compile(r"^ProfilerStep#(\d+)")
+# spans whose calls are backward: the autograd engine's functions, and FSDP's backward hooks,
+# which run outside them (FSDP2's last reduce_scatter, in root_post_backward_callback)
+_BACKWARD_SPANS = ("autograd::engine::evaluate_function", "FSDP::root_post_backward", "FSDP::post_backward", "FSDP::pre_backward",
+                   "FSDP::backward_prefetch")
 # the spans gloo runs a call as, where they are another op's (ProcessGroupGloo's reduce_scatter
 # of one tensor is an all_reduce, its result copied out)
 _GLOO_RUNS_AS = {"reduce_scatter": ("all_reduce",)}
 # ops whose input and output are the same tensors: a gloo span's input dims give both
 _SAME_SIZE = frozenset({"all_reduce", "broadcast", "reduce", "send", "recv"})
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
-# torch.profiler's "Input type" names -> (dtype, bytes per element)
-_INPUT_TYPES = {
-    "float": ("float32", 4), "double": ("float64", 8), "c10::Half": ("float16", 2), "c10::BFloat16": ("bfloat16", 2),
-    "long int": ("int64", 8), "int": ("int32", 4), "short int": ("int16", 2), "signed char": ("int8", 1),
-    "unsigned char": ("uint8", 1), "bool": ("bool", 1), "c10::complex<float>": ("complex64", 8),
-    "c10::complex<double>": ("complex128", 16), "c10::Float8_e4m3fn": ("float8_e4m3fn", 1), "c10::Float8_e5m2": ("float8_e5m2", 1),
-}
 
 
 def rank_in_name(name: str) -> int | None:
@@ -132,11 +130,6 @@ def _dispatcher_spec(name: str) -> _ops.CollectiveSpec | None:
     return spec if isinstance(spec, _ops.CollectiveSpec) else None
 
 
-def _collective_op(name: str) -> str | None:
-    """A collective's canonical op from a name other tools give it."""
-    return _ops.canonical_op(name, "profiler") or _ops.canonical_op(name, "flight_recorder")
-
-
 class _Builder:
     """One pass over a trace's events that matter, into a Profile."""
 
@@ -151,7 +144,10 @@ class _Builder:
                 size = as_int(cfg.get("pg_size")) or (len(ranks) if ranks else 0)
                 self.groups[name] = GroupInfo(name, str(cfg.get("pg_desc") or ""), size, tuple(ranks) if ranks else None)
         self.fractional = False
-        self.unsized: set[int] = set()  # calls whose sizes the trace does not give
+        self.unsized: dict[int, str] = {}  # calls whose sizes the trace does not give -> why
+        self.bare_rpc = 0  # record_param_comms without arguments
+        self.annotations = 0  # nccl:<op> annotations on the CPU
+        self.gloo_spans = bool(events.thread_names) and any("gloo" in n.lower() for n in events.thread_names.values())
         self.gloo: list[dict[str, Any]] = []  # gloo's spans, in the order of the comm activities
         self.call_external: dict[Any, int] = {}  # a call record's External id -> the call
 
@@ -165,8 +161,9 @@ class _Builder:
         calls = self._timed(calls, comm)
         if self.unsized:
             n = len(self.unsized)
-            self.notes.append(f"{n} collective{'s' if n != 1 else ''} of unknown size (the trace was recorded without "
-                              "record_shapes=True, or names no element type)")
+            why = Counter(self.unsized.values())
+            self.notes.append(f"{n} collective{'s' if n != 1 else ''} of unknown size, shown as ? and left out of bytes and bandwidths: "
+                              + "; ".join(f"{k} {reason}" for reason, k in why.most_common()))
         origin = steps[0].start if steps else min((c.start_s for c in calls if c.start_s is not None), default=0.0)
         calls = [c._replace(start_s=None if c.start_s is None else (c.start_s - origin) / 1e6) for c in calls]
         world = as_int(self.info.get("world_size"))
@@ -187,78 +184,70 @@ class _Builder:
         return sorted(found.values(), key=lambda s: s.start)
 
     def _records(self) -> dict[str, list[dict[str, Any]]]:
-        """The trace's CPU events by what they are: ``rpc`` (record_param_comms of a
-        collective), ``annotation`` (``nccl:<op>``), ``op`` (collective dispatcher ops),
-        ``gloo`` (gloo's work spans), ``optimizer`` and ``backward`` spans."""
-        out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        """The trace's CPU events by what they are: ``call`` ((kind, event) of every record of a
+        collective call: ``rpc``, ``bare``, ``annotation``, ``op``; :mod:`.profile_calls`),
+        ``op`` (collective dispatcher ops), ``gloo`` (gloo's work spans), ``optimizer`` and
+        ``backward`` spans (the autograd engine's, and FSDP's backward hooks, which run outside
+        it), ``cpu`` (the other CPU ops)."""
+        out: dict[str, list[Any]] = defaultdict(list)
         for e in self.ev.cpu:
             name = str(e.get("name", ""))
             if e.get("dur") is None or e.get("ts") is None:
                 continue
             if name == "record_param_comms":
-                if str((e.get("args") or {}).get("Collective name", "")) not in _NOT_CALLS:
-                    out["rpc"].append(e)
+                args = e.get("args") or {}
+                collective = str(args.get("Collective name") or "")
+                if not collective:
+                    out["call"].append(("bare", e))
+                    self.bare_rpc += 1
+                elif collective not in NOT_CALLS:
+                    out["call"].append(("rpc", e))
             elif name.startswith("nccl:") and e.get("cat") not in ("kernel", "gpu_user_annotation"):  # the CPU's
-                out["annotation"].append(e)
+                out["call"].append(("annotation", e))
+                self.annotations += 1
             elif name.startswith("gloo:"):
                 out["gloo"].append(e)
             elif name.startswith("Optimizer.step#"):
                 out["optimizer"].append(e)
-            elif name.startswith("autograd::engine::evaluate_function"):
+            elif name.startswith(_BACKWARD_SPANS):
                 out["backward"].append(e)
             elif _dispatcher_spec(name) is not None:
                 out["op"].append(e)
+                out["call"].append(("op", e))
             elif e.get("cat") == "cpu_op":
                 out["cpu"].append(e)
         return out
 
-    def _calls(self, records: dict[str, list[dict[str, Any]]],
+    def _calls(self, records: dict[str, list[Any]],
                steps: list[ProfileStep]) -> tuple[list[CollectiveEvent], list[tuple[Any, float, float, int]]]:
         """The calls, in issue order, and each call's CPU span on its thread (tid, start, end, index)."""
-        ops_outer = outermost(records["op"])
-        if records["rpc"]:
-            chosen, kind = records["rpc"], "rpc"
-        elif records["annotation"]:
-            chosen, kind = records["annotation"], "annotation"
-            self.notes.append("the trace has no record_param_comms (torch before 2.1, or gloo): ops from the nccl:<op> "
-                              "annotations, sizes from the enclosing c10d op where shapes were recorded, no process groups "
-                              "unless distributedInfo lists one")
-        else:
-            chosen, kind = ops_outer, "op"
-        chosen = sorted(chosen, key=lambda e: float(e["ts"]))
+        grouped, lone = group_calls(records["call"])
+        reader = CallReader(self.groups, _dispatcher_spec)
         optimizer = ThreadSpans((e.get("tid"), *span(e)) for e in records["optimizer"])
         backward = ThreadSpans((e.get("tid"), *span(e)) for e in records["backward"])
-        enclosing = Enclosing(ops_outer) if kind == "annotation" else None
         calls: list[CollectiveEvent] = []
         spans: list[tuple[Any, float, float, int]] = []
         seq_of: dict[str, int] = defaultdict(int)
         p2p_of: dict[tuple[str, str, int | None], int] = defaultdict(int)
         no_group = 0
+        with_rpc = 0
         step_starts = [s.start for s in steps]
-        for e in chosen:
-            start, end = span(e)
-            tid = e.get("tid")
+        for c in grouped:
+            start, tid = c.start, c.tid
             self.fractional = self.fractional or start != int(start)
-            if kind == "rpc":
-                fields = self._from_rpc(e)
-            else:
-                op_event = enclosing.at(tid, start) if enclosing is not None else e
-                fields = self._from_op(e, op_event, kind)
-            if fields is None:
-                continue
-            op, group, in_bytes, out_bytes, dtype, shapes, splits, peer, seq = fields
+            f = reader.read(c)
+            with_rpc += c.rpc is not None
+            op, group, seq = f.op, f.group, f.seq
             if group is UNKNOWN_GROUP:
                 no_group += 1
-            if in_bytes is None:
-                self.unsized.add(len(calls))
+            if f.unsized is not None:
+                self.unsized[len(calls)] = f.unsized
             spec = _ops.spec_for_op(op)
-            n = group.size or 1
-            ib, ob = in_bytes or 0, out_bytes or 0
-            size = _ops.MESSAGE_SIZE[spec.size](ib, ob, n) if spec is not None else ib
-            p2p = op in ("send", "recv")
+            n = group.size
+            size, factor = _message(spec, f.input_bytes, f.output_bytes, n)
             p2p_seq = None
-            if p2p:
-                key = (group.name, op, peer)
+            if op in ("send", "recv"):
+                key = (group.name, op, f.peer)
                 p2p_seq = p2p_of[key]
                 p2p_of[key] += 1
                 seq = None
@@ -267,106 +256,59 @@ class _Builder:
             elif seq is None:
                 seq = seq_of[group.name]
                 seq_of[group.name] += 1
-            if steps:
-                i = bisect_right(step_starts, start) - 1
-                step = steps[max(i, 0)].number
-            else:
-                step = 0
+            step = steps[max(bisect_right(step_starts, start) - 1, 0)].number if steps else 0
             phase = OPTIMIZER if optimizer.covers(tid, start) else BACKWARD if backward.covers(tid, start) else FORWARD
-            send, recv = splits
-            spans.append((tid, start, end, len(calls)))
-            ext = (e.get("args") or {}).get("External id")
-            if ext is not None and kind == "rpc":  # the op NCCL's kernels are launched from
+            spans.append((tid, start, c.end, len(calls)))
+            for ext in c.externals:  # the ops NCCL's kernels are launched from
                 self.call_external.setdefault(ext, len(calls))
+            named = c.op if c.op is not None else c.rpc if c.rpc is not None else c.annotation
             calls.append(CollectiveEvent(
-                index=len(calls), op=op, key=f"profiler:{op}", aten_op=str(e.get("name")), step=step, phase=phase,
-                module="?", group=group, seq=seq, dtype=dtype, input_shapes=shapes[0], output_shapes=shapes[1],
-                input_bytes=ib, output_bytes=ob, size_bytes=size, busbw_factor=spec.busbw_factor(n) if spec else 0.0,
-                peer=peer, p2p_seq=p2p_seq, start_s=start, send_splits=send, recv_splits=recv))
+                index=len(calls), op=op, key=f"profiler:{op}", aten_op=str((named or {}).get("name")), step=step, phase=phase,
+                module="?", group=group, seq=seq, dtype=f.dtype, input_shapes=f.input_shapes, output_shapes=f.output_shapes,
+                input_bytes=f.input_bytes, output_bytes=f.output_bytes, size_bytes=size, busbw_factor=factor,
+                peer=f.peer, p2p_seq=p2p_seq, start_s=start, send_splits=f.send_splits, recv_splits=f.recv_splits))
+        self.notes.extend(self._record_notes(len(calls), with_rpc, lone, no_group, reader))
         if seq_of:
             self.notes.append("the trace records no sequence numbers: each group's calls are numbered in their order in the "
                               "trace (the ranks' traces must cover the same steps to be compared)")
-        if no_group:
-            self.notes.append(f"{no_group} collective{'s' if no_group != 1 else ''} name no process group (gloo's trace does not "
-                              "record it): check cannot pair them across ranks; record with `commdebug run --profile-steps` to "
-                              "join them to the dump")
         return calls, spans
 
-    def _group(self, args: dict[str, Any]) -> GroupInfo:
-        name = args.get("Process Group Name")
-        if name is None:
-            return next(iter(self.groups.values())) if len(self.groups) == 1 else UNKNOWN_GROUP
-        name = str(name)
-        known = self.groups.get(name)
-        ranks = as_int_list(args.get("Process Group Ranks"))
-        size = as_int(args.get("Group size")) or (known.size if known else 0) or (len(ranks) if ranks else 0)
-        if ranks is None and known is not None:
-            ranks = list(known.ranks) if known.ranks else None
-        desc = str(args.get("Process Group Description") or (known.desc if known else ""))
-        group = GroupInfo(name, desc, size, tuple(ranks) if ranks else None)
-        self.groups.setdefault(name, group)
-        return group
+    def _record_notes(self, calls: int, with_rpc: int, lone: int, no_group: int, reader: CallReader) -> list[str]:
+        """What the trace's records leave unknown, each said with the fact it rests on."""
+        notes = []
+        if calls and not with_rpc:
+            if self.bare_rpc:
+                outside = (f"; {lone} of them lie outside any collective's annotation or op (a wait leaves the same record) "
+                           "and are not counted" if lone else "")
+                notes.append(f"the trace's {self.bare_rpc} record_param_comms carry no arguments (as older torch wrote them): "
+                             "ops from the nccl:<op> annotations and c10d ops, sizes from the c10d ops where shapes were recorded, "
+                             f"no process groups unless distributedInfo lists one{outside}")
+            elif self.annotations:
+                notes.append("the trace has no record_param_comms: ops from the nccl:<op> annotations and c10d ops, sizes from the "
+                             "c10d ops where shapes were recorded, no process groups unless distributedInfo lists one")
+        if no_group:
+            notes.append(f"{no_group} collective{'s' if no_group != 1 else ''} name no process group ({self._why_no_group(with_rpc)}): "
+                         "check cannot pair them across ranks; record with `commdebug run --profile-steps` to join them to the dump")
+        if reader.spellings:
+            named = ", ".join(f"{name} ({n})" for name, n in reader.spellings.most_common())
+            total = sum(reader.spellings.values())
+            notes.append(f"{total} collective{'s' if total != 1 else ''} under a name no op of commdebug's registry has, counted "
+                         f"under that name: {named}")
+        return notes
 
-    def _from_rpc(self, e: dict[str, Any]) -> tuple[Any, ...] | None:
-        args = e.get("args") or {}
-        raw = str(args.get("Collective name", ""))
-        op = _collective_op(raw) or raw
-        group = self._group(args)
-        dtype, esize = C10_DTYPES.get(str(args.get("dtype")), (None, 0))
-        nin, nout = as_int(args.get("In msg nelems")), as_int(args.get("Out msg nelems"))
-        in_bytes = None if nin is None or not esize else nin * esize
-        out_bytes = None if nout is None or not esize else nout * esize
-        splits: tuple[tuple[int, ...] | None, tuple[int, ...] | None] = (None, None)
-        if op == "all_to_all" and in_bytes is not None and out_bytes is not None and group.size:
-            splits = (_splits(as_int_list(args.get("In split size")), in_bytes, group.size),
-                      _splits(as_int_list(args.get("Out split size")), out_bytes, group.size))
-        peer = as_int(args.get("Dst Rank") if op == "send" else args.get("Src Rank")) if op in ("send", "recv") else None
-        if peer is not None and group.ranks and 0 <= peer < len(group.ranks):
-            peer = group.ranks[peer]
-        seq = as_int(args.get("Seq"))
-        return op, group, in_bytes, out_bytes, dtype, ((), ()), splits, peer, None if seq is None or seq < 1 else seq - 1
-
-    def _from_op(self, e: dict[str, Any], op_event: dict[str, Any] | None, kind: str) -> tuple[Any, ...] | None:
-        """A call from an ``nccl:`` annotation (op from its name, sizes from ``op_event``, its
-        enclosing c10d op) or from a dispatcher op (``op_event`` is ``e``)."""
-        name = str(e.get("name", ""))
-        if kind == "annotation":
-            op = _collective_op(name.split(":", 1)[1].split(" ", 1)[0])
-            if op is None:
-                return None
-        else:
-            spec0 = _dispatcher_spec(name)
-            if spec0 is None:
-                return None
-            op = spec0.op
-        group = self._group({})
-        spec = _dispatcher_spec(str(op_event.get("name", ""))) if op_event is not None else None
-        args = (op_event.get("args") or {}) if op_event is not None else {}
-        dims, types = args.get("Input Dims"), args.get("Input type")
-        in_bytes = out_bytes = None
-        dtype = None
-        shapes: tuple[tuple[tuple[int, ...], ...], tuple[tuple[int, ...], ...]] = ((), ())
-        if spec is not None and isinstance(dims, list):
-            (in_bytes, in_shapes, dt_in), (out_bytes, out_shapes, dt_out) = (
-                _arg_bytes(dims, types, spec.inputs), _arg_bytes(dims, types, spec.outputs))
-            dtype = dt_in or dt_out
-            shapes = (in_shapes, out_shapes)
-            if spec.inputs is None:
-                in_bytes = 0 if out_bytes is not None else None
-            if spec.outputs is None:
-                out_bytes = 0 if in_bytes is not None else None
-        if spec is not None and spec.size == "zero":  # a barrier moves nothing, whatever the trace says
-            in_bytes = out_bytes = 0
-        splits: tuple[tuple[int, ...] | None, tuple[int, ...] | None] = (None, None)
-        peer = None
-        concrete = args.get("Concrete Inputs")
-        if op in ("send", "recv") and spec is not None and spec.peer is not None and isinstance(concrete, list):
-            peer = as_int(concrete[spec.peer]) if spec.peer < len(concrete) else None
-            if peer is not None and group.ranks and 0 <= peer < len(group.ranks):
-                peer = group.ranks[peer]
-            elif group is UNKNOWN_GROUP:
-                peer = None  # a rank within an unknown group
-        return op, group, in_bytes, out_bytes, dtype, shapes, splits, peer, None
+    def _why_no_group(self, with_rpc: int) -> str:
+        """Why a trace's calls name no group, from what the trace holds."""
+        groups = len(self.groups)
+        listed = (f"; distributedInfo lists {groups} groups, so none can be assumed" if groups > 1
+                  else "; distributedInfo lists none" if not groups else "")
+        backend = str(self.info.get("backend") or "")
+        if with_rpc:
+            return "their record_param_comms carry no group name" + listed
+        if self.bare_rpc:
+            return "the trace's record_param_comms carry no arguments" + listed
+        if backend == "gloo" or self.gloo_spans:
+            return "a gloo trace writes no record_param_comms, which would name it" + listed
+        return "the trace has no record_param_comms, which would name it" + listed
 
     # ---- activities ---------------------------------------------------------------------------
 
@@ -453,7 +395,7 @@ class _Builder:
         calls = list(calls)
         waiting = list(range(len(calls)))  # untied, in issue order
         for k, e in enumerate(self.gloo):
-            op = _collective_op(str(e.get("name", "")).split(":", 1)[1].split(" ", 1)[0])
+            op = collective_op(str(e.get("name", "")).split(":", 1)[1].split(" ", 1)[0])
             if op is None:
                 continue
             start = comm.start[k]
@@ -479,15 +421,15 @@ class _Builder:
             ci = waiting.pop(pick)
             comm.ref[k] = ci
             if ci in self.unsized and isinstance(dims, list) and op in _SAME_SIZE and calls[ci].op == op:
-                nbytes, _, dtype = _arg_bytes(dims, args.get("Input type"), 0)
+                nbytes, _, dtype = arg_bytes(dims, args.get("Input type"), 0)
                 spec = _ops.spec_for_op(op)
                 if nbytes is not None and spec is not None:
                     c = calls[ci]
                     ib = nbytes if spec.inputs is not None else 0
                     ob = nbytes if spec.outputs is not None else 0
-                    calls[ci] = c._replace(input_bytes=ib, output_bytes=ob, dtype=dtype,
-                                           size_bytes=_ops.MESSAGE_SIZE[spec.size](ib, ob, c.group.size or 1))
-                    self.unsized.discard(ci)
+                    size, factor = _message(spec, ib, ob, c.group.size)
+                    calls[ci] = c._replace(input_bytes=ib, output_bytes=ob, dtype=dtype, size_bytes=size, busbw_factor=factor)
+                    self.unsized.pop(ci, None)
         return calls
 
     def _timed(self, calls: list[CollectiveEvent], comm: Activities) -> list[CollectiveEvent]:
@@ -504,28 +446,15 @@ class _Builder:
         return [c._replace(latency_s=(last[i] - first[i]) / 1e6) if i in first else c for i, c in enumerate(calls)]
 
 
-def _splits(rows: list[int] | None, total: int, n: int) -> tuple[int, ...] | None:
-    """Split sizes in rows of dim 0 as bytes per member; even where none were given."""
-    if not rows:
-        return _ops.even_splits(total, n)
-    count = sum(rows)
-    if count <= 0 or total % count or len(rows) != n:
-        return None
-    row = total // count
-    return tuple(r * row for r in rows)
-
-
-def _arg_bytes(dims: list[Any], types: Any, where: int | str | None) -> tuple[int | None, tuple[tuple[int, ...], ...], str | None]:
-    """Bytes, shapes and dtype of the op argument at ``where`` from ``Input Dims``/``Input type``
-    (a tensor's dims are a list of ints, a tensor list's a list of such lists)."""
-    if not isinstance(where, int) or where >= len(dims):
-        return None, (), None
-    arg = dims[where]
-    shapes = [tuple(arg)] if arg and all(isinstance(d, int) for d in arg) else [tuple(s) for s in arg if isinstance(s, list)]
-    if arg == []:
-        shapes = [()]
-    type_name = types[where] if isinstance(types, list) and where < len(types) else None
-    dtype, esize = _INPUT_TYPES.get(str(type_name), (None, 0))
-    if not esize:
-        return None, tuple(shapes), None  # a tensor list's element type is not written
-    return sum(math.prod(s) for s in shapes) * esize, tuple(shapes), dtype
+def _message(spec: _ops.CollectiveSpec | None, in_bytes: int | None, out_bytes: int | None,
+             n: int) -> tuple[int | None, float | None]:
+    """A call's message size S and busbw factor; None where what they depend on is not known
+    (its sizes, or its group's size for an op whose S or factor depends on it)."""
+    if spec is None:  # an op the registry does not know: its input bytes, no bus factor
+        return in_bytes, None
+    factor = spec.busbw_factor(n) if n > 0 or spec.factor in ("one", "zero") else None
+    if spec.size == "zero":
+        return 0, factor
+    if in_bytes is None or out_bytes is None or (n <= 0 and spec.size in ("in_x_n", "out_x_n")):
+        return None, factor
+    return _ops.MESSAGE_SIZE[spec.size](in_bytes, out_bytes, n), factor

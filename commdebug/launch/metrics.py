@@ -94,7 +94,8 @@ class Metrics:
         for e in new:
             labels = (rank, host, e.op, e.group.label, e.phase)
             self.collectives.labels(*labels).inc()
-            self.bytes.labels(*labels).inc(e.size_bytes)
+            if e.size_bytes is not None:  # a size not known adds nothing
+                self.bytes.labels(*labels).inc(e.size_bytes)
         origin = metadata.get("start_wall_s")
         for e in (*new, *again):
             if e.in_flight:

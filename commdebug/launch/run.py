@@ -28,6 +28,7 @@ from typing import Any
 
 from commdebug.launch.children import ChildRecording
 from commdebug.launch.session import RecordingSession, say
+from commdebug.model.fault import is_program
 
 __all__ = ["run_program"]
 
@@ -66,6 +67,10 @@ def run_program(target: list[str], module: bool, out_dir: str, *, hang_timeout: 
         with children:
             ended.status, ended.reason, ended.error = _run(name, module)
     finally:
+        if ended.error is not None and not isinstance(ended.error, KeyboardInterrupt):
+            raised = raised_at(ended.error)
+            if raised is not None:  # the dump says where the program raised, not only what
+                session.mode.trace.metadata["raised_at"] = raised
         if ended.status != 0:
             session.announce(f"ended (exit {ended.status})")
         session.finish(reason=ended.reason)
@@ -97,6 +102,18 @@ def _run(name: str, module: bool) -> tuple[int, str, BaseException | None]:
         _print_uncaught(e, name, module)
         return 1, f"{type(e).__name__}: {e}", e
     return 0, "exit", None
+
+
+def raised_at(error: BaseException) -> dict[str, Any] | None:
+    """Where the program raised ``error``: the innermost frame of its own code in the traceback
+    (not torch's, commdebug's or the standard library's), as ``{"file", "line", "function"}``;
+    None where the traceback holds none (an error raised before the program ran)."""
+    frames = []
+    tb = error.__traceback__
+    while tb is not None:
+        frames.append({"file": tb.tb_frame.f_code.co_filename, "line": tb.tb_lineno, "function": tb.tb_frame.f_code.co_name})
+        tb = tb.tb_next
+    return next(filter(is_program, reversed(frames)), None)  # innermost first
 
 
 def _run_module(name: str) -> None:
@@ -144,8 +161,10 @@ def _ending(status: int, own: Path | None, theirs: list[Path], out: Path, how: s
     ``how``: "by SIGTERM" when the signal ended it, else the exit status says."""
     program = f"program ended {how}" if how else "program finished (exit 0)" if status == 0 else f"program ended (exit {status})"
     if own is None and not theirs:
-        return (f"commdebug: recorded nothing: the program ({f'ended {how}' if how else f'exit {status}'}) never initialised torch.distributed "
-                f"in this process, and no Python process it started wrote a dump to {out}")
+        # what is known: no collective, and no process group at the end (a program may make one and
+        # destroy it without a collective, as a world of one often does)
+        return (f"commdebug: recorded nothing: the program ({f'ended {how}' if how else f'exit {status}'}) issued no collective in "
+                f"this process and had no process group when it ended, and no Python process it started wrote a dump to {out}")
     if not theirs:
         return f"commdebug: {program}; dump complete: {own}"
     started = "written by the processes it started: " + ", ".join(map(str, theirs))

@@ -32,8 +32,9 @@ class Aggregates:
     __slots__ = ("rows", "steps", "events")
 
     def __init__(self) -> None:
-        # (module, phase, key, op, group name, size bytes) -> [calls, bytes, timed, time_s, timed_bytes, bus_bytes, min_s, max_s]
-        self.rows: dict[tuple[str, str, str, str, str, int], list] = {}
+        # (module, phase, key, op, group name, size bytes) -> [calls, bytes, timed, time_s, timed_bytes, bus_bytes, min_s, max_s];
+        # a size not known is None in the key and adds nothing to the bytes (its row's calls say how many)
+        self.rows: dict[tuple[str, str, str, str, str, int | None], list] = {}
         # step -> [calls, bytes, timed, time_s]
         self.steps: dict[int, list] = {}
         self.events = 0
@@ -56,19 +57,20 @@ class Aggregates:
         row = self.rows.get(key)
         if row is None:
             row = self.rows[key] = [0, 0, 0, 0.0, 0, 0.0, None, None]
+        size = e.size_bytes or 0  # None (not known) counts in the row's calls, not in its bytes
         row[0] += 1
-        row[1] += e.size_bytes
+        row[1] += size
         step = self.steps.get(e.step)
         if step is None:
             step = self.steps[e.step] = [0, 0, 0, 0.0]
         step[0] += 1
-        step[1] += e.size_bytes
+        step[1] += size
         t = e.latency_s
         if t is not None:
             row[2] += 1
             row[3] += t
-            row[4] += e.size_bytes
-            row[5] += e.size_bytes * e.busbw_factor
+            row[4] += size
+            row[5] += size * (e.busbw_factor or 0.0)
             row[6] = t if row[6] is None or t < row[6] else row[6]
             row[7] = t if row[7] is None or t > row[7] else row[7]
             step[2] += 1
@@ -112,7 +114,7 @@ class Aggregates:
                 raise ValueError(f"an older-events row has {len(row)} values, not {_KEY + _ROW}")
             module, phase, key, op, group, size = row[:_KEY]
             values = row[_KEY:]
-            agg.rows[(str(module), str(phase), str(key), str(op), str(group), int(size))] = [
+            agg.rows[(str(module), str(phase), str(key), str(op), str(group), None if size is None else int(size))] = [
                 int(values[0]), int(values[1]), int(values[2]), float(values[3]), int(values[4]), float(values[5]), values[6], values[7]]
         for row in d.get("steps") or []:
             step, calls, nbytes, timed, seconds = row

@@ -32,8 +32,10 @@ from commdebug.model.trace import (
 
 __all__ = ["SCHEMA_VERSION", "to_dump_dict", "dump_text", "from_dump_dict", "rank_view_from_dump_dict", "check_schema"]
 
-SCHEMA_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+# 3: a size not known (size_bytes, input_bytes, output_bytes, busbw_factor, a node's bytes) is
+# null, never 0; 2 and 1 are read as before (their sizes are all known)
+SCHEMA_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 _OP_LISTS = {
     FORWARD: "operations_forward",
     BACKWARD: "operations_backward",
@@ -79,11 +81,15 @@ def to_dump_dict(trace: Trace, noise_level: int = 3, events: list[CollectiveEven
             "bytes": {p: totals[p][1] for p in PHASES},
             "counts": {p: totals[p][0] for p in PHASES},
             "collectives": [
-                {"op": s.op, "key": s.key, "phase": p, "group": s.group.name, "count": s.count, "bytes": s.bytes}
+                {"op": s.op, "key": s.key, "phase": p, "group": s.group.name, "count": s.count, "bytes": s.bytes,
+                 **({"unknown_size": s.unknown} if s.unknown else {})}
                 for p in PHASES
                 for s in trace.collective_stats(fqn, p)
             ],
         }
+        unknown = {p: n for p in PHASES if (n := trace.unknown_sizes(fqn, p))}
+        if unknown:  # schema 3: calls whose size is not known, left out of "bytes"
+            d["commdebug_node"]["unknown_size"] = unknown
         d["children"] = [node(c) for c in info.children]
         return d
 
@@ -193,12 +199,14 @@ def _read_collectives(trace: Trace, fqn: str, node: dict[str, Any]) -> None:
             key = (str(s["key"]), str(s["op"]), str(s["group"]))
             if "group_size" in s:  # schema 1 keeps group sizes here
                 trace.add_group(GroupInfo(key[2], "", int(s["group_size"]), None))
-            trace.collectives.setdefault((fqn, str(s["phase"])), {})[key] = [int(s["count"]), int(s["bytes"])]
+            count = int(s["count"])
+            unknown = count if s["bytes"] is None else int(s.get("unknown_size") or 0)  # schema 3: sizes may be unknown
+            trace.collectives.setdefault((fqn, str(s["phase"])), {})[key] = [count, int(s["bytes"] or 0), unknown]
         return
-    # a reference dump: counts only, no groups or bytes
+    # a reference dump: counts only, no groups or bytes (every size unknown)
     for phase, field in (("forward", "collectives_forward"), ("backward", "collectives_backward")):
         for key, count in node.get(field, []):
-            trace.collectives.setdefault((fqn, phase), {})[(str(key), _ops.op_for_key(str(key)), "?")] = [int(count), 0]
+            trace.collectives.setdefault((fqn, phase), {})[(str(key), _ops.op_for_key(str(key)), "?")] = [int(count), 0, int(count)]
 
 
 def rank_view_from_dump_dict(data: Any, path: Path, rank_from_name: Callable[[], int]) -> RankView:

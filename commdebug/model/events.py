@@ -57,8 +57,8 @@ def unpack_splits(packed: Any) -> tuple[int, ...]:
     return tuple(int(k) * unit for k in packed[1:])
 
 
-def _is_even(splits: tuple[int, ...], total: int, n: int) -> bool:
-    return n > 0 and len(splits) == n and splits[0] * n == total and splits.count(splits[0]) == n
+def _is_even(splits: tuple[int, ...], total: int | None, n: int) -> bool:
+    return total is not None and n > 0 and len(splits) == n and splits[0] * n == total and splits.count(splits[0]) == n
 
 
 def encode_events(events: Iterable[CollectiveEvent]) -> dict[str, Any]:
@@ -181,7 +181,7 @@ def _splits_column(values: list, vectors: list[tuple[int, ...]], totals: list, g
             out.append(None)
         elif value == EVEN:
             n = group.size
-            out.append(_ops.even_splits(total, n) if n > 0 else None)
+            out.append(_ops.even_splits(total, n) if n > 0 and total is not None else None)
         else:
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"split index {value!r}")

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["FAULT_SUFFIX", "FAULT_VERSION", "CAUSE_NOT_RECORDED", "SIGNALS", "Frame", "FaultRecord", "header_text",
-           "parse_fault", "fault_words", "ending_note"]
+           "parse_fault", "fault_words", "fault_line", "program_frame", "is_program", "ending_note"]
 
 FAULT_SUFFIX = ".fault"
 FAULT_VERSION = 1
@@ -53,8 +53,10 @@ SIGNALS: dict[int, tuple[str, str]] = {
     11: ("SIGSEGV", "a segmentation fault"),
 }
 
-# frames that are not the program's own: torch, commdebug, the standard library, frozen modules
-_LIBRARY = re.compile(r"([/\\](site|dist)-packages[/\\](torch|commdebug)[/\\])|([/\\]lib[/\\]python3\.\d+[/\\](?!site-packages|dist-packages))|^<")
+# frames that are not the program's own: torch, commdebug, the standard library, frozen modules;
+# commdebug's from a source tree too, wherever the record was written (another checkout's path)
+_LIBRARY = re.compile(r"([/\\](site|dist)-packages[/\\](torch|commdebug)[/\\])|([/\\]lib[/\\]python3\.\d+[/\\](?!site-packages|dist-packages))|^<"
+                      r"|(^|[/\\])commdebug[/\\](capture|launch)[/\\]")
 _OWN_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # commdebug/, from a source tree too
 _FRAME = re.compile(r'^\s+File "(.*)", line (\d+) in (.*)$')
 _THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-fA-F]+)")
@@ -148,14 +150,25 @@ def _int(value: str | None) -> int | None:
     return int(value) if value and value.lstrip("-").isdigit() else None
 
 
-def _program_frame(frames: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The innermost frame of the program's own code (not torch's, commdebug's or the standard
-    library's), else the innermost frame."""
-    for f in frames:
-        file = str(f.get("file", ""))
-        if not _LIBRARY.search(file) and not file.startswith(_OWN_PACKAGE):
-            return f
-    return frames[0] if frames else None
+def is_program(frame: dict[str, Any]) -> bool:
+    """Whether a frame (``{"file", ...}``) is the program's own code: not torch's, commdebug's,
+    the standard library's or a frozen module's."""
+    file = str(frame.get("file", ""))
+    return not _LIBRARY.search(file) and not file.startswith(_OWN_PACKAGE)
+
+
+def program_frame(frames: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The innermost frame (``{"file", "line", "function"}``, innermost first) of the program's
+    own code (not torch's, commdebug's or the standard library's), else the innermost frame."""
+    return next(filter(is_program, frames), frames[0] if frames else None)
+
+
+def fault_line(fault: dict[str, Any]) -> str | None:
+    """``"/home/me/job.py:40"``: where the main thread was in the program's own code when the
+    signal came (a collective's source line reads the same), or None where its stack does not
+    reach the program's code."""
+    main = next(filter(is_program, fault.get("main") or []), None)
+    return None if main is None else f"{main.get('file')}:{main.get('line')}"
 
 
 def fault_words(fault: dict[str, Any]) -> str:
@@ -166,17 +179,18 @@ def fault_words(fault: dict[str, Any]) -> str:
     meaning = SIGNALS.get(signum, ("", ""))[1] if isinstance(signum, int) else ""
     text = str(fault.get("signal", "a fatal signal")) + (f" ({meaning})" if meaning else "")
     if not fault.get("in_main_thread", True):
-        other = _program_frame(list(fault.get("thread") or []))
+        other = program_frame(list(fault.get("thread") or []))
         text += (f" in another thread, at {other['file']}:{other['line']} in {other['function']}" if other
                  else " in a thread running no Python code")
-    main = _program_frame(list(fault.get("main") or []))
+    main = program_frame(list(fault.get("main") or []))
     return text + (f", main thread at {main['file']}:{main['line']} in {main['function']}" if main else ", main thread in no Python code")
 
 
-def ending_note(meta: dict[str, Any]) -> str | None:
+def ending_note(meta: dict[str, Any], alive: bool | None = None) -> str | None:
     """How a rank's process ended where its dump alone cannot say it, as a note on the rank: a
     fatal signal (after its final dump, or instead of it), or a stream (``metadata.stream``, as
-    the readers give it) with no final dump."""
+    the readers give it) with no final dump; ``alive``: whether its process still runs, where
+    this host can tell (``commdebug check`` says the same)."""
     fault = meta.get("fault")
     if isinstance(fault, dict):
         if fault.get("after_final_dump"):
@@ -184,5 +198,9 @@ def ending_note(meta: dict[str, Any]) -> str | None:
                     "its dump is complete")
         return f"ended by {fault_words(fault)}, without a final dump"
     if isinstance(meta.get("stream"), dict) and meta.get("ended_by") in (None, "hang"):
+        if alive is False:
+            return f"its process ended without a final dump and {CAUSE_NOT_RECORDED}; only its stream is left"
+        if alive:
+            return "still running: no final dump yet, only its stream"
         return f"no final dump, only its stream: it still runs, or its process ended and {CAUSE_NOT_RECORDED}"
     return None

@@ -243,7 +243,7 @@ def stream_trace(content: StreamContent) -> Trace:
     if content.notes:
         trace.metadata["read_notes"] = list(content.notes)
 
-    def count(module: str, phase: str, key: str, op: str, group: str, nbytes: int, n: int) -> None:
+    def count(module: str, phase: str, key: str, op: str, group: str, nbytes: int | None, n: int) -> None:
         path = _module_path(module)
         for parent, fqn in zip([None, *path[:-1]], path, strict=True):
             if fqn != GLOBAL:
@@ -251,8 +251,8 @@ def stream_trace(content: StreamContent) -> Trace:
         trace.add_collective(path, phase, (key, op, group), nbytes, n)
 
     if content.older is not None:
-        for (module, phase, key, op, group, _size), row in content.older.rows.items():
-            count(module, phase, key, op, group, row[1], row[0])
+        for (module, phase, key, op, group, size), row in content.older.rows.items():
+            count(module, phase, key, op, group, None if size is None else row[1], row[0])
     for e in content.events:
         trace.add_group(e.group)
         count(e.module, e.phase, e.key, e.op, e.group.name, e.size_bytes, 1)

@@ -28,6 +28,9 @@ __all__ = [
     "Trace",
     "ops_at_noise",
     "check_noise_level",
+    "known_bytes",
+    "UNKNOWN_GROUP",
+    "UNKNOWN_LABEL",
 ]
 
 GLOBAL = "Global"
@@ -62,7 +65,7 @@ class GroupInfo(NamedTuple):
     def label(self) -> str:
         """How reports name the group: ``mesh_tp[4]``, ``default_pg[8]``, ``group 7[2]``."""
         if self.name == "?":
-            return "?"
+            return UNKNOWN_LABEL
         base = self.desc if self.desc and self.desc != "undefined" else f"group {self.name}"
         return f"{base}[{self.size}]" if self.size else base
 
@@ -76,6 +79,9 @@ class GroupInfo(NamedTuple):
 
 
 UNKNOWN_GROUP = GroupInfo("?", "", 0, None)
+# how reports name a group the data does not name (a trace's calls without group arguments): a
+# word, never "?", which stands for a value not known
+UNKNOWN_LABEL = "unknown"
 
 
 @dataclass
@@ -116,7 +122,8 @@ class CollectiveStat:
     op: str  # canonical name, e.g. "all_reduce"
     group: GroupInfo
     count: int
-    bytes: int  # sum of message sizes S
+    bytes: int | None  # sum of the known message sizes S; None when no call's size is known
+    unknown: int = 0  # calls whose size is not known (a trace without shapes): not in `bytes`
 
 
 class CollectiveEvent(NamedTuple):
@@ -136,10 +143,11 @@ class CollectiveEvent(NamedTuple):
     dtype: str | None
     input_shapes: tuple[tuple[int, ...], ...]
     output_shapes: tuple[tuple[int, ...], ...]
-    input_bytes: int
-    output_bytes: int
-    size_bytes: int
-    busbw_factor: float
+    # None: not known (a torch.profiler trace recorded without shapes); never counted as 0
+    input_bytes: int | None
+    output_bytes: int | None
+    size_bytes: int | None
+    busbw_factor: float | None  # None: the group's size, which it depends on, is not known
     dtensor_op: str | None = None
     placements: str | None = None
     mesh: str | None = None
@@ -172,15 +180,16 @@ class CollectiveEvent(NamedTuple):
 
     @property
     def algbw_gbps(self) -> float | None:
-        """Algorithm bandwidth S / t in GB/s (1e9 bytes/s), when timed."""
-        if not self.latency_s:
+        """Algorithm bandwidth S / t in GB/s (1e9 bytes/s), when timed and its size is known."""
+        if not self.latency_s or self.size_bytes is None:
             return None
         return self.size_bytes / self.latency_s / 1e9
 
     @property
     def busbw_gbps(self) -> float | None:
+        """Bus bandwidth, when its algbw and its op's factor for its group's size are known."""
         algbw = self.algbw_gbps
-        return None if algbw is None else algbw * self.busbw_factor
+        return None if algbw is None or self.busbw_factor is None else algbw * self.busbw_factor
 
     def to_dict(self) -> dict[str, Any]:
         """The event as plain data, the group by name (the dump stores events by column, see
@@ -216,10 +225,10 @@ class CollectiveEvent(NamedTuple):
             dtype=d.get("dtype"),
             input_shapes=tuple(tuple(s) for s in d.get("input_shapes", ())),
             output_shapes=tuple(tuple(s) for s in d.get("output_shapes", ())),
-            input_bytes=int(d.get("input_bytes", 0)),
-            output_bytes=int(d.get("output_bytes", 0)),
-            size_bytes=int(d.get("size_bytes", 0)),
-            busbw_factor=float(d.get("busbw_factor", 0.0)),
+            input_bytes=_maybe_int(d.get("input_bytes", 0)),
+            output_bytes=_maybe_int(d.get("output_bytes", 0)),
+            size_bytes=_maybe_int(d.get("size_bytes", 0)),
+            busbw_factor=None if d.get("busbw_factor", 0.0) is None else float(d.get("busbw_factor", 0.0)),
             dtensor_op=d.get("dtensor_op"),
             placements=d.get("placements"),
             mesh=d.get("mesh"),
@@ -236,6 +245,10 @@ class CollectiveEvent(NamedTuple):
             send_splits=_splits(d.get("send_splits")),
             recv_splits=_splits(d.get("recv_splits")),
         )
+
+
+def _maybe_int(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 def _splits(value: Any) -> tuple[int, ...] | None:
@@ -281,11 +294,11 @@ class Trace:
         self.modules: dict[str, ModuleInfo] = {GLOBAL: ModuleInfo(GLOBAL, None)}
         # group name -> GroupInfo, for every group a collective ran on
         self.groups: dict[str, GroupInfo] = {}
-        # (fqn, phase) -> CollKey -> [count, bytes]; see ``collectives``
+        # (fqn, phase) -> CollKey -> [count, bytes, unknown]; see ``collectives``
         self._collectives: dict[tuple[str, str], dict[CollKey, list[int]]] = {}
         # (path, phase, key, bytes, count) of collectives not yet counted: folded in bulk when
         # read, off the capture path (a dict update per module on the path costs microseconds)
-        self._pending: list[tuple[Any, str, CollKey, int, int]] = []
+        self._pending: list[tuple[Any, str, CollKey, int | None, int]] = []
         # (fqn, phase) -> op signature -> count; see ``ops``.
         self._ops: dict[tuple[str, str], dict[Any, int]] = {}
         # (fqn, phase) -> signatures of ops not yet counted. The capture side appends one per op
@@ -354,14 +367,16 @@ class Trace:
 
     @property
     def collectives(self) -> dict[tuple[str, str], dict[CollKey, list[int]]]:
-        """(fqn, phase) -> collective key -> [count, bytes], each module counting its
-        descendants' collectives too."""
+        """(fqn, phase) -> collective key -> [count, bytes, unknown], each module counting its
+        descendants' collectives too; ``bytes`` sums the known sizes, ``unknown`` counts the
+        calls whose size is not known."""
         if self._pending:
             self._fold_collectives()
         return self._collectives
 
-    def add_collective(self, path: Iterable[str], phase: str, key: CollKey, nbytes: int, count: int = 1) -> None:
-        """Count a collective for every module on ``path`` (the call's module and its ancestors)."""
+    def add_collective(self, path: Iterable[str], phase: str, key: CollKey, nbytes: int | None, count: int = 1) -> None:
+        """Count a collective for every module on ``path`` (the call's module and its ancestors);
+        ``nbytes`` None: its size is not known."""
         pending = self._pending
         pending.append((path if type(path) is tuple else tuple(path), phase, key, nbytes, count))
         if len(pending) >= 4096:
@@ -373,20 +388,23 @@ class Trace:
         for path, phase, key, nbytes, count in self._pending:
             agg = sums.get((path, phase, key))
             if agg is None:
-                sums[(path, phase, key)] = [count, nbytes]
+                agg = sums[(path, phase, key)] = [0, 0, 0]
+            agg[0] += count
+            if nbytes is None:
+                agg[2] += count
             else:
-                agg[0] += count
                 agg[1] += nbytes
         self._pending = []
-        for (path, phase, key), (count, nbytes) in sums.items():
+        for (path, phase, key), (count, nbytes, unknown) in sums.items():
             for fqn in path:
                 bucket = self._collectives.setdefault((fqn, phase), {})
                 agg = bucket.get(key)
                 if agg is None:
-                    bucket[key] = [count, nbytes]
+                    bucket[key] = [count, nbytes, unknown]
                 else:
                     agg[0] += count
                     agg[1] += nbytes
+                    agg[2] += unknown
 
     def add_event(self, event: CollectiveEvent) -> None:
         self.events.append(event)
@@ -427,7 +445,7 @@ class Trace:
 
     def collective_stats(self, fqn: str, phase: str) -> list[CollectiveStat]:
         bucket = self.collectives.get((fqn, phase), {})
-        return [CollectiveStat(k[0], k[1], self.group(k[2]), c, b) for k, (c, b) in bucket.items()]
+        return [CollectiveStat(k[0], k[1], self.group(k[2]), c, known_bytes(b, u, c), u) for k, (c, b, u) in bucket.items()]
 
     def collective_counts(self, fqn: str, phase: str) -> dict[str, int]:
         """Reference key -> count for a module and phase (groups merged)."""
@@ -436,13 +454,20 @@ class Trace:
             out[stat.key] = out.get(stat.key, 0) + stat.count
         return out
 
-    def phase_totals(self, fqn: str, phase: str) -> tuple[int, int]:
-        """(count, bytes) of all collectives of a module in a phase."""
-        count = nbytes = 0
-        for c, b in self.collectives.get((fqn, phase), {}).values():
+    def phase_totals(self, fqn: str, phase: str) -> tuple[int, int | None]:
+        """(count, bytes) of all collectives of a module in a phase: ``bytes`` sums the known
+        sizes, None when none is known (:meth:`unknown_sizes` counts the calls left out)."""
+        count = nbytes = unknown = 0
+        for c, b, u in self.collectives.get((fqn, phase), {}).values():
             count += c
             nbytes += b
-        return count, nbytes
+            unknown += u
+        return count, known_bytes(nbytes, unknown, count)
+
+    def unknown_sizes(self, fqn: str, phase: str) -> int:
+        """How many collectives of a module in a phase have a size not known (a trace without
+        shapes): left out of :meth:`phase_totals`' bytes."""
+        return sum(u for _, _, u in self.collectives.get((fqn, phase), {}).values())
 
     def operations(self, fqn: str, phase: str) -> list[OpRow]:
         """The module's own op rows in a phase, in first-seen order, identical rows merged."""
@@ -478,15 +503,34 @@ class Trace:
         return out
 
     def totals(self) -> dict[str, Any]:
-        """Collective count and bytes of the whole run, in total and per canonical op."""
-        by_op: dict[str, dict[str, int]] = {}
+        """Collective count and bytes of the whole run, in total and per canonical op; where
+        some sizes are not known, ``bytes`` sums the others (None when none is known) and
+        ``unknown_size`` counts them."""
+        by_op: dict[str, dict[str, Any]] = {}
         for phase in PHASES:
             for stat in self.collective_stats(GLOBAL, phase):
-                agg = by_op.setdefault(stat.op, {"count": 0, "bytes": 0})
+                agg = by_op.setdefault(stat.op, {"count": 0, "bytes": 0, "unknown_size": 0})
                 agg["count"] += stat.count
-                agg["bytes"] += stat.bytes
-        return {
-            "collectives": sum(v["count"] for v in by_op.values()),
-            "bytes": sum(v["bytes"] for v in by_op.values()),
-            "by_op": dict(sorted(by_op.items())),
-        }
+                agg["bytes"] += stat.bytes or 0
+                agg["unknown_size"] += stat.unknown
+        count = sum(v["count"] for v in by_op.values())
+        unknown = sum(v["unknown_size"] for v in by_op.values())
+        for v in by_op.values():
+            v["bytes"] = known_bytes(v["bytes"], v["unknown_size"], v["count"])
+            if not v["unknown_size"]:
+                del v["unknown_size"]
+        out: dict[str, Any] = {"collectives": count, "bytes": known_bytes(sum(v["bytes"] or 0 for v in by_op.values()), unknown, count)}
+        if unknown:
+            out["unknown_size"] = unknown
+        out["by_op"] = dict(sorted(by_op.items()))
+        return out
+
+
+def known_bytes(total: int, unknown: int, count: int) -> int | None:
+    """A sum of message sizes where ``unknown`` of ``count`` calls have none: the sum of the
+    known ones, or None when no call's size is known (never a 0 that would read as "nothing").
+
+    >>> known_bytes(0, 3, 3) is None, known_bytes(4096, 1, 3)
+    (True, 4096)
+    """
+    return None if count and unknown >= count else total

@@ -8,11 +8,12 @@ step, where the dumps record steps) and its sides, then notes.
 from __future__ import annotations
 
 from commdebug.analysis.check import CheckResult, Finding, LastCall, Side, who
-from commdebug.render.endings import rank_ending
+from commdebug.ops import shape_rule
+from commdebug.render.endings import describe_died, rank_ending
 from commdebug.render.late import late_headline
-from commdebug.units import format_bytes
+from commdebug.units import UNKNOWN, format_bytes
 
-__all__ = ["render_check", "describe_finding", "describe_side", "describe_last"]
+__all__ = ["render_check", "describe_finding", "describe_side", "describe_last", "no_verdict"]
 
 # Up to this many ranks every line is shown; beyond, the most common ending and the unusual ones
 # up to this many lines in all (--json lists every rank).
@@ -44,6 +45,18 @@ def render_check(result: CheckResult) -> str:
     return "\n".join(lines) + "\n"
 
 
+def no_verdict(result: CheckResult) -> str | None:
+    """Why the check can give no verdict (its calls name no process group to pair them across
+    ranks by), or None when it gives one: ``commdebug check``'s error and the folder page's Check
+    panel say the same."""
+    if result.compared:
+        return None
+    traces = all(s.source_format == "torch-profiler" for s in result.rank_summaries)
+    where = "their torch.profiler traces record none" if traces else "their files record none"
+    return (f"nothing to check: the ranks' collectives name no process group ({where}), so no call can be paired "
+            "across ranks; record the job with `commdebug run` (its dumps name their groups; --profile-steps adds the profile)")
+
+
 def _header(result: CheckResult) -> str:
     """"2 ranks, 1 group, 24 collectives per rank" (a range when ranks differ)."""
     ranks, groups = len(result.ranks), result.groups
@@ -64,7 +77,9 @@ def describe_side(side: Side) -> str:
     ranks = who(side.ranks) + (" (last call on the group)" if side.last_call else "")
     if side.op is None:
         return f"{ranks}: nothing"
-    size = "" if side.size_bytes is None else f" {format_bytes(side.size_bytes)}"  # None: an all_to_all's own sizes
+    # None: an all_to_all's own sizes (they differ by rank, by design), else a size not known
+    balanced = (rule := shape_rule(side.op)) is not None and rule.balanced
+    size = ("" if balanced else f" {UNKNOWN}") if side.size_bytes is None else f" {format_bytes(side.size_bytes)}"
     pair = f" to rank {side.to_rank}" if side.to_rank is not None else f" from rank {side.from_rank}" if side.from_rank is not None else ""
     what = f"{side.op}{size}{pair}{' ' + side.dtype if side.dtype else ''}"
     where = "".join(f" {k} {v}" for k, v in (("in", side.module), ("at", side.source)) if v and v != "?")
@@ -92,7 +107,8 @@ def _endings(result: CheckResult) -> list[str]:
     dump from the no_dump finding, and the ranks not in the folders read. Many ranks: the most common line, then the unusual ones."""
     lines: dict[str, list[int]] = {}
     for s in result.rank_summaries:
-        lines.setdefault(f"{rank_ending(s)}; last {describe_last(s.last)}", []).append(s.rank)
+        last = describe_died(s.died_in) if s.died_in is not None else describe_last(s.last)
+        lines.setdefault(f"{rank_ending(s, with_call=False)}; last {last}", []).append(s.rank)
     absent = [r for f in result.findings if f.kind == "no_dump" for side in f.sides for r in side.ranks]
     if absent:
         lines["left no dump"] = absent

@@ -5,7 +5,8 @@ for Perfetto (ui.perfetto.dev) and chrome://tracing.
 - a track (``tid``) per process group, named by its label, plus a ``steps`` track with one
   span per training step;
 - timed collectives are complete events (``ph: X``, ``ts`` and ``dur`` in microseconds) with
-  op, bytes, group, module, seq and busbw in ``args``; untimed ones are instant events
+  op, bytes, group, module, seq and busbw in ``args`` (bytes and busbw null where the trace does
+  not give a size or a group size; group and module "unknown" where it names none); untimed ones are instant events
   (``ph: i``) at the time they were called;
 - complete events on one track never partially overlap: a call that overlaps the one before it
   on its group's track (asynchronous timing can do that) goes to a second lane of that group;
@@ -59,7 +60,7 @@ from commdebug.analysis.clocks import Clocks
 from commdebug.estimate import Cluster, predict_events, resolve_cluster
 from commdebug.model.aggregates import older_of
 from commdebug.model.rank_view import RankView
-from commdebug.model.trace import CollectiveEvent
+from commdebug.model.trace import UNKNOWN_LABEL, CollectiveEvent
 from commdebug.ops import needs_all
 from commdebug.units import format_duration, who
 
@@ -206,13 +207,16 @@ def _predicted_track(view: RankView, cluster: Cluster, tid: int, events: list[Co
 
 def _args(e: CollectiveEvent, with_busbw: bool = True) -> dict[str, Any]:
     # a predicted span leaves the measured busbw out, so nothing measured sits on it
-    args: dict[str, Any] = {"op": e.op, "bytes": e.size_bytes, "group": e.group.label, "module": e.module, "phase": e.phase, "step": e.step}
+    # bytes: null where the size is not known (never 0); a module the data does not name is a word
+    args: dict[str, Any] = {"op": e.op, "bytes": e.size_bytes, "group": e.group.label,
+                            "module": UNKNOWN_LABEL if e.module in ("?", "") else e.module, "phase": e.phase, "step": e.step}
     if e.seq is not None:
         args["seq"] = e.seq
     if e.peer is not None:
         args["peer"] = e.peer
-    if with_busbw and e.busbw_gbps is not None:
-        args["busbw_gbps"] = round(e.busbw_gbps, 3)
+    if with_busbw and e.latency_s:  # timed: its busbw, null where its size or its group's is not known
+        busbw = e.busbw_gbps
+        args["busbw_gbps"] = None if busbw is None else round(busbw, 3)
     if e.source:
         args["source"] = e.source
     if e.in_flight:

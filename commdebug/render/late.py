@@ -94,13 +94,21 @@ def startup_lines(late: LateRanks | None, limit: int = STARTUP_ROWS) -> list[str
     return lines
 
 
-def late_lines(late: LateRanks | None, limit: int = LATE_ROWS) -> list[str]:
+def late_lines(late: LateRanks | None, unpaired: int = 0, limit: int = LATE_ROWS) -> list[str]:
     """``report``'s late-rank section: the listed (step, rank) pairs worst first, each with its
-    gap, or one line saying why there are none."""
+    gap, or one line saying why there are none. ``unpaired``: timed calls that name no process
+    group (a trace that records none), which no other rank's call can be paired with."""
+    no_group = (f"{unpaired:,} timed call{'s' if unpaired != 1 else ''} name no process group (the traces record none), "
+                "and a call is compared across ranks by its group and sequence number")
     if late is None or not late.timed:
+        if unpaired:
+            return [f"late ranks: none can be told: {no_group}"]
         return ["late ranks: the wait a late rank caused needs timing (record with --timing; Flight Recorder dumps: "
                 "with durations, TORCH_NCCL_ENABLE_TIMING=1)"]
     if not late.analysed:
+        if unpaired:
+            partial = (f"; the other {late.partial:,} were timed on only some members of their group" if late.partial else "")
+            return [f"late ranks: none can be told: {no_group}{partial}"]
         return [f"late ranks: no call was timed on every member of its group ({late.partial:,} on only some): the wait "
                 "a late rank caused needs every member's dump (a --ranks selection that leaves members out, or missing dumps)"]
     rule = threshold_text(late.threshold)

@@ -21,11 +21,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from commdebug.analysis.report import Deviation, RankStats, Report
+from commdebug.analysis.report import Deviation, OpStats, RankStats, Report
 from commdebug.analysis.traffic import Imbalance
 from commdebug.render.columns import align
 from commdebug.render.late import late_lines
-from commdebug.units import format_bytes, format_duration, format_gbps, format_share, who
+from commdebug.units import UNKNOWN, format_bytes, format_duration, format_gbps, format_known_bytes, format_share, who
 
 __all__ = ["render_report", "shown_ranks", "TOP_FROM", "TOP_DEFAULT"]
 
@@ -54,6 +54,18 @@ _RANK_COLUMNS: list[tuple[str, str, Callable[[Any], str]]] = [
 
 
 _FIGURE_TITLES = {attr: title for attr, title, _ in _RANK_COLUMNS}
+
+
+def _rank_cell(r: RankStats, attr: str, fmt: Callable[[Any], str]) -> str:
+    """One figure of a rank's row: bytes with the calls of unknown size they leave out; a
+    straggler time or a wait caused its timed calls cannot give (no group to pair them by) as ``?``."""
+    if attr == "bytes":
+        return format_known_bytes(r.bytes, r.unknown_size)
+    if attr == "straggler_s" and r.straggler_s is None and r.timed:
+        return UNKNOWN
+    if attr == "caused_wait_s" and r.caused_wait_s is None and r.timed_without_group:
+        return UNKNOWN
+    return fmt(r.share if attr == "share" else getattr(r, attr))
 
 
 def _deviation(d: Deviation) -> str:
@@ -87,15 +99,15 @@ def render_report(rep: Report, top: int | None = None) -> str:
             + (["worst steps"] if steps else [])]
     listed = rep.top(top) if top else [(r, None) for r in rep.ranks]
     for r, d in listed:
-        rows.append([str(r.rank), r.host or "?"] + [fmt(getattr(r, attr) if attr != "share" else r.share) for attr, _, fmt in _RANK_COLUMNS]
+        rows.append([str(r.rank), r.host or "?"] + [_rank_cell(r, attr, fmt) for attr, _, fmt in _RANK_COLUMNS]
                     + ([_deviation(d)] if d is not None else []) + ([worst_steps_text(r)] if steps else []))
     spread = {attr: rep.spread(attr) for attr, _, _ in _RANK_COLUMNS}
     for which in ("min", "median", "max"):
         row = [which, ""]
         for attr, _, fmt in _RANK_COLUMNS:
             s = spread[attr]
-            if s is None:
-                row.append("-")
+            if s is None:  # no rank has the figure: "?" where some rank's cell says it is not known
+                row.append(UNKNOWN if any(_rank_cell(r, attr, fmt) == UNKNOWN for r in rep.ranks) else "-")
             else:
                 holder = f" (r{s[which + '_rank']})" if which != "median" else ""
                 row.append(fmt(s[which]) + holder)
@@ -107,12 +119,16 @@ def render_report(rep: Report, top: int | None = None) -> str:
         lines.append(f"per op, summed over {n:,} ranks:")
     rows = [["op", "calls", "bytes", "timed", "time", "algbw GB/s", "busbw GB/s", "straggler"]]
     for o in rep.ops:
-        rows.append([o.op, str(o.calls), format_bytes(o.bytes), str(o.timed), format_duration(o.time_s if o.timed else None),
-                     format_gbps(o.algbw_gbps), format_gbps(o.busbw_gbps), format_duration(o.straggler_s if o.timed else None)])
+        def known(text: str, value: float | None, o: OpStats = o) -> str:  # timed, but not known: "?", never a figure
+            return UNKNOWN if o.timed and value is None else text
+
+        rows.append([o.op, str(o.calls), format_known_bytes(o.known_bytes, o.unknown_size), str(o.timed),
+                     format_duration(o.time_s if o.timed else None), known(format_gbps(o.algbw_gbps), o.algbw_gbps),
+                     known(format_gbps(o.busbw_gbps), o.busbw_gbps), known(format_duration(o.straggler_s), o.straggler_s)])
     lines += align(rows)
     if rep.imbalance:
         lines += [""] + imbalance_lines(rep.imbalance)
-    lines += [""] + late_lines(rep.late)
+    lines += [""] + late_lines(rep.late, rep.unpaired)
     if rep.timed:
         lines.append("")
         if steps:

@@ -13,17 +13,19 @@ from commdebug.analysis.summary import Summary, SummaryRow
 from commdebug.analysis.traffic import PeerRow
 from commdebug.render.columns import align
 from commdebug.render.table import light_note
-from commdebug.units import format_bytes, format_duration, format_gbps
+from commdebug.units import UNKNOWN, format_bytes, format_duration, format_gbps, format_known_bytes
 
 __all__ = ["render_summary", "summary_dict", "key_titles", "key_cells", "key_dict", "size_bin_label", "render_peers", "peers_dict"]
 
 
-def size_bin_label(bounds: tuple[int, int]) -> str:
-    """A size bin ``[lo, hi)`` as text.
+def size_bin_label(bounds: tuple[int, int] | None) -> str:
+    """A size bin ``[lo, hi)`` as text; ``?`` for the calls whose size is not known.
 
-    >>> size_bin_label((65536, 131072))
-    '64.00 KiB - 128.00 KiB'
+    >>> size_bin_label((65536, 131072)), size_bin_label(None)
+    ('64.00 KiB - 128.00 KiB', '?')
     """
+    if bounds is None:
+        return UNKNOWN
     lo, hi = bounds
     return "0 B" if hi == 0 else f"{format_bytes(lo)} - {format_bytes(hi)}"
 
@@ -58,7 +60,7 @@ def key_dict(key: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in key.items():
         if k == "size_bin":
-            out.update(size_bin=list(v), size_bin_label=size_bin_label(v))
+            out.update(size_bin=None if v is None else list(v), size_bin_label=size_bin_label(v))
         else:
             out[k] = v
     return out
@@ -106,10 +108,10 @@ def _header_lines(summary: Summary) -> list[str]:
     where = (f"{who(h['ranks'])} of {h.get('world_size') or '?'} on {_hosts(h['hostnames'])}" if job
              else f"rank {h.get('rank', '?')} of {h.get('world_size', '?')} on {h.get('hostname') or '?'}")
     lines = [f"commdebug summary by {summary.by}: {where}, {_plural(h.get('steps', 0), 'step')},"
-             f" {h['collectives']} collectives, {format_bytes(h['bytes'])}"]
+             f" {h['collectives']} collectives, {_bytes_words(h['bytes'], h.get('unknown_size_calls') or 0)}"]
     elapsed = f"elapsed {_seconds(h['elapsed_s'])}" + (" (the longest rank)" if job and h["elapsed_s"] is not None else "")
     if h["timed_collectives"] > 0:
-        share = "" if h["comm_share"] is None else f" ({h['comm_share'] * 100:.1f}% of {'their ' if job else ''}recorded time)"
+        share = _share_words(h, job)
         summed = _summed(h, h["comm_time_s"])
         lines.append(f"{elapsed}, recorded {_seconds(h['recorded_s'])}, communication {_seconds(h['comm_time_s'])}{summed}{share},"
                      f" timing {h['timing']}"
@@ -133,15 +135,45 @@ def _header_lines(summary: Summary) -> list[str]:
     return lines
 
 
+def _share_words(h: dict[str, Any], job: bool) -> str:
+    """" (3.4% of recorded time)"; where only some steps were timed (a profile of steps 1-3),
+    over those steps' time, and said; where their time is not known, no share, and why."""
+    steps = h.get("timed_steps")
+    if steps:
+        timed, total = steps
+        if h["comm_share"] is None:
+            return (f" (no share: its calls were timed in {timed} of the {total} steps, whose durations were not recorded)"
+                    if not job else f" (no share: the calls were timed in {timed} of the {total} steps, whose durations were not recorded)")
+        return f" ({h['comm_share'] * 100:.1f}% of the time of the {timed} timed steps, of {total})"
+    return "" if h["comm_share"] is None else f" ({h['comm_share'] * 100:.1f}% of {'their ' if job else ''}recorded time)"
+
+
+def _bytes_words(nbytes: int | None, unknown: int) -> str:
+    """The header's bytes: "1.50 KiB", "1.50 KiB (3 calls of unknown size not in it)", "bytes
+    unknown (no call's size was recorded)"."""
+    if nbytes is None:
+        return "bytes unknown (no call's size was recorded)"
+    return format_bytes(nbytes) + (f" ({_plural(unknown, 'call')} of unknown size not in it)" if unknown else "")
+
+
 def _row_cells(r: SummaryRow, predicted: bool, timed: bool) -> list[str]:
-    cells = key_cells(r.key) + [str(r.calls), format_bytes(r.bytes)]
+    cells = key_cells(r.key) + [str(r.calls), format_known_bytes(r.bytes, r.unknown_size_calls)]
     if predicted:
         cells += [format_duration(r.predicted_s), format_gbps(r.predicted_busbw_gbps)]
     if timed:
+        def bw(value: float | None) -> str:  # timed, but no size (or group size) to divide: not known, not "-"
+            return UNKNOWN if value is None and r.timed_calls and r.unknown_size_calls else format_gbps(value)
+
         cells += [format_duration(r.time_s), format_duration(r.avg_time_s), format_duration(r.latency_min_s), format_duration(r.latency_max_s),
-                  format_gbps(r.algbw_gbps), format_gbps(r.busbw_gbps),
-                  format_gbps(r.busbw_p50_gbps), format_gbps(r.busbw_p90_gbps), format_gbps(r.busbw_p99_gbps)]
+                  bw(r.algbw_gbps), *(_busbw(v, r) for v in (r.busbw_gbps, r.busbw_p50_gbps, r.busbw_p90_gbps, r.busbw_p99_gbps))]
     return cells
+
+
+def _busbw(value: float | None, r: SummaryRow) -> str:
+    """A row's busbw: ``?`` where it was timed but its sizes or its group's size are not known."""
+    if value is None and r.timed_calls and (r.unknown_size_calls or r.algbw_gbps is not None):
+        return UNKNOWN
+    return format_gbps(value)
 
 
 def _spread_cells(spread: dict[str, Any] | None, fmt: Callable[[Any], str], holders: bool) -> list[str]:
@@ -207,5 +239,5 @@ def render_peers(rows: list[PeerRow]) -> str:
     if not rows:
         return "no all_to_all or send/recv traffic recorded\n"
     table = [["group", "src", "dst", "calls", "bytes"]]
-    table += [[r.group, str(r.src), str(r.dst), str(r.calls), format_bytes(r.bytes)] for r in rows]
+    table += [[r.group, str(r.src), str(r.dst), str(r.calls), format_known_bytes(r.bytes, r.unknown)] for r in rows]
     return "\n".join(align(table, left=1)) + "\n"

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from commdebug.model.trace import PHASES, CollectiveStat, Trace, check_noise_level, ops_at_noise
-from commdebug.units import format_bytes, format_duration
+from commdebug.units import format_duration, format_known_bytes
 
 if TYPE_CHECKING:
     from commdebug.analysis.predicted import TracePredictions
@@ -80,7 +80,7 @@ def render_table(trace: Trace, noise_level: int = 3, *, color: bool | None = Non
                 continue
             lines.append(f"{indent}  {title}")
             for stat in stats:
-                size = f" ({format_bytes(stat.bytes)})" if trace.bytes_recorded else ""
+                size = f" ({format_known_bytes(stat.bytes, stat.unknown)})" if trace.bytes_recorded else ""
                 on = f" on {stat.group.label}" if stat.group.name != "?" else ""
                 pred = _predicted(predicted, fqn, phase, stat) if predicted is not None else ""
                 n = compiled.get((fqn, phase, stat.key, stat.group.name))

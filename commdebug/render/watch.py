@@ -15,7 +15,7 @@ from commdebug.analysis.check import who
 from commdebug.analysis.watch import Call, RankLive, WatchResult
 from commdebug.model.fault import CAUSE_NOT_RECORDED, fault_words
 from commdebug.render.columns import align
-from commdebug.render.endings import error_line
+from commdebug.render.endings import describe_candidate, describe_died, error_ending
 from commdebug.units import format_duration
 
 __all__ = ["render_watch", "describe_call", "ending"]
@@ -47,7 +47,30 @@ def ending(r: RankLive) -> str:
     shows it), or the fatal signal its fault record names."""
     if r.crashed and r.fault is not None:
         return f"{fault_words(r.fault)}, without a final dump"
-    return error_line(r.ended_by or "")
+    return error_ending(r.ended_by or "", r.raised_at)
+
+
+def _last(r: RankLive, step: bool = False) -> str:
+    """"; its last collective: ..." as its record has it, or the call the evidence says it was
+    last in (its fault record's line, the others' records), as ``check`` names it."""
+    if r.died_in is not None:
+        return f"; last {describe_died(r.died_in)}"
+    if r.last is None:
+        return ""
+    return f"; its last collective: {describe_call(r.last)}" + (f" (step {r.last.step})" if step else "")
+
+
+def _gone(r: RankLive, result: WatchResult) -> str:
+    """Why a rank is gone, from what is known: this host's kernel says its process ended, or it
+    has shown no sign of life since the ranks that ended did (finished, or failed)."""
+    if r.alive is False:
+        return "its process has ended, without a final dump"
+    ended = [x for x in result.ranks if x.ended_by is not None or x.crashed]
+    failed = [x.rank for x in ended if x.rank in result.failed]
+    others = ("since " + (f"{who(failed)} failed" if failed else f"{who([x.rank for x in ended])} finished")) if ended else ""
+    seen = max((t for t in (r.heartbeat, r.progress) if t is not None), default=None)
+    idle = f" for {_age(result.now - seen)}" if seen is not None else ""
+    return f"no final dump and no sign of life{idle}" + (f" {others}" if others else "")
 
 
 def _state(r: RankLive, result: WatchResult) -> str:
@@ -57,7 +80,7 @@ def _state(r: RankLive, result: WatchResult) -> str:
     if r.ended_by is not None:
         return f"finished ({r.ended_by})"
     if r.rank in result.gone and r.rank not in result.stalled:
-        return "GONE: no final dump and no sign of life since the others finished"
+        return f"GONE: {_gone(r, result)}"
     if r.rank in result.stalled:
         idle = _age(now - r.progress) if r.progress is not None else "a while"
         gone = " and no sign of life: the process may be gone" if r.rank in result.gone else ""
@@ -102,8 +125,12 @@ def render_watch(result: WatchResult, title: str = "") -> str:
     lines = [f"commdebug watch{' ' + title if title else ''}: {n} rank{'s' if n != 1 else ''}, median step {median}, {clock}{over}"]
     rows = [["rank", "step", "comm (last steps)", "last collective", "state"]]
     for r in result.ranks:
-        rows.append([str(r.rank), str(r.step), _comm(r), describe_call(r.last), _state(r, result)])
+        # a rank gone without a final dump: the call the evidence says it was last in, not its record's
+        last = describe_candidate(r.died_in.call) + " *" if r.died_in is not None else describe_call(r.last)
+        rows.append([str(r.rank), str(r.step), _comm(r), last, _state(r, result)])
     lines += align(rows, left=5)
+    if any(r.died_in is not None for r in result.ranks):
+        lines.append("* known from its fault record or the other ranks' records: its own record stops before it")
     lines += _verdict(result)
     lines += [f"note: {note}" for note in result.notes]
     return "\n".join(lines) + "\n"
@@ -116,7 +143,7 @@ def _verdict(result: WatchResult) -> list[str]:
         for rank in result.stalled:
             r = result.rank(rank)
             idle = f"no progress for {_age(result.now - r.progress)}" if r.progress is not None else "no progress"
-            last = f"; its last collective: {describe_call(r.last)} (step {r.last.step})" if r.last else ""
+            last = _last(r, step=True)
             others = "; ".join(f"{who([w])} waits in {describe_call(c)}" for w, c in waiting)
             out.append(f"STALLED: rank {rank} ({idle}{last})" + (f" while {others}" if others else ""))
     if result.hung:
@@ -127,14 +154,12 @@ def _verdict(result: WatchResult) -> list[str]:
                    + (" of the ranks still running" if result.finished else ""))
     for rank in result.failed:
         r = result.rank(rank)
-        last = f"; its last collective: {describe_call(r.last)}" if r.last else ""
-        out.append(f"FAILED: rank {rank} ended by {ending(r)}{last}")
+        out.append(f"FAILED: rank {rank} ended by {ending(r)}{_last(r)}")
     for rank in result.gone:
         if rank in result.stalled:
             continue  # said above
         r = result.rank(rank)
-        last = f"; its last collective: {describe_call(r.last)} (step {r.last.step})" if r.last else ""
-        out.append(f"GONE: rank {rank} stopped in step {r.step} without a final dump and shows no sign of life; {CAUSE_NOT_RECORDED}{last}")
+        out.append(f"GONE: rank {rank} stopped in step {r.step}: {_gone(r, result)}; {CAUSE_NOT_RECORDED}{_last(r, step=True)}")
     if result.apart and not result.hung:
         calls = "; ".join(f"rank {w} waits{_since(result, c)} in {describe_call(c)}" for w, c in waiting if w in result.apart)
         out.append(f"WAITING APART: {calls}: calls that differ on one group never match; a hang unless it clears "

@@ -11,8 +11,8 @@ BAD_FILES = [
     ("{not json", "This file is not valid JSON."),
     ("[1, 2, 3]", "This JSON is not a CommDebugMode dump."),
     ('{"fqn": "Global"}', "This JSON is not a CommDebugMode dump."),
-    ('{"fqn": "Global", "children": [], "commdebug": {"schema_version": 3}}',
-     "Unsupported commdebug schema_version 3."),
+    ('{"fqn": "Global", "children": [], "commdebug": {"schema_version": 4}}',
+     "Unsupported commdebug schema_version 4."),
     ('{"fqn": "Global", "children": [], "commdebug": {}}', "Unsupported commdebug schema_version (missing)."),
 ]
 

@@ -6,7 +6,8 @@ environment.
     python spawned.py [MODE]
 
 MODE: ``spawn`` (2 spawned ranks, the default), ``solo`` (this process alone, a world of 1),
-``none`` (never touches torch.distributed); with ``-abort`` appended (``spawn-abort``,
+``none`` (never touches torch.distributed), ``quiet`` (a world of 1 that initialises
+torch.distributed and destroys its process group without a collective); with ``-abort`` appended (``spawn-abort``,
 ``solo-abort``) every rank aborts (SIGABRT) in its interpreter's teardown after the program has
 finished, as torch 2.13's gloo teardown sometimes does.
 """
@@ -59,5 +60,9 @@ if __name__ == "__main__":
         mp.spawn(work, args=(2, bool(abort)), nprocs=2, join=True)
     elif mode == "solo":
         work(0, 1, bool(abort))
+    elif mode == "quiet":
+        dist.init_process_group("gloo", rank=0, world_size=1)
+        print(f"a world of {dist.get_world_size()}, no collective")
+        dist.destroy_process_group()
     else:
         print(f"no torch.distributed here: {torch.ones(2).sum().item()}")

@@ -60,14 +60,17 @@ class Viewer extends BaseViewer {
         fact("meta-host", "host", show(meta.hostname)),
         fact("meta-backend", "backend", show(meta.backend)),
         fact("meta-torch", "torch", show(meta.torch_version)),
-        fact("meta-steps", "steps", show(meta.steps)),
+        // a torch.profiler trace: its ProfilerStep numbers need not start at 0 (steps 1009-1014 are 6)
+        fact("meta-steps", "steps", Array.isArray(meta.profile_steps) && meta.profile_steps.length === 2
+          ? `${fmtCount(num(meta.profile_steps[1]) - num(meta.profile_steps[0]) + 1)} (${str(meta.profile_steps[0])}–${str(meta.profile_steps[1])})`
+          : show(meta.steps)),
         fact("meta-noise", "noise level", show(cd.noise_level)),
       ];
     const light = model.reference ? null : lightCapture(meta);
     if (light) facts.push(light.fact);
     facts.push(
       fact("total-collectives", "collectives", fmtCount(totals.count)),
-      fact("total-bytes", "bytes", totals.bytes == null ? "not recorded" : fmtBytes(totals.bytes)));
+      fact("total-bytes", "bytes", totals.bytes == null && !totals.unknown ? "not recorded" : fmtKnownBytes(totals.bytes, totals.unknown)));
     const {pred} = model;
     if (pred) {
       facts.push(fact("total-pred", `predicted on ${pred.cluster}`, predCell(pred, pred.total)));
@@ -76,7 +79,7 @@ class Viewer extends BaseViewer {
       ...totals.byOp.sort((a, b) => (b.bytes ?? b.count) - (a.bytes ?? a.count)).map((e) =>
         h("li", {"data-op": e.op, "data-count": e.count, "data-bytes": e.bytes ?? ""},
           opTag(e.op), h("span", {class: "count"}, `×${fmtCount(e.count)}`),
-          e.bytes == null ? null : h("span", {class: "muted"}, fmtBytes(e.bytes)))));
+          e.bytes == null && !e.unknown ? null : h("span", {class: "muted"}, fmtKnownBytes(e.bytes, e.unknown)))));
     const notes = [];
     if (model.reference) {
       notes.push("Written by PyTorch's CommDebugMode: no bytes, groups or events; " +
@@ -113,14 +116,14 @@ class Viewer extends BaseViewer {
         pred ? predHead() : null)),
       h("tbody", null, ...PHASES.map((p) => h("tr", {"data-phase": p}, h("td", null, phaseTag(p)),
         h("td", {class: "num"}, fmtCount(node.counts[p])),
-        h("td", {class: "num"}, node.bytes ? fmtBytes(node.bytes[p]) : "—"),
+        h("td", {class: "num"}, node.bytes ? fmtKnownBytes(node.bytes[p], node.unknown ? node.unknown[p] : 0) : "—"),
         pred ? h("td", {class: "num"}, predCell(pred, predOf(pred, node, p))) : null)))));
     const lines = pred && isObj(pred.lines[node.fqn]) ? pred.lines[node.fqn] : {};
     const collectiveColumns = [
       {key: "phase", label: "phase", value: (c) => c.phase, cell: (c) => phaseTag(c.phase)},
       {key: "op", label: "op", value: (c) => c.op, cell: (c) => opTag(c.op)},
       {key: "count", label: "calls", value: (c) => c.count, cell: (c) => fmtCount(c.count), cls: "num"},
-      {key: "bytes", label: "bytes", value: (c) => c.bytes, cell: (c) => fmtBytes(c.bytes), cls: "num"},
+      {key: "bytes", label: "bytes", value: (c) => c.bytes, cell: (c) => fmtKnownBytes(c.bytes, c.unknown), cls: "num"},
       {key: "group", label: "group", value: (c) => c.group, cell: (c) => c.group ?? "—"},
     ];
     if (pred) {
@@ -178,14 +181,14 @@ class Viewer extends BaseViewer {
         ev.preventDefault();
         ev.stopPropagation();
         this.showModule(node);
-      }}, str(e.module)) : str(e.module);
+      }}, str(e.module)) : e.module === "?" ? "unknown" : str(e.module);  // a trace names no module
     };
     const columns = [
       {key: "index", label: "#", value: (e) => optNum(e.index), cls: "num"},
       {key: "step", label: "step", value: (e) => optNum(e.step), cls: "num"},
       {key: "phase", label: "phase", value: (e) => e.phase, cell: (e) => phaseTag(str(e.phase))},
       {key: "op", label: "op", value: (e) => e.op, cell: (e) => opTag(str(e.op))},
-      {key: "bytes", label: "bytes", value: (e) => optNum(e.size_bytes), cell: (e) => fmtBytes(optNum(e.size_bytes)), cls: "num"},
+      {key: "bytes", label: "bytes", value: (e) => optNum(e.size_bytes), cell: (e) => fmtSize(e.size_bytes), cls: "num"},
       {key: "group", label: "group", value: (e) => e.group.name,
         cell: (e) => groupLabel(this.model, e.group.name, e.group.size)},
       {key: "module", label: "module", value: (e) => e.module, cell: moduleCell, cls: "clip", clip: true},
@@ -268,9 +271,9 @@ class Viewer extends BaseViewer {
       ["dtype", str(e.dtype) || "—"],
       ["input shapes", h("code", null, fmtShapes(e.input_shapes))],
       ["output shapes", h("code", null, fmtShapes(e.output_shapes))],
-      ["input bytes", fmtBytes(optNum(e.input_bytes))],
-      ["output bytes", fmtBytes(optNum(e.output_bytes))],
-      ["message size", fmtBytes(optNum(e.size_bytes))],
+      ["input bytes", fmtSize(e.input_bytes)],
+      ["output bytes", fmtSize(e.output_bytes)],
+      ["message size", fmtSize(e.size_bytes)],
       ...(e.send_splits || e.recv_splits ? [["sent to each member", splitsText(e.send_splits, ranks)],
         ["received from each member", splitsText(e.recv_splits, ranks)]] : []),
       ["DTensor op", h("code", null, str(e.dtensor_op) || "—")],
@@ -281,8 +284,10 @@ class Viewer extends BaseViewer {
       ["latency", timed ? fmtSeconds(e.latency_s) : "not timed"],
       ...(this.model.pred && this.model.pred.events ? [["predicted", e.predicted_s == null ? "not predicted"
         : h("span", null, predCell(this.model.pred, e.predicted_s), ` on ${this.model.pred.cluster} (a model, not a measurement)`)]] : []),
-      ["bandwidth", algbw == null ? "—" :
-        `algbw ${algbw.toFixed(2)} GB/s, busbw ${(algbw * num(e.busbw_factor)).toFixed(2)} GB/s`],
+      // timed, but its size (or its group's size, for busbw) not known: "?", never a figure
+      ["bandwidth", !timed ? "—" : algbw == null ? "algbw ?, busbw ? (size not known)" :
+        `algbw ${algbw.toFixed(2)} GB/s, busbw ${optNum(e.busbw_factor) == null ? "? (group size not known)"
+          : `${(algbw * e.busbw_factor).toFixed(2)} GB/s`}`],
     ];
     const box = $("event-detail");
     box.replaceChildren(h("h3", null, `Call #${str(e.index)}`),

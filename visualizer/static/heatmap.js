@@ -158,7 +158,7 @@ function cellDetail(rows) {
     h("tbody", null, ...rows.map((r) => h("tr", {"data-op": r.op, "data-calls": r.calls ?? "", "data-bytes": r.bytes ?? "",
       "data-time-s": r.seconds ?? "", "data-time-us": r.seconds == null ? "" : r.seconds * 1e6},
     h("td", null, opTag(r.op)), h("td", {class: "num"}, fmtCount(r.calls)),
-    h("td", {class: "num"}, fmtBytes(r.bytes)), h("td", {class: "num"}, fmtSeconds(r.seconds))))));
+    h("td", {class: "num"}, r.bytes == null && r.calls ? "?" : fmtBytes(r.bytes)), h("td", {class: "num"}, fmtSeconds(r.seconds))))));
 }
 
 class Heatmap {
@@ -289,7 +289,9 @@ class Heatmap {
           if (v != null && (value == null || v > value)) { value = v; if (side === 0) who = r; }
         }
         const cell = document.createElement("div");
-        cell.className = value == null ? "cell none" : `cell h${level(value)}` + (side ? ` outlier ${side > 0 ? "high" : "low"}` : "");
+        // no value: "none" where no rank of the block made a call, else "unknown" (not timed, size not recorded)
+        const empty = value == null && this.rankRange(a, b).some((r) => this.callsAt(r, sa, sb)) ? "cell unknown" : "cell none";
+        cell.className = value == null ? empty : `cell h${level(value)}` + (side ? ` outlier ${side > 0 ? "high" : "low"}` : "");
         const flagged = this.flaggedAt(a, b, sa, sb);
         if (flagged != null) {  // a rank check singles out, at the finding's step: marked on every view
           cell.classList.add("flagged");
@@ -381,7 +383,9 @@ class Heatmap {
       : "outlier: far from the step's median across ranks (high or low: a late rank waits least)";
     $("heat-legend").replaceChildren(h("span", {class: "muted"}, fmt(lo)), ...swatches, h("span", {class: "muted"}, fmt(hi)),
       h("span", {class: "swatch outlier high"}), h("span", {class: "muted"}, outlier),
-      h("span", {class: "swatch none"}), h("span", {class: "muted"}, "no calls"));
+      h("span", {class: "swatch none"}), h("span", {class: "muted"}, "no calls"),
+      h("span", {class: "swatch unknown"}), h("span", {class: "muted"}, this.metric === "time" ? "calls not timed"
+        : this.metric === "bytes" ? "calls of unknown size" : "not known"));
   }
 
   /** Per op, the metric's spread across ranks: min, median, p90, max, and the top ranks. */
@@ -398,7 +402,8 @@ class Heatmap {
       const sorted = values.map((x) => x.v).sort((a, b) => a - b);
       const perRank = calls.map((r) => r[j]).filter((v) => v != null);
       const top = values.sort((a, b) => b.v - a.v || a.i - b.i).slice(0, 3);
-      const cells = sorted.length ? [sorted[0], quantile(sorted, 0.5), quantile(sorted, 0.9), sorted.at(-1)] : [null, null, null, null];
+      // the median as `commdebug summary`'s per-rank median (the mean of the two middle ranks' of an even count)
+      const cells = sorted.length ? [sorted[0], median(sorted), quantile(sorted, 0.9), sorted.at(-1)] : [null, null, null, null];
       const callSpan = perRank.length ? (Math.min(...perRank) === Math.max(...perRank) ? fmtCount(perRank[0])
         : `${fmtCount(Math.min(...perRank))}–${fmtCount(Math.max(...perRank))}`) : "—";
       // the top ranks right after the op: the column that names the culprit is never scrolled away
@@ -441,7 +446,26 @@ class Heatmap {
     const late = this.metric === "caused" ? this.late.get(`${cell.dataset.rank}:${cell.dataset.step}`) : null;
     const out = late ? ` — late rank: made ${fmtCount(late.waited)} rank${late.waited === 1 ? "" : "s"} wait ${fmtSeconds(optNum(late.caused_s))} in ${siteText(late.before, late.group)}`
       : cell.classList.contains("outlier") ? (cell.classList.contains("high") ? " — outlier (high)" : " — outlier (low)") : "";
-    return `${who} · ${when} · ${HEAT_METRICS[this.metric].label} ${v == null ? "no calls" : fmt(v)}${ratio}${out}`;
+    return `${who} · ${when} · ${HEAT_METRICS[this.metric].label} ${v == null ? this.missing(rankIdx, sa, sb) : fmt(v)}${ratio}${out}`;
+  }
+
+  /** The calls of rank `i` in steps sa..sb (null: none recorded). */
+  callsAt(i, sa, sb) {
+    const row = i >= 0 ? metricRows(this.m, "step", "calls")[i] || [] : [];
+    let n = null;
+    for (let j = sa; j <= sb; j++) if (row[j] != null) n = (n ?? 0) + row[j];
+    return n;
+  }
+
+  /** What a cell with no value of the metric says: "no calls" only where the rank made none;
+   * calls the metric knows nothing of (not timed, sizes not recorded) are said so, with their count. */
+  missing(i, sa, sb) {
+    const n = this.callsAt(i, sa, sb);
+    if (!n) return "no calls";
+    const calls = `${fmtCount(n)} call${n === 1 ? "" : "s"}`;
+    if (this.metric === "time") return `not timed (${calls})`;
+    if (this.metric === "bytes") return `? (${calls} of unknown size)`;
+    return `not known (${calls})`;
   }
 
   onClick(ev) {

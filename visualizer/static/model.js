@@ -2,7 +2,7 @@
  * module tree with per-phase numbers, and the embedded predictions.
  */
 
-const SCHEMA_VERSIONS = [1, 2];
+const SCHEMA_VERSIONS = [1, 2, 3];
 // torch/distributed/tensor/debug/_comm_mode.py's trivial_ops: reference dumps don't carry
 // the list that noise levels 1-2 leave out; ours do (commdebug.trivial_ops).
 const REFERENCE_TRIVIAL_OPS = [
@@ -30,7 +30,7 @@ function parseDump(text) {
     if (!SCHEMA_VERSIONS.includes(version)) {
       throw new DumpError(
         `Unsupported commdebug schema_version ${JSON.stringify(version) ?? "(missing)"}.`,
-        `This viewer reads schema versions ${SCHEMA_VERSIONS.join(" and ")}; ` +
+        `This viewer reads schema versions ${SCHEMA_VERSIONS.slice(0, -1).join(", ")} and ${SCHEMA_VERSIONS.at(-1)}; ` +
         "open the file with the commdebug version that wrote it.");
     }
   }
@@ -69,7 +69,7 @@ function decodeEvents(cd) {
   if (!isObj(raw)) return null;
   if (!isObj(raw.columns) || !Array.isArray(raw.strings)) {
     throw new DumpError("Malformed events in this dump.",
-      'Schema 2 events need "count", "strings" and "columns".');
+      'Events by column (schema 2 and 3) need "count", "strings" and "columns".');
   }
   const {columns, strings} = raw;
   const count = Number.isInteger(raw.count) ? raw.count : arr(columns.index).length;
@@ -168,10 +168,13 @@ function buildModel(dump, predicted) {
 function makeNode(raw, parent, idx) {
   const fqn = typeof raw.fqn === "string" ? raw.fqn : "(unnamed)";
   const extra = isObj(raw.commdebug_node) ? raw.commdebug_node : null;
-  let counts, bytes = null;
+  let counts, bytes = null, unknown = null;
   if (extra && isObj(extra.counts)) {
     counts = perPhase(extra.counts);
-    if (isObj(extra.bytes)) bytes = perPhase(extra.bytes);
+    // schema 3: a phase's bytes are null where no call's size is known, and unknown_size counts
+    // the calls they leave out
+    if (isObj(extra.bytes)) bytes = Object.fromEntries(PHASES.map((p) => [p, optNum(extra.bytes[p])]));
+    unknown = perPhase(isObj(extra.unknown_size) ? extra.unknown_size : {});
   } else {
     // Reference node: its backward includes checkpoint recompute, which it cannot separate.
     counts = {
@@ -181,9 +184,12 @@ function makeNode(raw, parent, idx) {
     };
   }
   return treeNode(idx, fqn, parent, {
-    raw, counts, bytes,
+    raw, counts, bytes, unknown,
     totalCount: sum(Object.values(counts)),
-    totalBytes: bytes && sum(Object.values(bytes)),
+    // the known sizes' sum; null where none is known (every call's size unknown)
+    totalBytes: bytes && (unknown && sum(Object.values(unknown)) >= sum(Object.values(counts)) && sum(Object.values(counts)) > 0
+      ? null : sum(Object.values(bytes).map(num))),
+    totalUnknown: unknown ? sum(Object.values(unknown)) : 0,
     opTotals: null,  // Map op -> calls, filled on first use by the op filter
   });
 }
@@ -215,7 +221,7 @@ function collectivesOf(node, model) {
   const extra = node.raw.commdebug_node;
   if (isObj(extra) && Array.isArray(extra.collectives)) {
     return extra.collectives.filter(isObj).map((c) => ({
-      op: str(c.op ?? c.key), phase: str(c.phase), count: num(c.count), bytes: optNum(c.bytes),
+      op: str(c.op ?? c.key), phase: str(c.phase), count: num(c.count), bytes: optNum(c.bytes), unknown: num(c.unknown_size),
       group: c.group == null ? null : groupLabel(model, c.group, c.group_size),
       // the table line's key, as visualizer.predictions_data writes it
       line: `${str(c.phase)}\t${str(c.key ?? c.op)}\t${str(c.group)}`,
@@ -230,6 +236,7 @@ function collectivesOf(node, model) {
 
 /** "mesh_tp[4]": a group by its description and size (schema 2 keeps a table of groups). */
 function groupLabel(model, name, size) {
+  if (str(name) === "?") return "unknown";  // a group the data does not name (commdebug.model.trace.UNKNOWN_LABEL)
   const g = model && model.cd && isObj(model.cd.groups) && isObj(model.cd.groups[str(name)])
     ? model.cd.groups[str(name)] : {};
   const desc = str(g.desc);
@@ -256,8 +263,8 @@ function runTotals(model) {
   const s = model.cd && isObj(model.cd.summary) ? model.cd.summary : null;
   if (s) {
     const byOp = Object.entries(isObj(s.by_op) ? s.by_op : {}).map(([op, v]) =>
-      ({op, count: num(v && v.count), bytes: optNum(v && v.bytes)}));
-    return {count: num(s.collectives), bytes: optNum(s.bytes), byOp};
+      ({op, count: num(v && v.count), bytes: optNum(v && v.bytes), unknown: num(v && v.unknown_size)}));
+    return {count: num(s.collectives), bytes: optNum(s.bytes), unknown: num(s.unknown_size), byOp};
   }
   const byOp = new Map();
   for (const c of collectivesOf(model.root, model)) {

@@ -70,11 +70,24 @@ function extremes(rows, key, st, fmt) {
   return `${word("max", max)}; ${word("min", min)}`;
 }
 
-/** Lower median, min and max of the known values: the cells to mark. */
+// the format of a dump torch's own CommDebugMode wrote: counts only, no bytes
+const REFERENCE_FORMAT = "torch.distributed.tensor.debug.CommDebugMode";
+
+/** "24", or "24–25": the ranks' own collective counts. */
+function callSpan(ranks) {
+  const counts = ranks.map((r) => optNum(r.collectives)).filter((v) => v != null);
+  if (!counts.length) return "—";
+  const lo = Math.min(...counts), hi = Math.max(...counts);
+  return lo === hi ? fmtCount(lo) : `${fmtCount(lo)}–${fmtCount(hi)}`;
+}
+
+/** Min, median (statistics.median's, as `commdebug summary` and `report` take it) and max of
+ * the known values, and the middle values to mark (two for an even count, whose median is their mean). */
 function spread(values) {
   const known = values.filter((v) => v != null).sort((a, b) => a - b);
   if (known.length === 0) return null;
-  return {min: known[0], median: known[Math.floor((known.length - 1) / 2)], max: known.at(-1)};
+  const n = known.length, mid = [known[Math.floor((n - 1) / 2)], known[Math.floor(n / 2)]];
+  return {min: known[0], median: median(known), max: known.at(-1), mid};
 }
 
 class RanksViewer extends BaseViewer {
@@ -186,17 +199,22 @@ class RanksViewer extends BaseViewer {
     const facts = [
       fact("ranks-count", "ranks", fmtCount(this.ranks.length)),
       fact("meta-world-size", "world size", str(meta.world_size ?? "—")),
-      fact("check-groups", "groups", fmtCount(optNum(check.groups))),
-      // per rank, not summed over ranks: "24", or "24–25" when ranks differ
-      fact("check-collectives", "collectives per rank", perRank(check)),
+      // no verdict (the calls name no group): the groups are not known, nor "consistent"
+      fact("check-groups", "groups", check.no_verdict ? "not recorded" : fmtCount(optNum(check.groups))),
+      // per rank, not summed over ranks: "24", or "24–25" when ranks differ (the check counts the
+      // calls on known groups: without a verdict, the ranks' own counts)
+      fact("check-collectives", "collectives per rank", check.no_verdict ? callSpan(this.ranks) : perRank(check)),
       // a node's folder: the verdict covers its ranks ("consistent among ranks 2-3 of 4")
-      fact("check-status", "check", (findings.length ? counted(findings.length, "finding") : "consistent") + (check.among ? ` ${str(check.among)}` : "")),
+      fact("check-status", "check", check.no_verdict ? "no verdict"
+        : (findings.length ? counted(findings.length, "finding") : "consistent") + (check.among ? ` ${str(check.among)}` : "")),
       fact("meta-rank", "showing rank", str(rank.rank)),
       fact("meta-host", "host", str(meta.hostname ?? "—")),
       // worded in Python as `commdebug check` words it (its stream, its fault record, its error)
       fact("meta-ended", "ending", rank.ending == null ? "not recorded" : str(rank.ending)),
       fact("total-collectives", "collectives", fmtCount(optNum(rank.collectives))),
-      fact("total-bytes", "bytes", rank.bytes == null ? "not recorded" : fmtBytes(rank.bytes)),
+      // null: torch's own dumps record no bytes; a trace without shapes records calls of unknown size
+      fact("total-bytes", "bytes", rank.bytes != null ? fmtBytes(rank.bytes) : rank.collectives && rank.format !== REFERENCE_FORMAT
+        ? "?" : "not recorded"),
       fact("total-time", "time", rank.seconds == null ? "not timed" : fmtSeconds(rank.seconds)),
     ];
     // each rank says how it was recorded: ranks of one job normally agree, but a rank's own
@@ -229,7 +247,11 @@ class RanksViewer extends BaseViewer {
         text.slice(end));
     };
     const head = h("h2", null, "Check ", h("span", {class: "muted"},
-      findings.length ? counted(findings.length, "finding") : "all ranks issued the same collectives"));
+      this.check.no_verdict ? "no verdict" : findings.length ? counted(findings.length, "finding") : "all ranks issued the same collectives"));
+    if (this.check.no_verdict) {  // as `commdebug check` says it (exit 2), never "No findings."
+      $("findings").replaceChildren(head, h("p", {class: "no-verdict"}, str(this.check.no_verdict)));
+      return;
+    }
     const list = h("ol", {id: "findings-list"}, ...findings.map((f) =>
       h("li", {class: "finding", "data-kind": str(f.kind), "data-group": str(f.group), "data-seq": f.seq ?? ""},
         h("span", {class: "badge kind"}, str(f.kind)), " ", h("span", {class: "message"}, str(f.text)),
@@ -247,14 +269,15 @@ class RanksViewer extends BaseViewer {
     const mark = (key) => (row) => {
       const st = stats[key], v = row[key];
       if (!st || v == null || st.min === st.max) return null;
-      return [v === st.min && "min", v === st.median && "median", v === st.max && "max"].filter(Boolean).join(" ") || null;
+      return [v === st.min && "min", st.mid.includes(v) && "median", v === st.max && "max"].filter(Boolean).join(" ") || null;
     };
     const columns = [
       {key: "rank", label: "rank", value: (r) => optNum(r.rank.rank), cls: "num"},
       ...PHASES.map((p) => ({key: p, label: PHASE_SHORT[p], cls: `num ${PHASE_SHORT[p]}`,
         value: (r) => (r.counts ? r.counts[p] : null), cell: (r) => fmtCount(r.counts ? r.counts[p] : null)})),
       {key: "calls", label: "calls", value: (r) => r.calls, cell: (r) => fmtCount(r.calls), cls: "num", cellCls: mark("calls")},
-      {key: "bytes", label: "bytes", value: (r) => r.bytes, cell: (r) => fmtBytes(r.bytes), cls: "num", cellCls: mark("bytes")},
+      {key: "bytes", label: "bytes", value: (r) => r.bytes, cell: (r) => (r.bytes == null && r.calls ? "?" : fmtBytes(r.bytes)),
+        cls: "num", cellCls: mark("bytes")},
     ];
     if (timed) {
       columns.push({key: "time", label: "time", value: (r) => r.seconds, cell: (r) => fmtSeconds(r.seconds),

@@ -55,7 +55,7 @@ class TreeView {
     const cell = (phase) => h("span", {
       class: `num ${PHASE_SHORT[phase]}${c[phase] === 0 ? " zero" : ""}`, "data-count": c[phase] ?? "",
     }, fmtCount(c[phase]));
-    const bytesTitle = node.bytes ? PHASES.map((p) => `${p} ${fmtBytes(node.bytes[p])}`).join(", ")
+    const bytesTitle = node.bytes ? PHASES.map((p) => `${p} ${fmtKnownBytes(node.bytes[p], node.unknown ? node.unknown[p] : 0)}`).join(", ")
       : node.totalBytes != null ? "bytes, all phases" : "bytes not recorded";
     const flags = this.model.flags && this.model.flags.get(node);
     const nameCell = h("span", {class: "name-cell"},
@@ -70,7 +70,7 @@ class TreeView {
       (flags ? " flagged" : flagged ? " has-flagged" : "")},
       nameCell, ...PHASES.map(cell),
       h("span", {class: "num bytes", "data-bytes": node.totalBytes ?? "", title: bytesTitle},
-        fmtBytes(node.totalBytes)),
+        fmtKnownBytes(node.totalBytes, node.totalUnknown)),
       this.model.pred ? h("span", {class: "num pred-cell"}, predCell(this.model.pred, predOf(this.model.pred, node))) : null,
       h("span", {class: "share", "data-share": share.toFixed(4),
         title: `${(share * 100).toFixed(1)}% of all ${this.model.shareUnit}`}, bar));

@@ -80,6 +80,26 @@ function fmtBytes(n) {
   return `${v.toFixed(v < 100 ? 1 : 0)} ${units[i]}`;
 }
 
+/** The median of sorted numbers as Python's statistics.median takes it (the mean of the two
+ * middle values of an even count): the page and `commdebug summary` give one median for the
+ * same calls. */
+function median(sorted) {
+  const n = sorted.length;
+  if (!n) return null;
+  const mid = Math.floor(n / 2);
+  return n % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
+}
+
+/** A call's size: "?" where the data does not give it (null in a schema-3 dump), never "0 B". */
+const fmtSize = (n) => (optNum(n) == null ? "?" : fmtBytes(n));
+
+/** A sum of sizes that leaves out `unknown` calls of unknown size: "1.0 KiB (+3 ?)", "?" when
+ * no size is known, "—" for no calls at all (commdebug.units.format_known_bytes). */
+function fmtKnownBytes(n, unknown = 0) {
+  if (optNum(n) == null) return unknown ? "?" : "—";
+  return unknown ? `${fmtBytes(n)} (+${fmtCount(unknown)} ?)` : fmtBytes(n);
+}
+
 const TIME_UNITS = [["s", 1], ["ms", 1e-3], ["us", 1e-6], ["ns", 1e-9]];
 
 /** A duration to 3 significant digits, as precise as it was measured: "779 ms", "3.79 s",
