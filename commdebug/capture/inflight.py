@@ -52,13 +52,14 @@ class InFlight:
     Everything else (several outputs, an eager call without a Work, an output whose storage a
     later collective reused before anybody waited for it) goes to tables kept under the lock.
 
-    >>> flight = InFlight(on_error=lambda index, text: ...)          # doctest: +SKIP
+    >>> flight = InFlight(on_error=lambda index, text: ..., on_waited=lambda index: ...)   # doctest: +SKIP
     >>> flight.issued(7, "0", 3, out, outputs)                         # doctest: +SKIP
     >>> flight.unfinished(older_than_s=60)   # [(7, 61.2)] while it hangs   # doctest: +SKIP
     """
 
-    def __init__(self, on_error: Callable[[int, str], None]) -> None:
+    def __init__(self, on_error: Callable[[int, str], None], on_waited: Callable[[int], None] | None = None) -> None:
         self._on_error = on_error
+        self._on_waited = on_waited  # the program's own wait for collective `index` returned
         self._by_storage: dict[int, tuple] = {}  # storage key of a single output -> entry
         self._by_work: dict[int, tuple] = {}  # id(Work) -> entry (which holds the Work: no id reuse)
         self._lock = threading.Lock()  # for the tables below
@@ -158,6 +159,8 @@ class InFlight:
         self.done(entry[2], entry[3])
         if error is not None:
             self._on_error(entry[0], _describe(error))
+        elif self._on_waited is not None:
+            self._on_waited(entry[0])
 
     def _keep(self, entry: tuple) -> None:
         """Track ``entry`` in the tables kept under the lock."""

@@ -30,7 +30,8 @@ from commdebug.capture.metadata import distributed_metadata, now, run_metadata
 from commdebug.capture.pipelining import PipelineTags, first_tensor
 from commdebug.capture.source import caller
 from commdebug.capture.stepping import Stepping, say_once
-from commdebug.capture.timing import AsyncTimer, SyncTimer, nvtx_label, on_cuda
+from commdebug.capture.timekeeping import Timekeeping
+from commdebug.capture.timing import SyncTimer, nvtx_label, on_cuda
 from commdebug.capture.tracker import ModuleTracker
 from commdebug.model.trace import BACKWARD, FORWARD, GLOBAL, CollectiveEvent, Trace
 
@@ -68,7 +69,7 @@ CONTEXT_EXIT = "context exit"
 log = logging.getLogger("commdebug")
 
 
-class Recorder(Stepping, TorchDispatchMode):
+class Recorder(Stepping, Timekeeping, TorchDispatchMode):
     """Records every collective issued while it is active into ``self.trace``.
 
     Use :class:`commdebug.CommDebugMode` (this plus the drop-in API); its docstring lists the
@@ -151,8 +152,8 @@ class Recorder(Stepping, TorchDispatchMode):
         self._active = False
         self._mode_on = False  # the dispatch mode is on the stack
         self._light_on = False  # light capture's kernels record (commdebug.capture.light)
-        self._async = AsyncTimer(self._note) if self.options.timing == "async" else None
-        self._flight = InFlight(self._failed)
+        self._reset_timing()
+        self._flight = InFlight(self._failed, self._waited if self._events is not None else None)
         self._unfinished_at_exit: list[tuple[int, float]] = []
         self._meta_fresh = False
         # no filter, timer or NVTX range, metadata read: _collective's plain path (set by the
@@ -347,9 +348,10 @@ class Recorder(Stepping, TorchDispatchMode):
         if options.crossnode_only and not self._groups.crosses_nodes(group, peer, int(self.trace.metadata.get("rank") or 0), options.ranks_per_node or 1):
             return func(*args, **kwargs)
         fqn, phase = self._where
-        timer = None
-        cuda = (options.timing == "sync" or options.nvtx) and on_cuda(args)
-        if options.timing == "sync":
+        timer = stamp = None
+        cuda = (options.timing != "off" or options.nvtx) and on_cuda(args)
+        timing = self._timing_for(cuda)
+        if timing == "sync":
             if spec.is_p2p:
                 # Waiting on a send before its matching receive is posted deadlocks rings
                 # and pipeline schedules, and gloo's sends have no future to time them by.
@@ -363,6 +365,8 @@ class Recorder(Stepping, TorchDispatchMode):
             start_s = time.perf_counter() - self._t0
             if timer is not None:
                 timer.start()
+            elif timing == "events":
+                stamp = self._events.start(cuda) if self._events is not None else None
             try:
                 out = func(*args, **kwargs)
             except Exception as e:
@@ -385,6 +389,10 @@ class Recorder(Stepping, TorchDispatchMode):
                     raise
                 self._flight.finished(event.index)  # the mode's own wait goes around the wrapped ones
                 event = self.trace.update_event(event.index, latency_s=timer.seconds) or event
+            elif stamp is not None:  # never waited for here: the end is read when it is done
+                seconds = self._events_issued(event.index, stamp, cuda, out, spec, group)
+                if seconds is not None:
+                    event = self.trace.update_event(event.index, latency_s=seconds) or event
         finally:
             if nvtx:
                 torch.cuda.nvtx.range_pop()
@@ -524,13 +532,6 @@ class Recorder(Stepping, TorchDispatchMode):
         self.trace.metadata.setdefault("compile_notes", []).append(message)
         log.warning("commdebug: %s", message)
 
-    def _note(self, key: str, message: str) -> None:
-        """A fact about this run's timing, said once: logged and kept in the dump."""
-        notes = self.trace.metadata.setdefault("timing_notes", [])
-        if message not in notes:
-            notes.append(message)
-            log.warning("commdebug: %s", message)
-
     def add_issue_listener(self, listener: Callable[[CollectiveEvent], None]) -> None:
         """Call ``listener(event)`` with each event as it is recorded: on the thread that issued
         the collective, right after the call returned and before anything waits for it (also
@@ -548,24 +549,6 @@ class Recorder(Stepping, TorchDispatchMode):
     def _emit(self, event: CollectiveEvent) -> None:
         for listener in self._listeners:
             listener(event)
-
-    def _join_timing(self) -> None:
-        """Give asynchronously timed events their NCCL durations (step boundaries, exit, reads)."""
-        if self._async is not None:
-            self._async.join(self._timed)
-
-    def _timed(self, index: int, started_at: float | None, seconds: float | None) -> None:
-        event = self.trace.update_event(index, start_s=None if started_at is None else started_at - self._t0_wall, latency_s=seconds)
-        if event is not None and self._listeners:
-            self._emit(event)
-
-    def _finish_timing(self) -> None:
-        if self._async is None:
-            return
-        for index in self._async.close(self._timed):  # never timed (not reported by NCCL): logged without a time
-            pos = index - self.trace.events_dropped
-            if self._listeners and 0 <= pos < len(self.trace.events):
-                self._emit(self.trace.events[pos])
 
     def stamp_end(self, recorded_s: float | None = None) -> None:
         """Write the recording's end into the metadata: end time, elapsed and recorded seconds, steps
