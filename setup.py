@@ -29,7 +29,7 @@ def _native() -> list[Extension]:
     except ImportError:  # an isolated build: no torch to build against
         print("commdebug: torch is not importable here: light capture's C++ kernel is not built (Python kernels instead)")
         return []
-    extension = CppExtension("commdebug.capture._native", ["commdebug/capture/_native.cpp"], extra_compile_args=["-O2", "-std=c++20"])
+    extension = CppExtension("commdebug.capture._native", ["commdebug/capture/_native.cpp"], extra_compile_args=["-O2", "-g0", "-std=c++20"])
     extension.optional = True
     return [extension]
 

@@ -275,11 +275,16 @@ def _unbox(item: Any) -> Any:
     return dist.distributed_c10d.Work.unbox(item)
 
 
+_SCRIPT_OBJECT = torch.ScriptObject
+
+
 def work_of(out: Any) -> Any:
     """The c10d Work an eager op returned (alone or after its tensors), :data:`SYNCED` for an
     empty one (the backend synchronised in the call), or None."""
-    for item in out if isinstance(out, (tuple, list)) else (out,):
-        if isinstance(item, torch.ScriptObject):
+    # eager c10d ops return (tensors, Work), the Work last: looked at first
+    items = out if type(out) is tuple or type(out) is list else (out,)
+    for item in reversed(items):
+        if isinstance(item, _SCRIPT_OBJECT):
             try:
                 work = _unbox(item)
             except Exception:
@@ -314,15 +319,24 @@ def wait_until_finished(out: Any, spec: Any, args: tuple, kwargs: dict) -> None:
 
 
 def _wrap_wait(original: Any, patch: Any) -> Any:
+    users = patch.users  # the recordings' InFlights; the list object is kept, so it stays current
+
     def wait(work: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             result = original(work, *args, **kwargs)
         except BaseException as e:
-            for flight in list(patch.users):
+            for flight in list(users):
                 flight.work_waited(work, e)
             raise
-        for flight in list(patch.users):
+        if len(users) == 1:  # one recording: no copy of the list (every eager collective waits here)
+            try:
+                flight = users[0]
+            except IndexError:  # its recording ended meanwhile, on another thread
+                return result
             flight.work_waited(work)
+        else:
+            for flight in list(users):
+                flight.work_waited(work)
         return result
 
     return wait

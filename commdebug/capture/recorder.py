@@ -420,8 +420,11 @@ class Recorder(Stepping, Timekeeping, TorchDispatchMode):
                 (spec.compat_key, spec.op, group.name), spec.busbw_factor(group.size), _ops.MESSAGE_SIZE[spec.size])
             trace.add_group(group)
         count_key, busbw_factor, size_rule = facts
-        inputs = _ops.pick(spec.inputs, args, kwargs, out)
-        outputs = _ops.pick(spec.outputs, args, kwargs, out)
+        # _ops.pick, its common case (an argument) written out: this runs for every collective
+        at = spec.inputs
+        inputs = args[at] if type(at) is int and at < len(args) else _ops.pick(at, args, kwargs, out)
+        at = spec.outputs
+        outputs = args[at] if type(at) is int and at < len(args) else _ops.pick(at, args, kwargs, out)
         in_bytes, in_shapes, dtype = _ops.tensor_bytes(inputs)
         # in place (all_reduce_, broadcast_): the same tensor, read once
         out_bytes, out_shapes, out_dtype = (in_bytes, in_shapes, dtype) if outputs is inputs else _ops.tensor_bytes(outputs)
