@@ -23,10 +23,15 @@ from commdebug.model.stream import chunk_line, header_line, issued_line, parse_s
 
 ROOT = Path(__file__).resolve().parents[1]
 JOB = ROOT / "tests" / "programs" / "issued_job.py"
-LINES = JOB.read_text().splitlines()
-ASYNC_LINE = next(i for i, line in enumerate(LINES, 1) if "ASYNC_ALL_REDUCE" in line)
-A2A_LINE = next(i for i, line in enumerate(LINES, 1) if "UNEVEN_ALL_TO_ALL" in line)
 DEADLINE_S = 150
+
+
+def _marked(marker: str) -> int:
+    """The line of the job marked with ``marker``."""
+    return next(number for number, text in enumerate(JOB.read_text().splitlines(), 1) if marker in text)
+
+
+ASYNC_LINE, A2A_LINE = _marked("ASYNC_ALL_REDUCE"), _marked("UNEVEN_ALL_TO_ALL")
 
 
 def _env(bad: str) -> dict[str, str]:

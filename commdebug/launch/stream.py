@@ -265,7 +265,12 @@ class Streamer:
                 if fd is None:  # closed meanwhile
                     return
                 self._issued.append(event)
-                self._issued_bytes += self._write(fd, self._issued_text(event))
+                data = self._issued_text(event).encode("utf-8")
+                written = os.write(fd, data)
+                if written < len(data):  # a short write: finish it (one write in practice)
+                    self._write(fd, data[written:])
+                self._issued_bytes += len(data)
+                self._unsynced = True
         except Exception as e:  # never break the program for its recording
             self._give_up(e)
 

@@ -25,6 +25,7 @@ say so in one note; a bad line anywhere else is a malformed file.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -95,13 +96,33 @@ def chunk_line(events: list[CollectiveEvent], *, time: float, step: int, events_
 _ENCODE = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
 
 
+def _row_encoder() -> Callable[[list[Any]], str]:
+    """JSON of an event row, as _ENCODE writes it: the C encoder made once (JSONEncoder.encode
+    makes one per call), where this Python has it. An issued line is written per collective."""
+    from json import encoder
+
+    make = getattr(encoder, "c_make_encoder", None)  # not in the standard library's stubs
+    if make is None:
+        return _ENCODE
+
+    def unknown(value: Any) -> Any:
+        raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+    chunks = make(None, unknown, encoder.encode_basestring_ascii, None, ":", ",", False, False, True)
+    return lambda row: "".join(chunks(row, 0))
+
+
+_ENCODE_ROW = _row_encoder()
+
+
 def issued_line(event: CollectiveEvent, time: float, group: GroupInfo | None = None) -> str:
     """One event as its collective is issued (see the module docstring); ``group``: the
     event's group, the first time this file names it."""
-    line: dict[str, Any] = {"kind": "issued", "time": time, "event": event_row(event)}
+    # the wall time as json writes a finite float (its repr), without an encoder's setup
+    head = '{"kind":"issued","time":' + (float.__repr__(float(time)) if math.isfinite(time) else _ENCODE(time))
     if group is not None:
-        line["groups"] = {group.name: group.to_dict()}
-    return _ENCODE(line) + "\n"
+        head += ',"groups":' + _ENCODE({group.name: group.to_dict()})
+    return head + ',"event":' + _ENCODE_ROW(event_row(event)) + "}\n"
 
 
 def older_line(older: Aggregates, kept_from_step: int) -> str:
