@@ -102,7 +102,6 @@ class Recorder(Stepping, Timekeeping, TorchDispatchMode):
         self.options = Options.resolve(given, read_config(config) if config is not None else None)
         self.supports_higher_order_operators = True
         self._listeners: list[Callable[[CollectiveEvent], None]] = []
-        self._issue_listeners: list[Callable[[CollectiveEvent], None]] = []
         self._check_options()
         self._reset()
 
@@ -472,8 +471,8 @@ class Recorder(Stepping, Timekeeping, TorchDispatchMode):
             None, peer, p2p_seq, microbatch, start_s, False, None, tracker.unit, compiled, send_splits, recv_splits,
         ))
         trace.add_event(event)
-        if self._issue_listeners:
-            for listener in self._issue_listeners:
+        if self.issue_listeners:
+            for listener in self.issue_listeners:
                 listener(event)
         if compiled and not self._compiled_seen:
             self._compiled_seen = True
@@ -534,20 +533,6 @@ class Recorder(Stepping, Timekeeping, TorchDispatchMode):
             message += "; a compiled top-level module (model.compile()) is not seen: its collectives are under Global"
         self.trace.metadata.setdefault("compile_notes", []).append(message)
         log.warning("commdebug: %s", message)
-
-    def add_issue_listener(self, listener: Callable[[CollectiveEvent], None]) -> None:
-        """Call ``listener(event)`` with each event as it is recorded: on the thread that issued
-        the collective, right after the call returned and before anything waits for it (also
-        for a call that raised: the event's error comes later, as an update). ``commdebug run``'s
-        streamer writes each event then, so that a process killed inside the collective leaves
-        it. It runs for every collective: keep it short, and never let it raise.
-
-        >>> mode.add_issue_listener(lambda event: print(event.op, event.seq))   # doctest: +SKIP
-        """
-        self._issue_listeners = [*self._issue_listeners, listener]
-
-    def remove_issue_listener(self, listener: Callable[[CollectiveEvent], None]) -> None:
-        self._issue_listeners = [f for f in self._issue_listeners if f is not listener]
 
     def _emit(self, event: CollectiveEvent) -> None:
         for listener in self._listeners:
