@@ -53,9 +53,12 @@ class CommDebugMode(Recorder):
             counted); ``None`` keeps all. Aggregated counts and bytes are never dropped.
         record_source: record the user's ``file:line`` of each collective (turn off to keep
             file paths out of dumps you share).
-        timing: ``False``/``"off"``; ``True``/``"sync"``: wait for each collective and record its
+        timing: ``False``/``"off"``; ``"events"``: CUDA events recorded around each collective
+            and read once done, never waiting (on CPU, the host clock from the call to the end
+            of the program's own wait); ``"sync"``: wait for each collective and record its
             latency (CUDA events on CUDA), which serialises communication with compute, so it
-            measures collectives, not whole steps; ``"async"``: NCCL's own kernel timings,
+            measures collectives, not whole steps; ``True``/``"auto"``: ``"events"`` for CUDA
+            collectives, ``"sync"`` for CPU ones; ``"async"``: NCCL's own kernel timings,
             without waiting (other backends record none and say so once).
         auto_step: let ``optimizer.step()`` mark step boundaries; ``step()`` marks them by
             hand (both together count one boundary).

@@ -281,8 +281,18 @@ def _torch_tensor() -> type[torch.Tensor]:
 def tensor_bytes(value: Any) -> tuple[int, tuple[tuple[int, ...], ...], str | None]:
     """Total bytes, shapes and dtype of a tensor or (nested) list of tensors."""
     Tensor = _tensor_type or _torch_tensor()
-    if isinstance(value, Tensor):  # the common case, without the walk
-        return value.numel() * value.element_size(), (tuple(value.shape),), _DTYPE_NAMES[value.dtype]
+    if isinstance(value, Tensor):  # the common cases first, without the walk
+        return value.nbytes, (tuple(value.shape),), _DTYPE_NAMES[value.dtype]
+    if type(value) is list or type(value) is tuple:  # eager c10d ops: a flat list of tensors
+        total = 0
+        flat: list[tuple[int, ...]] = []
+        for v in value:
+            if not isinstance(v, Tensor):
+                break
+            total += v.nbytes
+            flat.append(tuple(v.shape))
+        else:
+            return total, tuple(flat), _DTYPE_NAMES[value[0].dtype] if value else None
     total = 0
     shapes: list[tuple[int, ...]] = []
     dtype = None
@@ -290,7 +300,7 @@ def tensor_bytes(value: Any) -> tuple[int, tuple[tuple[int, ...], ...], str | No
     while stack:
         v = stack.pop()
         if isinstance(v, Tensor):
-            total += v.numel() * v.element_size()
+            total += v.nbytes
             shapes.append(tuple(v.shape))
             if dtype is None:
                 dtype = _DTYPE_NAMES[v.dtype]

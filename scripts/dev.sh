@@ -19,10 +19,13 @@ if [ ! -x .venv/bin/python ]; then
   echo "== creating .venv" >&2
   "$PYTHON" -m venv .venv
 fi
-stamp=".venv/.setup-$(cat pyproject.toml setup.py commdebug/capture/_frames.c commdebug/launch/_faults.c commdebug/analysis/_late.c commdebug/formats/_kineto.c commdebug/formats/_kineto_json.h scripts/dev.sh | sha1sum | cut -c1-12)"
+stamp=".venv/.setup-$(cat pyproject.toml setup.py commdebug/capture/_frames.c commdebug/capture/_native.cpp commdebug/launch/_faults.c commdebug/analysis/_late.c commdebug/formats/_kineto.c commdebug/formats/_kineto_json.h scripts/dev.sh | sha1sum | cut -c1-12)"
 if [ ! -f "$stamp" ]; then
   echo "== installing $TORCH_PIN and commdebug[test] into .venv" >&2
-  .venv/bin/python -m pip install -q --disable-pip-version-check "$TORCH_PIN" -e ".[test]"
+  # torch first, then commdebug without build isolation: light capture's C++ kernel is built
+  # against the torch it runs with (setup.py)
+  .venv/bin/python -m pip install -q --disable-pip-version-check "$TORCH_PIN" "setuptools>=64"
+  .venv/bin/python -m pip install -q --disable-pip-version-check --no-build-isolation -e ".[test]"
   rm -f .venv/.setup-* && touch "$stamp"
 fi
 

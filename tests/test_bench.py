@@ -27,6 +27,20 @@ def test_overhead_bench_prints_its_ratios():
 
 
 @pytest.mark.proc
+def test_percall_bench_prints_each_variants_cost_per_call_beside_flight_recorders():
+    proc = subprocess.run([sys.executable, "bench/percall.py", "--rounds", "2", "--calls", "10", "--swept-calls", "2"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    number = r"-?\d+\.\d\d"
+    cell = rf"\+ *{number} \[ *{number} \.\. *{number}\]"
+    for label in ("bare (Flight Recorder on)", "bare, Flight Recorder off"):
+        assert re.search(rf"^{re.escape(label)} +{number} \[ *{number} \.\. *{number}\] +{number} ", proc.stdout, flags=re.M), proc.stdout
+    assert re.search(rf"^added: Flight Recorder +\+ *{number} +\+ *{number} +\(difference of the medians\)$", proc.stdout, flags=re.M), proc.stdout
+    for name in ("light", "light, Python kernels", "light + issue log", "light + mapped issue log", "full", "torch CommDebugMode"):
+        assert re.search(rf"^added: {re.escape(name)} +{cell} +{cell}$", proc.stdout, flags=re.M), (name, proc.stdout)
+
+
+@pytest.mark.proc
 def test_memory_bench_prints_its_ratios():
     proc = subprocess.run(
         [sys.executable, "bench/memory.py", "--layers", "1", "--max-events", "50", "--steps", "30"], capture_output=True, text=True, cwd=ROOT, timeout=300

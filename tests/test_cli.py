@@ -267,7 +267,8 @@ def test_run_keeps_the_programs_exit_status_and_argv(tmp_path):
     ([], {}),
     (["--light"], {"light": True}),
     (["--detail-every", "10"], {"light": True, "detail_every": 10}),  # implies --light
-    (["--light", "--detail-every", "3", "--timing"], {"light": True, "detail_every": 3, "timing": "sync"}),
+    (["--light", "--detail-every", "3", "--timing"], {"light": True, "detail_every": 3, "timing": "auto"}),
+    (["--light", "--timing", "events"], {"light": True, "timing": "events"}),
 ])
 def test_run_light_flags_reach_the_options(monkeypatch, flags, expected):
     from commdebug import cli as cli_module

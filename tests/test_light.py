@@ -294,16 +294,17 @@ class _Probe(torch.nn.Module):
         return x
 
 
-def test_each_collective_passes_through_python_once(world, monkeypatch):
-    """A functional collective already leaves C++ once, in the autograd kernel torch writes in
-    Python: it is recorded there (``op.redispatch``) and passes no kernel of ours, nor does the
-    c10d op its implementation issues through the dispatcher (eager c10d kernels sit at the
-    autograd keys, which the functional op's dispatch has left). Eager c10d from Python, also
-    under inference mode (entered inside or before the recording), passes one kernel."""
+def _each_collective_once(monkeypatch, native: bool) -> tuple[Counter, Counter]:
+    """The collectives of the two tests below, each recorded once: (kernel passes, recordings)
+    by op, through the C++ kernel's handler or the Python kernels."""
     import torch.distributed._functional_collectives as funcol
 
     from commdebug.capture import light
 
+    if not native:
+        monkeypatch.setattr(light, "_native", None)
+    elif light._native is None:
+        pytest.skip("commdebug.capture._native is not built here")
     kernel_passes: Counter = Counter()
     recorded: Counter = Counter()
     make, through = light._kernel, light._through
@@ -321,8 +322,16 @@ def test_each_collective_passes_through_python_once(world, monkeypatch):
         recorded[name] += 1
         return through(redispatch, keys, name, *rest)
 
+    handle = light._native_call
+
+    def counted_handler(index, args, kwargs, call):
+        kernel_passes[light._NATIVE_OPS[index][0]] += 1
+        recorded[light._NATIVE_OPS[index][0]] += 1
+        return handle(index, args, kwargs, call)
+
     monkeypatch.setattr(light, "_kernel", counting)
     monkeypatch.setattr(light, "_through", counted_through)
+    monkeypatch.setattr(light, "_native_call", counted_handler)
     with torch.inference_mode():
         with CommDebugMode(light=True) as started_inside:
             dist.all_reduce(torch.ones(2))
@@ -340,11 +349,32 @@ def test_each_collective_passes_through_python_once(world, monkeypatch):
         ("all_reduce", "c10d.allreduce_.default", 16),
         ("all_reduce", "c10d.allreduce_.default", 12),
     ]
-    assert kernel_passes == {"c10d.allreduce_.default": 3}
-    assert recorded == {"_c10d_functional.all_reduce.default": 2, "c10d.allreduce_.default": 3}
     assert comm.in_flight() == []
     # only while a light recording is on: the op's own redispatch is back
     assert "redispatch" not in torch.ops._c10d_functional.all_reduce.default.__dict__
+    return kernel_passes, recorded
+
+
+def test_each_collective_passes_through_python_once(world, monkeypatch):
+    """A functional collective already leaves C++ once, in the autograd kernel torch writes in
+    Python: it is recorded there (``op.redispatch``) and passes no kernel of ours, nor does the
+    c10d op its implementation issues through the dispatcher (eager c10d kernels sit at the
+    autograd keys, which the functional op's dispatch has left). Eager c10d from Python, also
+    under inference mode (entered inside or before the recording), passes one kernel: here the
+    Python kernels, where the C++ one is not built."""
+    kernel_passes, recorded = _each_collective_once(monkeypatch, native=False)
+    assert kernel_passes == {"c10d.allreduce_.default": 3}
+    assert recorded == {"_c10d_functional.all_reduce.default": 2, "c10d.allreduce_.default": 3}
+
+
+def test_each_collective_calls_python_once_from_the_cpp_kernel(world, monkeypatch):
+    """The same with the C++ kernel: each eager collective calls its Python handler once; the
+    functional ones are recorded in their Python autograd kernel's redispatch, as before."""
+    kernel_passes, recorded = _each_collective_once(monkeypatch, native=True)
+    assert kernel_passes == {"c10d.allreduce_.default": 3}
+    assert recorded == {"_c10d_functional.all_reduce.default": 2, "c10d.allreduce_.default": 3}
+
+
 
 
 def test_a_functional_collective_a_dispatch_mode_answers_itself_is_not_recorded(world):

@@ -312,7 +312,7 @@ def test_step_window_outside_runs_without_the_mode(world):
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"timing": "fast"}, "timing must be one of off, sync, async"),
+        ({"timing": "fast"}, "timing must be one of off, auto, events, sync, async"),
         ({"ops": ["all_reduse"]}, "ops: unknown collective 'all_reduse'"),
         ({"start_step": -1}, "start_step must be an integer >= 0"),
         ({"start_step": 5, "end_step": 5}, "end_step (5) must be greater than start_step (5)"),

@@ -27,9 +27,16 @@ step light 120 $RUN --nproc-per-node 1 -m commdebug run -o "$W/light" --light --
 step nvtx 120 env COMMDEBUG_NVTX=1 $RUN --nproc-per-node 1 -m commdebug run -o "$W/nvtx" --timing -- $J
 step async 120 $RUN --nproc-per-node 1 -m commdebug run -o "$W/async" --timing async -- $J
 step async_hook 120 env COMMDEBUG_NCCL_COMPLETION_HOOK=1 $RUN --nproc-per-node 1 -m commdebug run -o "$W/async_hook" --timing async -- $J
+# timing="events": its latencies against the profiler's NCCL kernels on the same steps, and the
+# step time bare, under --timing events and under --timing sync (bench/gpu/events_check.py)
+step events 150 $RUN --nproc-per-node 1 -m commdebug run -o "$W/events" --timing events --profile-steps 2-3 -- $J
+step steps_bare 150 env STEPS="$W/steps_bare.json" STEP_COUNT=20 $RUN --nproc-per-node 1 $J
+step steps_events 150 env STEPS="$W/steps_events.json" STEP_COUNT=20 $RUN --nproc-per-node 1 -m commdebug run -o "$W/steps_events" --light --timing events -- $J
+step steps_sync 150 env STEPS="$W/steps_sync.json" STEP_COUNT=20 $RUN --nproc-per-node 1 -m commdebug run -o "$W/steps_sync" --light --timing sync -- $J
+step events_check 60 sh -c "$PY bench/gpu/events_check.py $W | tee $W/events_check.txt"
 step fr 120 env TORCH_NCCL_TRACE_BUFFER_SIZE=2000 TORCH_NCCL_ENABLE_TIMING=1 FR="$W/fr/rank0" $RUN --nproc-per-node 1 $J
 step late 180 $RUN --nproc-per-node 4 -m commdebug run -o "$W/late" --timing --profile-steps 1-3 -- bench/gpu/late_gpu.py
-for d in sync light nvtx async async_hook fr late; do
+for d in sync light events nvtx async async_hook fr late; do
   [ -d "$W/$d" ] || continue
   step "check_$d" 60 $PY -m commdebug check "$W/$d"
   step "report_$d" 60 sh -c "$PY -m commdebug report $W/$d --json > $W/report_$d.json"

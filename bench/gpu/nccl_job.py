@@ -7,10 +7,14 @@ under torchrun, bare or under `commdebug run`.
             commdebug's latencies of the same calls
   FR=FILE   at the end, write torch's Flight Recorder dump (set TORCH_NCCL_TRACE_BUFFER_SIZE and
             TORCH_NCCL_ENABLE_TIMING=1 for durations) to FILE
+  STEPS=FILE  write each step's wall time (the GPU's queue drained at each step's end) to FILE,
+            as {"steps": [seconds, ...]}: bare and under `--timing events`, the timing's cost
+  STEP_COUNT=N  steps (default 6)
 """
 
 import json
 import os
+import time
 from pathlib import Path
 
 import torch
@@ -49,7 +53,9 @@ def timed(op: str, fn) -> None:
     ref.setdefault(op, []).append(start.elapsed_time(end) / 1e3)
 
 
-for _step in range(6):
+step_times: list[float] = []
+for _step in range(int(os.environ.get("STEP_COUNT", "6"))):
+    began = time.perf_counter()
     model(x).sum().backward()
     timed("all_reduce", lambda: dist.all_reduce(big))
     timed("all_gather", lambda: dist.all_gather_into_tensor(gathered, shard))
@@ -57,7 +63,12 @@ for _step in range(6):
     timed("all_reduce 4 KiB", lambda: dist.all_reduce(tiny))
     optimizer.step()
     optimizer.zero_grad()
+    if os.environ.get("STEPS"):
+        torch.cuda.synchronize()
+        step_times.append(time.perf_counter() - began)
 torch.cuda.synchronize()
+if os.environ.get("STEPS"):
+    Path(os.environ["STEPS"]).write_text(json.dumps({"steps": step_times}))
 if os.environ.get("REF"):
     Path(os.environ["REF"]).write_text(json.dumps(ref))
 if os.environ.get("FR"):

@@ -21,7 +21,8 @@ from commdebug.errors import CommDebugError
 __all__ = ["Options", "ConfigError", "ENV_PREFIX", "NCCL_HOOK_ENV", "TIMING_MODES", "SESSION_OPTIONS", "canonical_ops", "check_option"]
 
 ENV_PREFIX = "COMMDEBUG_"
-TIMING_MODES = ("off", "sync", "async")
+# "auto" (what True means): "events" for CUDA collectives, "sync" for CPU ones (timekeeping.py)
+TIMING_MODES = ("off", "auto", "events", "sync", "async")
 
 
 class ConfigError(CommDebugError, ValueError):
@@ -117,11 +118,11 @@ def _int(key: str, value: Any, minimum: int, allow_none: bool = False) -> int | 
 
 def _timing(key: str, value: Any) -> str:
     if value is True:
-        return "sync"
+        return "auto"
     if value is False or value is None:
         return "off"
     text = str(value).strip().lower()
-    text = {"1": "sync", "true": "sync", "on": "sync", "yes": "sync", "0": "off", "false": "off", "no": "off", "": "off"}.get(text, text)
+    text = {"1": "auto", "true": "auto", "on": "auto", "yes": "auto", "0": "off", "false": "off", "no": "off", "": "off"}.get(text, text)
     if text not in TIMING_MODES:
         raise ConfigError(f"{key} must be one of {', '.join(TIMING_MODES)} (or true/false), got {value!r}")
     return text

@@ -53,13 +53,14 @@ class InFlight:
     Everything else (several outputs, an eager call without a Work, an output whose storage a
     later collective reused before anybody waited for it) goes to tables kept under the lock.
 
-    >>> flight = InFlight(on_error=lambda index, text: ...)          # doctest: +SKIP
+    >>> flight = InFlight(on_error=lambda index, text: ..., on_waited=lambda index: ...)   # doctest: +SKIP
     >>> flight.issued(7, "0", 3, out, outputs)                         # doctest: +SKIP
     >>> flight.unfinished(older_than_s=60)   # [(7, 61.2)] while it hangs   # doctest: +SKIP
     """
 
-    def __init__(self, on_error: Callable[[int, str], None]) -> None:
+    def __init__(self, on_error: Callable[[int, str], None], on_waited: Callable[[int], None] | None = None) -> None:
         self._on_error = on_error
+        self._on_waited = on_waited  # the program's own wait for collective `index` returned
         self._by_storage: dict[int, tuple] = {}  # storage key of a single output -> entry
         self._by_work: dict[int, tuple] = {}  # id(Work) -> entry (which holds the Work: no id reuse)
         self._lock = threading.Lock()  # for the tables below
@@ -159,6 +160,8 @@ class InFlight:
         self.done(entry[2], entry[3])
         if error is not None:
             self._on_error(entry[0], _describe(error))
+        elif self._on_waited is not None:
+            self._on_waited(entry[0])
 
     def _keep(self, entry: tuple) -> None:
         """Track ``entry`` in the tables kept under the lock."""
@@ -273,11 +276,16 @@ def _unbox(item: Any) -> Any:
     return dist.distributed_c10d.Work.unbox(item)
 
 
+_SCRIPT_OBJECT = torch.ScriptObject
+
+
 def work_of(out: Any) -> Any:
     """The c10d Work an eager op returned (alone or after its tensors), :data:`SYNCED` for an
     empty one (the backend synchronised in the call), or None."""
-    for item in out if isinstance(out, (tuple, list)) else (out,):
-        if isinstance(item, torch.ScriptObject):
+    # eager c10d ops return (tensors, Work), the Work last: looked at first
+    items = out if type(out) is tuple or type(out) is list else (out,)
+    for item in reversed(items):
+        if isinstance(item, _SCRIPT_OBJECT):
             try:
                 work = _unbox(item)
             except Exception:
@@ -322,16 +330,25 @@ def _unseen(error: BaseException) -> None:
 
 
 def _wrap_wait(original: Any, patch: Any) -> Any:
+    users = patch.users  # the recordings' InFlights; the list object is kept, so it stays current
+
     def wait(work: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             result = original(work, *args, **kwargs)
         except BaseException as e:
-            for flight in list(patch.users):
+            for flight in list(users):
                 flight.work_waited(work, e)
             _unseen(e)
             raise
-        for flight in list(patch.users):
+        if len(users) == 1:  # one recording: no copy of the list (every eager collective waits here)
+            try:
+                flight = users[0]
+            except IndexError:  # its recording ended meanwhile, on another thread
+                return result
             flight.work_waited(work)
+        else:
+            for flight in list(users):
+                flight.work_waited(work)
         return result
 
     return wait

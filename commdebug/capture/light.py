@@ -21,8 +21,11 @@ redispatches to the keys below its own:
 A collective issued while one is being recorded on the same thread is only redispatched. Meta
 tensors (tracing under ``torch.compile``) are never recorded.
 
-Each pass through a Python kernel costs microseconds of boxing, so light capture keeps their
-number down:
+The kernel is C++ where :mod:`commdebug.capture._native` is built (see _native.cpp): it calls
+Python once per collective, with the tensors and plain values the recorder reads and the group
+by name, and runs the op itself. Where it is not built (no compiler, or no torch to build
+against, at install) the kernels are Python ones, and that is said once: each pass through a
+Python kernel costs microseconds of boxing, so light capture keeps their number down:
 
 - Functional collectives whose autograd kernel torch wrote in Python are recorded where that
   kernel redispatches below autograd, and skip our kernel (:func:`_redispatch`).
@@ -49,12 +52,20 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator
 from functools import partial
+from types import ModuleType
 from typing import Any
 
 import torch
 
 from commdebug import ops as _ops
 from commdebug.capture.patches import ClassPatch
+from commdebug.capture.stepping import say_once
+
+_native: ModuleType | None
+try:
+    from commdebug.capture import _native
+except ImportError:  # not built: Python kernels
+    _native = None
 
 __all__ = ["attach", "detach", "installed", "skip", "unskip", "KEY"]
 
@@ -81,6 +92,8 @@ _INFERENCE: list[Any] = []  # the eager ops' BackendSelect kernels, while infere
 _REDISPATCHING: list[Any] = []  # functional collectives given our redispatch (_redispatch)
 _inference_depth = 0
 _STATE = threading.local()  # .inside: a collective is being recorded on this thread
+_NATIVE_OPS: list[tuple[str, Any]] = []  # the C++ kernels' index -> (op name, spec)
+_NATIVE_INDEX: dict[str, int] = {}  # op name -> its index there
 
 
 def attach(recorder: Any) -> None:
@@ -98,6 +111,8 @@ def detach(recorder: Any) -> None:
         if recorder in _ACTIVE:
             _ACTIVE.remove(recorder)
         if not _ACTIVE:
+            if _native is not None:
+                _native.set_handler(None)
             _destroy([*_LIBRARIES.values(), *_INFERENCE])
             for op in _REDISPATCHING:
                 op.__dict__.pop("redispatch", None)
@@ -151,7 +166,21 @@ def _ops_in(eager: bool) -> Iterator[tuple[str, str, Any]]:
             continue  # an op this torch does not have
 
 
+class _NativeKernels:
+    """One ``_native.register`` call's kernels, removed as a ``torch.library.Library`` is."""
+
+    def __init__(self, native: ModuleType, namespace: str, key: str, entries: list[tuple[str, int]]) -> None:
+        self.native = native  # the module as it was: a test may take it away meanwhile
+        self.handle = native.register(namespace, key, entries)
+
+    def _destroy(self) -> None:
+        self.native.unregister(self.handle)
+
+
 def _register(libraries: dict[str, Any], eager: bool, key: str, below: Any, guard: Any) -> None:
+    if _native is not None:
+        _register_native(_native, libraries, eager, key, guard)
+        return
     for namespace, name, packet in _ops_in(eager):
         spec = _ops.capture_spec(packet)
         library = libraries.get(namespace)
@@ -167,6 +196,45 @@ def _register(libraries: dict[str, Any], eager: bool, key: str, below: Any, guar
                 _REDISPATCHING.append(op)
 
 
+def _register_native(native: ModuleType, libraries: dict[str, Any], eager: bool, key: str, guard: Any) -> None:
+    """:func:`_register` with the C++ kernel: the same ops at the same keys."""
+    entries: dict[str, list[tuple[str, int]]] = {}
+    for namespace, name, packet in _ops_in(eager):
+        spec = _ops.capture_spec(packet)
+        for overload in packet.overloads():
+            op = getattr(packet, overload)
+            op_name = sys.intern(str(op))
+            index = _NATIVE_INDEX.get(op_name)
+            if index is None:
+                index = _NATIVE_INDEX[op_name] = len(_NATIVE_OPS)
+                _NATIVE_OPS.append((op_name, spec))
+            entries.setdefault(namespace, []).append((name if overload == "default" else f"{name}.{overload}", index))
+            if not eager and guard is None and spec is not _ops.WAIT:
+                # Python autograd kernels redispatch here: recording there spares the call a
+                # trip back into Python from C++ (see _redispatch)
+                op.redispatch = _redispatch(op, spec)
+                _REDISPATCHING.append(op)
+    for namespace, ops in entries.items():
+        libraries[namespace] = _NativeKernels(native, namespace, key, ops)
+
+
+def _native_call(index: int, args: tuple, kwargs: dict, call: Callable[..., Any]) -> Any:
+    """The C++ kernel's handler: ``call()`` runs the op; recorded by the innermost light
+    recording (the kernel already let through calls on meta tensors and nested ones)."""
+    if not _ACTIVE or _STATE.__dict__.get("inside"):
+        return call()
+    recorder = _ACTIVE[-1]
+    if not recorder._light_on:
+        return call()
+    name, spec = _NATIVE_OPS[index]
+    state = _STATE
+    state.inside = True
+    try:
+        return recorder._light_call(call, name, spec, args, kwargs)
+    finally:
+        state.inside = False
+
+
 def _install() -> None:
     # A functional collective's implementation issues its c10d op through the dispatcher. At
     # BackendSelect, that nested call would pass through a second Python kernel, the dearest
@@ -175,6 +243,11 @@ def _install() -> None:
     # the autograd keys), so eager c10d kernels at those keys never see the nested calls, and see
     # every other call, from Python or C++ (DDP's reducer). Inference mode excludes those keys
     # too: while it is on, the eager ops also get kernels at BackendSelect (INFERENCE_MODE).
+    if _native is not None:
+        _native.set_handler(_native_call)
+    else:
+        say_once("native", "light capture records through Python kernels: its C++ kernel (commdebug.capture._native) is not "
+                 "built here (it needs torch at build time: pip install --no-build-isolation), which costs a few us more per collective")
     _register(_LIBRARIES, False, KEY, _BELOW, None)
     _register(_LIBRARIES, True, EAGER_KEY, _BELOW_AUTOGRAD, torch._C._AutoDispatchBelowADInplaceOrView)
     INFERENCE_MODE.add(_INFERENCE_USER)

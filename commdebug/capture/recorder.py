@@ -30,7 +30,8 @@ from commdebug.capture.metadata import distributed_metadata, now, run_metadata
 from commdebug.capture.pipelining import PipelineTags, first_tensor
 from commdebug.capture.source import caller
 from commdebug.capture.stepping import Stepping, say_once
-from commdebug.capture.timing import AsyncTimer, SyncTimer, nvtx_label, on_cuda
+from commdebug.capture.timekeeping import Timekeeping
+from commdebug.capture.timing import SyncTimer, nvtx_label, on_cuda
 from commdebug.capture.tracker import ModuleTracker
 from commdebug.model.trace import BACKWARD, FORWARD, GLOBAL, CollectiveEvent, Trace
 
@@ -68,7 +69,7 @@ CONTEXT_EXIT = "context exit"
 log = logging.getLogger("commdebug")
 
 
-class Recorder(Stepping, TorchDispatchMode):
+class Recorder(Stepping, Timekeeping, TorchDispatchMode):
     """Records every collective issued while it is active into ``self.trace``.
 
     Use :class:`commdebug.CommDebugMode` (this plus the drop-in API); its docstring lists the
@@ -150,8 +151,8 @@ class Recorder(Stepping, TorchDispatchMode):
         self._active = False
         self._mode_on = False  # the dispatch mode is on the stack
         self._light_on = False  # light capture's kernels record (commdebug.capture.light)
-        self._async = AsyncTimer(self._note) if self.options.timing == "async" else None
-        self._flight = InFlight(self._failed)
+        self._reset_timing()
+        self._flight = InFlight(self._failed, self._waited if self._events is not None else None)
         self._unfinished_at_exit: list[tuple[int, float]] = []
         self._meta_fresh = False
         # no filter, timer or NVTX range, metadata read: _collective's plain path (set by the
@@ -347,9 +348,10 @@ class Recorder(Stepping, TorchDispatchMode):
         if options.crossnode_only and not self._groups.crosses_nodes(group, peer, int(self.trace.metadata.get("rank") or 0), options.ranks_per_node or 1):
             return func(*args, **kwargs)
         fqn, phase = self._where
-        timer = None
-        cuda = (options.timing == "sync" or options.nvtx) and on_cuda(args)
-        if options.timing == "sync":
+        timer = stamp = None
+        cuda = (options.timing != "off" or options.nvtx) and on_cuda(args)
+        timing = self._timing_for(cuda)
+        if timing == "sync":
             if spec.is_p2p:
                 # Waiting on a send before its matching receive is posted deadlocks rings
                 # and pipeline schedules, and gloo's sends have no future to time them by.
@@ -363,6 +365,8 @@ class Recorder(Stepping, TorchDispatchMode):
             start_s = time.perf_counter() - self._t0
             if timer is not None:
                 timer.start()
+            elif timing == "events":
+                stamp = self._events.start(cuda) if self._events is not None else None
             try:
                 out = func(*args, **kwargs)
             except Exception as e:
@@ -385,6 +389,10 @@ class Recorder(Stepping, TorchDispatchMode):
                     raise
                 self._flight.finished(event.index)  # the mode's own wait goes around the wrapped ones
                 event = self.trace.update_event(event.index, latency_s=timer.seconds) or event
+            elif stamp is not None:  # never waited for here: the end is read when it is done
+                seconds = self._events_issued(event.index, stamp, cuda, out, spec, group)
+                if seconds is not None:
+                    event = self.trace.update_event(event.index, latency_s=seconds) or event
         finally:
             if nvtx:
                 torch.cuda.nvtx.range_pop()
@@ -412,8 +420,11 @@ class Recorder(Stepping, TorchDispatchMode):
                 (spec.compat_key, spec.op, group.name), spec.busbw_factor(group.size), _ops.MESSAGE_SIZE[spec.size])
             trace.add_group(group)
         count_key, busbw_factor, size_rule = facts
-        inputs = _ops.pick(spec.inputs, args, kwargs, out)
-        outputs = _ops.pick(spec.outputs, args, kwargs, out)
+        # _ops.pick, its common case (an argument) written out: this runs for every collective
+        at = spec.inputs
+        inputs = args[at] if type(at) is int and at < len(args) else _ops.pick(at, args, kwargs, out)
+        at = spec.outputs
+        outputs = args[at] if type(at) is int and at < len(args) else _ops.pick(at, args, kwargs, out)
         in_bytes, in_shapes, dtype = _ops.tensor_bytes(inputs)
         # in place (all_reduce_, broadcast_): the same tensor, read once
         out_bytes, out_shapes, out_dtype = (in_bytes, in_shapes, dtype) if outputs is inputs else _ops.tensor_bytes(outputs)
@@ -461,6 +472,9 @@ class Recorder(Stepping, TorchDispatchMode):
             None, peer, p2p_seq, microbatch, start_s, False, None, tracker.unit, compiled, send_splits, recv_splits,
         ))
         trace.add_event(event)
+        if self.issue_listeners:
+            for listener in self.issue_listeners:
+                listener(event)
         if compiled and not self._compiled_seen:
             self._compiled_seen = True
             self._compiled_note(fqn)
@@ -521,34 +535,9 @@ class Recorder(Stepping, TorchDispatchMode):
         self.trace.metadata.setdefault("compile_notes", []).append(message)
         log.warning("commdebug: %s", message)
 
-    def _note(self, key: str, message: str) -> None:
-        """A fact about this run's timing, said once: logged and kept in the dump."""
-        notes = self.trace.metadata.setdefault("timing_notes", [])
-        if message not in notes:
-            notes.append(message)
-            log.warning("commdebug: %s", message)
-
     def _emit(self, event: CollectiveEvent) -> None:
         for listener in self._listeners:
             listener(event)
-
-    def _join_timing(self) -> None:
-        """Give asynchronously timed events their NCCL durations (step boundaries, exit, reads)."""
-        if self._async is not None:
-            self._async.join(self._timed)
-
-    def _timed(self, index: int, started_at: float | None, seconds: float | None) -> None:
-        event = self.trace.update_event(index, start_s=None if started_at is None else started_at - self._t0_wall, latency_s=seconds)
-        if event is not None and self._listeners:
-            self._emit(event)
-
-    def _finish_timing(self) -> None:
-        if self._async is None:
-            return
-        for index in self._async.close(self._timed):  # never timed (not reported by NCCL): logged without a time
-            pos = index - self.trace.events_dropped
-            if self._listeners and 0 <= pos < len(self.trace.events):
-                self._emit(self.trace.events[pos])
 
     def stamp_end(self, recorded_s: float | None = None) -> None:
         """Write the recording's end into the metadata: end time, elapsed and recorded seconds, steps

@@ -1,6 +1,6 @@
 """When the recorder records: step boundaries, the ``start_step``/``end_step`` window, and
 ``detail_every``'s switch between the dispatch mode (a detail step) and light capture's
-kernels. A part of :class:`~commdebug.capture.recorder.Recorder`, kept apart because it is the
+kernels; and who is told then (step and issue listeners). A part of :class:`~commdebug.capture.recorder.Recorder`, kept apart because it is the
 one place that pushes and pops the dispatch mode."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from commdebug.capture.config import Options
     from commdebug.capture.pipelining import PipelineTags
     from commdebug.capture.tracker import ModuleTracker
-    from commdebug.model.trace import Trace
+    from commdebug.model.trace import CollectiveEvent, Trace
 
 __all__ = ["Stepping", "say_once"]
 
@@ -37,6 +37,7 @@ class Stepping(TorchDispatchMode):
     ``_paused``, ``_active``) it reads and sets."""
 
     step_listeners: list[Callable[[int], None]] = []  # per instance once one is added
+    issue_listeners: list[Callable[[CollectiveEvent], None]] = []  # likewise
 
     if TYPE_CHECKING:  # the Recorder's state, set by its _reset
         options: Options
@@ -154,6 +155,20 @@ class Stepping(TorchDispatchMode):
 
     def remove_step_listener(self, listener: Callable[[int], None]) -> None:
         self.step_listeners = [f for f in self.step_listeners if f is not listener]
+
+    def add_issue_listener(self, listener: Callable[[CollectiveEvent], None]) -> None:
+        """Call ``listener(event)`` with each event as it is recorded: on the thread that issued
+        the collective, right after the call returned and before anything waits for it (also
+        for a call that raised: the event's error comes later, as an update). ``commdebug run``'s
+        streamer writes each event then, so that a process killed inside the collective leaves
+        it. It runs for every collective: keep it short, and never let it raise.
+
+        >>> mode.add_issue_listener(lambda event: print(event.op, event.seq))   # doctest: +SKIP
+        """
+        self.issue_listeners = [*self.issue_listeners, listener]
+
+    def remove_issue_listener(self, listener: Callable[[CollectiveEvent], None]) -> None:
+        self.issue_listeners = [f for f in self.issue_listeners if f is not listener]
 
     def _enter_window(self, step: int) -> None:
         end = self.options.end_step

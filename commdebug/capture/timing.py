@@ -1,5 +1,13 @@
-"""How long each collective took: two ways to measure it.
+"""How long each collective took: three ways to measure it.
 
+- :class:`EventTimer` (``timing="events"``, and what ``timing=True`` means for CUDA
+  collectives) never waits. On CUDA a start event is recorded on the current stream before the
+  call and an end event where the collective is known to be done on a stream (below); both are
+  read when they are done, with ``query()``, at step boundaries, on reads of the trace and at
+  exit, where the last ones are waited for. Nothing on the collective's path synchronises, so
+  the CPU runs ahead of the GPU as it does without commdebug. On CPU it is the host clock from
+  the call to the end of the program's own wait. A time never read (the process died first, or
+  the program never waited for the call) stays unknown.
 - :class:`SyncTimer` waits for the collective and times it: CUDA events on CUDA tensors (the
   start event is recorded on the current stream before the collective, the end event after
   waiting for it, so queued compute before the call is not counted), the host clock on CPU
@@ -35,7 +43,7 @@ import torch
 
 from commdebug.capture.config import NCCL_HOOK_ENV
 
-__all__ = ["SyncTimer", "AsyncTimer", "WorkDone", "nvtx_label", "on_cuda", "waits_on_stream"]
+__all__ = ["SyncTimer", "AsyncTimer", "EventTimer", "CudaEvents", "WorkDone", "nvtx_label", "on_cuda", "waits_on_stream"]
 
 log = logging.getLogger("commdebug")
 
@@ -115,6 +123,153 @@ class SyncTimer:
             self.seconds = self._start.elapsed_time(self._end) / 1e3
         assert self.seconds is not None
         return self.seconds
+
+
+class CudaEvents:
+    """What :class:`EventTimer` asks of CUDA; a stand-in with the same methods times the
+    bookkeeping on a machine without a GPU (tests/test_timing.py). Events are reused once read:
+    creating a CUDA event per collective costs a driver call each time."""
+
+    def __init__(self) -> None:
+        self._free: list[Any] = []
+        self._sides: dict[int, Any] = {}  # device index -> the stream end events wait on
+
+    def event(self) -> Any:
+        """A timing event, not recorded yet."""
+        return self._free.pop() if self._free else torch.cuda.Event(enable_timing=True)
+
+    def release(self, *events: Any) -> None:
+        """Events read and no longer needed."""
+        if len(self._free) < 1024:
+            self._free.extend(events)
+
+    def record(self, event: Any) -> None:
+        """Record ``event`` on the current stream."""
+        event.record()
+
+    def record_after(self, event: Any, work: Any) -> None:
+        """Record ``event`` on a stream of ours made to wait for ``work`` (an NCCL Work: the wait
+        is a stream wait on its end, the host goes on at once): the event is done when the
+        collective is, whatever the program queues on its own streams meanwhile."""
+        device = torch.cuda.current_device()
+        side = self._sides.get(device)
+        if side is None:
+            side = self._sides[device] = torch.cuda.Stream(device)
+        with torch.cuda.stream(side):
+            work.block_current_stream()
+            event.record()
+
+    def done(self, event: Any) -> bool:
+        return bool(event.query())
+
+    def wait(self, event: Any) -> None:
+        """Block until ``event`` is done: only at exit, never on a collective's path."""
+        event.synchronize()
+
+    def seconds(self, start: Any, end: Any) -> float:
+        return float(start.elapsed_time(end)) / 1e3
+
+
+class EventTimer:
+    """``timing="events"``: each collective's time without waiting for it (see the module
+    docstring). The recorder calls :meth:`start` before the call, :meth:`issued` after it,
+    :meth:`waited` when the program's own wait for it returned, and :meth:`collect` where it
+    reads the times (step boundaries, reads of the trace, and at exit with ``final``).
+
+    Where the end event goes on CUDA: right after the call when the call returned with the
+    collective done on the current stream (NCCL with ``async_op=False``, which makes the
+    stream wait inside the call; the fused symmetric-memory ops); right after the call, on a
+    stream of ours that waits for the Work, for an NCCL Work the program will wait for later
+    (``async_op=True``); otherwise (functional collectives, other backends) when the program's
+    wait returns, on the current stream, which its wait made wait for the collective: that end
+    also waits for what the program queued on the stream between the call and its wait.
+
+    >>> timer = EventTimer()
+    >>> stamp = timer.start(on_cuda=False); out = issue()            # doctest: +SKIP
+    >>> timer.issued(index, stamp, done=False); ...; timer.waited(index)   # the latency, on CPU  # doctest: +SKIP
+    """
+
+    MOST = 4096  # pairs kept unread (a program that never waits): the oldest are dropped, unknown
+
+    def __init__(self, cuda: Any = None) -> None:
+        self.cuda = cuda if cuda is not None else CudaEvents()
+        # index -> [start, end (None until recorded)] on CUDA; index -> host start on CPU
+        self.pending: dict[int, list[Any]] = {}
+        self.host: dict[int, float] = {}
+        self.unknown = 0  # never read: the program never waited, or the pair was dropped
+
+    def start(self, on_cuda: bool) -> Any:
+        """Just before the collective is issued: its start (a recorded event, or the host clock)."""
+        if not on_cuda:
+            return time.perf_counter()
+        event = self.cuda.event()
+        self.cuda.record(event)
+        return event
+
+    def issued(self, index: int, stamp: Any, done: bool, work: Any = None) -> float | None:
+        """Just after the call returned. ``done``: it returned with the collective done (on
+        CUDA: the current stream waits for it); ``work``: an NCCL Work to record the end after.
+        Returns the latency where it is known now (CPU, done)."""
+        if not isinstance(stamp, float):  # CUDA
+            end = None
+            if done or work is not None:
+                end = self.cuda.event()
+                if done:
+                    self.cuda.record(end)
+                else:
+                    self.cuda.record_after(end, work)
+            self._keep(self.pending, index, [stamp, end])
+            return None
+        if done:
+            return time.perf_counter() - stamp
+        self._keep(self.host, index, stamp)
+        return None
+
+    def waited(self, index: int) -> float | None:
+        """The program's own wait for collective ``index`` returned: on CPU its latency, now;
+        on CUDA the end event goes on the current stream (unless it is there already)."""
+        start = self.host.pop(index, None)
+        if start is not None:
+            return time.perf_counter() - start
+        pair = self.pending.get(index)
+        if pair is not None and pair[1] is None:
+            end = self.cuda.event()
+            self.cuda.record(end)
+            pair[1] = end
+        return None
+
+    def collect(self, apply: Callable[[int, float], None], final: bool = False) -> int:
+        """Give each pair whose end is done its latency: ``apply(index, seconds)``. ``final``
+        (at exit): wait for the ends recorded, and count the pairs without one as unknown."""
+        read = 0
+        cuda = self.cuda
+        for index, (start, end) in list(self.pending.items()):
+            if end is None:
+                if final:
+                    del self.pending[index]
+                    cuda.release(start)
+                    self.unknown += 1
+                continue
+            if final:
+                cuda.wait(end)
+            elif not cuda.done(end):
+                continue  # later pairs may be done already (other streams): look at all
+            del self.pending[index]
+            apply(index, cuda.seconds(start, end))
+            cuda.release(start, end)
+            read += 1
+        if final:
+            self.unknown += len(self.host)
+            self.host.clear()
+        return read
+
+    def _keep(self, table: dict[int, Any], index: int, value: Any) -> None:
+        table[index] = value
+        if len(table) > self.MOST:
+            oldest = table.pop(next(iter(table)))  # insertion order
+            if isinstance(oldest, list):
+                self.cuda.release(*(e for e in oldest if e is not None))
+            self.unknown += 1
 
 
 def waits_on_stream(pg: Any) -> bool:

@@ -1,7 +1,8 @@
 """A rank's fault record: what a process that dies of a fatal signal leaves beside its dump.
 
 SIGSEGV, SIGABRT, SIGBUS, SIGFPE and SIGILL end a process before any Python code of ours can
-run: no dump, a stream that may lack its last second. :class:`FaultRecorder` arms the compiled
+run: no dump, a stream that ends with the call the process died in (each call is written to
+it as it is issued: :mod:`commdebug.launch.stream`). :class:`FaultRecorder` arms the compiled
 handler of :mod:`commdebug.launch._faults` (a chain link, not a replacement: whatever handled
 those signals before, faulthandler writing to stderr included, still runs after it, and the
 process dies of the same signal), which then writes ``<out>/rank<R>.fault``: the signal and

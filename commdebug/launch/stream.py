@@ -1,18 +1,24 @@
 """A recording session's stream: what the rank recorded, appended to ``<out>/rank<R>.jsonl``
-while it runs, so that a rank killed with SIGKILL (the OOM killer, the scheduler) or lost with
-its node leaves what it did up to its last flush (docs/streaming.md; format in
+while it runs, so that a rank killed with SIGKILL (the OOM killer, the scheduler), aborted inside
+a collective, or lost with its node leaves what it did (docs/streaming.md; format in
 :mod:`commdebug.model.stream`).
 
 When it writes:
 
+- each collective as it is issued, from the thread that issued it (an ``issued`` line, one
+  ``write``, before anything waits for the call): a process killed at any moment after that
+  keeps the call, whatever killed it (SIGKILL, a native abort inside the collective), short of
+  the machine going down;
 - at every step boundary, from the training thread (a boundary is where a step's events are
-  complete; writing them then means a kill in the next step loses none of them; the cost is one
-  encode and one ``write`` of that step's events, no ``fsync``);
+  complete; the cost is one encode and one ``write`` of that step's events, no ``fsync``);
 - every ``interval`` seconds from a background thread, when a step is long, when a collective
   has been unfinished for a while (the event is written again, flagged ``in_flight``), or when
   an event changed since it was written (its time arrived, it failed);
 - ``fsync`` from the background thread, at most every ``fsync_s`` seconds: a write that reached
   the kernel survives the process's death; only a crash of the machine needs the fsync.
+
+A chunk's events supersede their ``issued`` lines, which the background thread then drops from
+the file now and then (atomically, :meth:`Streamer._compact`): the file keeps the compact chunks.
 
 With ``keep_steps`` the raw events of the last N steps (and of detail steps) stay; older ones
 are folded into totals (:class:`~commdebug.model.aggregates.Aggregates`) and the file is
@@ -26,6 +32,7 @@ import logging
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from itertools import islice
 from pathlib import Path
@@ -33,8 +40,8 @@ from typing import Any
 
 from commdebug.model.aggregates import Aggregates
 from commdebug.model.dump import SCHEMA_VERSION
-from commdebug.model.stream import STREAM_SUFFIX, chunk_line, header_line, older_line
-from commdebug.model.trace import CollectiveEvent
+from commdebug.model.stream import STREAM_SUFFIX, chunk_line, header_line, issued_line, older_line
+from commdebug.model.trace import CollectiveEvent, GroupInfo
 
 __all__ = ["Streamer", "STUCK_S"]
 
@@ -44,6 +51,8 @@ STUCK_S = 2.0  # a collective unfinished this long is written again, flagged in_
 RECENT = 64  # the last events written, looked at again for changes (an error, a late time)
 WATCH_MOST = 20_000  # bound on the events looked at again
 SLACK = 4096  # events the program may add between reading the count and the events
+COMPACT_BYTES = 4 << 20  # issued lines the file may hold before they are dropped (or half its size)
+_ISSUED = b'{"kind":"issued"'
 
 
 class Streamer:
@@ -54,10 +63,11 @@ class Streamer:
 
     ``listeners`` are called (from whichever thread flushed) with the new events and the events
     written again, after each chunk: metrics and the debug server's state read them there.
+    ``issue_log``: write each collective as it is issued (the default), not only in chunks.
     """
 
     def __init__(self, mode: Any, out: Path, *, rank_of: Callable[[dict[str, Any]], int], keep_steps: int | None = None,
-                 interval: float = 1.0, fsync_s: float = 5.0) -> None:
+                 interval: float = 1.0, fsync_s: float = 5.0, issue_log: bool = True) -> None:
         self.mode = mode
         self.out = out
         self.rank_of = rank_of
@@ -85,12 +95,25 @@ class Streamer:
         self._failed = False
         self._closed = False  # the final dump replaces the file: nothing writes it again
         self._thread: threading.Thread | None = None
+        self.issue_log = issue_log
+        # Issued lines are written on the program's thread without self._lock (a flush may hold
+        # it for a while): _fd_lock guards only the file descriptor and what goes with the file
+        # (the groups it names, the issued events no chunk holds yet). Order: _lock, then _fd_lock.
+        self._fd_lock = threading.Lock()
+        self._named: set[str] = set()  # groups whose members the file already says
+        self._chunk_named: set[str] = set()  # those of them its chunks say
+        self._issued: deque[CollectiveEvent] = deque()  # issued since, not in a chunk yet: oldest first
+        self._issued_bytes = 0  # issued lines written since the file was last made without them
+        self._clean = 0  # bytes at the file's start that hold no issued line
 
     # ---- life cycle ---------------------------------------------------------------------------
 
     def start(self) -> Streamer:
-        """Flush at the recorder's step boundaries, and start the background thread."""
+        """Flush at the recorder's step boundaries, write each collective as it is issued, and
+        start the background thread."""
         self.mode.add_step_listener(self._at_boundary)
+        if self.issue_log:
+            self.mode.add_issue_listener(self._issue)
         self._thread = threading.Thread(target=self._run, name="commdebug-stream", daemon=True)
         self._thread.start()
         return self
@@ -106,13 +129,14 @@ class Streamer:
         """Stop the background thread and the boundary flushes (the file stays open)."""
         self._stop.set()
         self.mode.remove_step_listener(self._at_boundary)
+        self.mode.remove_issue_listener(self._issue)
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
 
     def close(self, remove: bool) -> None:
         """Stop, sync and close the file; ``remove`` it when the final dump replaces it."""
         self.stop()
-        with self._lock:
+        with self._lock, self._fd_lock:
             self._closed = True
             if self._fd is not None:
                 try:
@@ -131,6 +155,7 @@ class Streamer:
         while not self._stop.wait(self.interval):
             try:
                 self.flush()
+                self._compact()
                 self._sync_and_beat()
             except Exception as e:  # never break the program for its recording
                 self._give_up(e)
@@ -188,6 +213,12 @@ class Streamer:
             self._write(fd, line)
             for e in again_written + written:
                 self.kept[e.index] = e
+            with self._fd_lock:  # the chunk holds them now, and names their groups
+                names = {e.group.name for e in again_written + written}
+                self._named |= names
+                self._chunk_named |= names
+                while self._issued and self._issued[0].index < self._next:
+                    self._issued.popleft()
             self._fold(step, meta)
             for listener in self.listeners:
                 listener(written, again_written)
@@ -210,18 +241,116 @@ class Streamer:
     def _open(self, meta: dict[str, Any]) -> int:
         self.path = self.out / f"rank{self.rank_of(meta)}{STREAM_SUFFIX}"
         # a new file: an earlier run's stream of the same rank is replaced, not appended to
-        fd = self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-        self._write(fd, header_line(json.loads(json.dumps(meta, default=str)), SCHEMA_VERSION, time.time()))
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        header = header_line(json.loads(json.dumps(meta, default=str)), SCHEMA_VERSION, time.time())
+        self._write(fd, header)
+        with self._fd_lock:
+            self._fd = fd
+            self._named, self._chunk_named = set(), set()
+            self._clean = len(header.encode("utf-8"))
         return fd
 
-    def _write(self, fd: int, text: str) -> None:
-        data = text.encode("utf-8")
+    # ---- each collective as it is issued ------------------------------------------------------
+
+    def _issue(self, event: CollectiveEvent) -> None:
+        """The recorder's issue listener: one line, on the program's thread, before anything
+        waits for the call. Never raises: a failed write stops the stream, not the program."""
+        if self._failed or self._closed:
+            return
+        try:
+            if self._fd is None:  # the job's first collective: the file starts here
+                self._open_once()
+            with self._fd_lock:
+                fd = self._fd
+                if fd is None:  # closed meanwhile
+                    return
+                self._issued.append(event)
+                data = self._issued_text(event).encode("utf-8")
+                written = os.write(fd, data)
+                if written < len(data):  # a short write: finish it (one write in practice)
+                    self._write(fd, data[written:])
+                self._issued_bytes += len(data)
+                self._unsynced = True
+        except Exception as e:  # never break the program for its recording
+            self._give_up(e)
+
+    def _open_once(self) -> None:
+        """Open the file unless a flush (or another thread's first call) did meanwhile."""
+        with self._lock:
+            if self._fd is None and not self._closed:
+                self._open(self.mode.trace.metadata)
+
+    def _issued_text(self, event: CollectiveEvent) -> str:
+        """An event's issued line, naming its group's members the first time the file names the
+        group (under _fd_lock)."""
+        group: GroupInfo | None = None
+        if event.group.name not in self._named:
+            group = event.group
+            self._named.add(group.name)
+        return issued_line(event, time.time(), group)
+
+    def _issued_tail(self) -> bytes:
+        """The issued lines of the events no chunk holds yet, for a file made anew (under
+        _fd_lock, with _named as the new file's chunks name them)."""
+        return "".join(self._issued_text(e) for e in self._issued).encode("utf-8")
+
+    def _replace(self, tmp: Path, named: set[str]) -> None:
+        """Put the finished ``tmp`` (fsynced) in the file's place, with the issued lines that no
+        chunk holds yet at its end, and write on from there: under _fd_lock, so that no issued
+        line goes to the old file once the new one is read."""
+        assert self.path is not None
+        with self._fd_lock:
+            self._named = named
+            tail = self._issued_tail()
+            fd = os.open(tmp, os.O_WRONLY | os.O_APPEND)
+            try:
+                clean = os.fstat(fd).st_size
+                if tail:
+                    self._write(fd, tail)
+            except BaseException:
+                os.close(fd)
+                raise
+            os.replace(tmp, self.path)
+            old, self._fd = self._fd, fd
+            self._clean, self._issued_bytes = clean, len(tail)
+        if old is not None:
+            os.close(old)
+
+    def _compact(self) -> None:
+        """Drop the issued lines that chunks now hold, once they outweigh the file's clean part
+        (its size stays within about twice what the chunks hold). From the background thread:
+        the copy runs while the program issues on; only the new file's last lines and the
+        switch to it hold _fd_lock. Atomic: a process killed meanwhile leaves the old file."""
+        with self._lock:
+            if self._closed or self._fd is None or self.path is None or self._issued_bytes < max(COMPACT_BYTES, self._clean // 2):
+                return
+            with self._fd_lock:
+                size = os.fstat(self._fd).st_size
+            with open(self.path, "rb") as f:
+                raw = f.read(size)
+            clean = raw[: self._clean]
+            rest = b"".join(line + b"\n" for line in raw[self._clean:].split(b"\n") if line and not line.startswith(_ISSUED))
+            tmp = self.path.with_name(f".{self.path.name}.tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                self._write(fd, clean + rest)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            # every issued line dropped is held by a chunk that names its group; the tail's
+            # lines name the groups no chunk names
+            self._replace(tmp, set(self._chunk_named))
+
+    def _write(self, fd: int, text: str | bytes) -> int:
+        """Write all of ``text``; returns its size in bytes."""
+        data = text.encode("utf-8") if isinstance(text, str) else text
         view = memoryview(data)
         while view:  # one write in practice; a short write is finished, never interleaved
             n = os.write(fd, view)
             view = view[n:]
         self._unsynced = True
         self._written_at = time.monotonic()
+        return len(data)
 
     def _changed(self, events: list[CollectiveEvent], first: int, stuck: set[int], boundary: bool) -> list[CollectiveEvent]:
         """Events written before that changed since (a new object in the trace: its time, its
@@ -277,7 +406,8 @@ class Streamer:
             self._rewrite(meta, cutoff)
 
     def _rewrite(self, meta: dict[str, Any], cutoff: int) -> None:
-        """The file anew: header, totals of older steps, the kept events; atomically."""
+        """The file anew: header, totals of older steps, the kept events, and the issued lines
+        no chunk holds yet; atomically."""
         assert self.path is not None
         tmp = self.path.with_name(f".{self.path.name}.tmp")
         kept = list(self.kept.values())
@@ -288,14 +418,12 @@ class Streamer:
                              in_flight=self.in_flight))
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            os.write(fd, text.encode("utf-8"))
+            self._write(fd, text)
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, self.path)
-        old, self._fd = self._fd, os.open(self.path, os.O_WRONLY | os.O_APPEND)
-        if old is not None:
-            os.close(old)
+        self._chunk_named = {e.group.name for e in kept}
+        self._replace(tmp, set(self._chunk_named))
         self._disk_from_step = cutoff
         self._unsynced = False
 

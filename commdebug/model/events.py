@@ -29,7 +29,7 @@ from commdebug import ops as _ops
 from commdebug.errors import DumpError
 from commdebug.model.trace import UNKNOWN_GROUP, CollectiveEvent, GroupInfo
 
-__all__ = ["encode_events", "decode_events", "FIELDS", "SPLITS", "EVEN", "pack_splits", "unpack_splits"]
+__all__ = ["encode_events", "decode_events", "event_row", "row_event", "FIELDS", "SPLITS", "EVEN", "pack_splits", "unpack_splits"]
 
 FIELDS = CollectiveEvent._fields
 # fields stored as string-table indices; the shapes as their JSON text
@@ -170,6 +170,40 @@ def decode_events(block: Any, groups: dict[str, GroupInfo], source: str = "<dump
         raise DumpError(f"{source}: malformed events (string index {e.args[0]!r} is not in the string table)") from None
     except (IndexError, TypeError, ValueError) as e:
         raise DumpError(f"{source}: malformed events ({type(e).__name__}: {e})") from None
+
+
+_GROUP = FIELDS.index("group")
+_SHAPE_AT = tuple(FIELDS.index(name) for name in sorted(_SHAPES))
+_SPLIT_AT = tuple(FIELDS.index(name) for name in SPLITS)
+
+
+def event_row(event: CollectiveEvent) -> list[Any]:
+    """One event as a JSON-ready row: its fields in :data:`FIELDS` order, the group by name (a
+    stream says each group's members once). For a single event, where a block's string table
+    buys nothing: the stream's ``issued`` lines (model/stream.py).
+
+    >>> event_row(event)[:3]   # doctest: +SKIP
+    [7, 'all_to_all', 'c10d.alltoall_base_']
+    """
+    row = list(event)
+    row[_GROUP] = event.group.name
+    return row
+
+
+def row_event(row: Any, groups: dict[str, GroupInfo]) -> CollectiveEvent:
+    """The event :func:`event_row` wrote (fields added since then take their defaults); a
+    ``ValueError`` when the row is malformed."""
+    if not isinstance(row, list) or not 3 <= len(row) <= len(FIELDS) or not isinstance(row[0], int):
+        raise ValueError("an event row must be a list of its fields, the index first")
+    values = row + [CollectiveEvent._field_defaults.get(name) for name in FIELDS[len(row):]]
+    name = values[_GROUP]
+    values[_GROUP] = UNKNOWN_GROUP if name is None else groups.get(str(name)) or GroupInfo(str(name), "", 0, None)
+    for i in _SHAPE_AT:
+        values[i] = tuple(tuple(int(d) for d in s) for s in values[i] or ())
+    for i in _SPLIT_AT:
+        if values[i] is not None:
+            values[i] = tuple(int(v) for v in values[i])
+    return tuple.__new__(CollectiveEvent, values)
 
 
 def _splits_column(values: list, vectors: list[tuple[int, ...]], totals: list, groups: list[GroupInfo]) -> list:

@@ -11,7 +11,12 @@ reads up to its last whole line:
   the wall time, and the metadata when it changed. An event written again later (its time
   arrived, it finished or failed) has its index again: the later line wins;
 - at most one ``older`` line, after the header: totals of the events no longer kept one by one
-  (``keep_steps``), see :class:`~commdebug.model.aggregates.Aggregates`.
+  (``keep_steps``), see :class:`~commdebug.model.aggregates.Aggregates`;
+- ``issued`` lines: one event each, written as its collective is issued, before any wait and
+  before the chunk that will hold it, so that a process killed right after issuing a call
+  (SIGKILL, a native abort inside the collective) leaves it. A row of fields
+  (:func:`~commdebug.model.events.event_row`), and the group's members the first time the file
+  names the group. A chunk's version of an event always wins over an ``issued`` one.
 
 Readers (:mod:`commdebug.formats.readers`) take a torn last line as the end of the stream and
 say so in one note; a bad line anywhere else is a malformed file.
@@ -20,6 +25,7 @@ say so in one note; a bad line anywhere else is a malformed file.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -28,11 +34,21 @@ from typing import Any
 
 from commdebug.errors import DumpError
 from commdebug.model.aggregates import Aggregates, set_older
-from commdebug.model.events import _SHAPES, _TEXT, EVEN, FIELDS, SPLITS, decode_events, encode_events
+from commdebug.model.events import (
+    _SHAPES,
+    _TEXT,
+    EVEN,
+    FIELDS,
+    SPLITS,
+    decode_events,
+    encode_events,
+    event_row,
+    row_event,
+)
 from commdebug.model.rank_view import RankView
 from commdebug.model.trace import GLOBAL, CollectiveEvent, GroupInfo, Trace
 
-__all__ = ["STREAM_VERSION", "STREAM_SUFFIX", "is_stream", "header_line", "chunk_line", "older_line",
+__all__ = ["STREAM_VERSION", "STREAM_SUFFIX", "is_stream", "header_line", "chunk_line", "older_line", "issued_line",
            "StreamContent", "parse_stream", "stream_trace", "stream_rank_view"]
 
 STREAM_VERSION = 1
@@ -77,6 +93,38 @@ def chunk_line(events: list[CollectiveEvent], *, time: float, step: int, events_
     return _line(chunk)
 
 
+_ENCODE = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
+
+
+def _row_encoder() -> Callable[[list[Any]], str]:
+    """JSON of an event row, as _ENCODE writes it: the C encoder made once (JSONEncoder.encode
+    makes one per call), where this Python has it. An issued line is written per collective."""
+    from json import encoder
+
+    make = getattr(encoder, "c_make_encoder", None)  # not in the standard library's stubs
+    if make is None:
+        return _ENCODE
+
+    def unknown(value: Any) -> Any:
+        raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+    chunks = make(None, unknown, encoder.encode_basestring_ascii, None, ":", ",", False, False, True)
+    return lambda row: "".join(chunks(row, 0))
+
+
+_ENCODE_ROW = _row_encoder()
+
+
+def issued_line(event: CollectiveEvent, time: float, group: GroupInfo | None = None) -> str:
+    """One event as its collective is issued (see the module docstring); ``group``: the
+    event's group, the first time this file names it."""
+    # the wall time as json writes a finite float (its repr), without an encoder's setup
+    head = '{"kind":"issued","time":' + (float.__repr__(float(time)) if math.isfinite(time) else _ENCODE(time))
+    if group is not None:
+        head += ',"groups":' + _ENCODE({group.name: group.to_dict()})
+    return head + ',"event":' + _ENCODE_ROW(event_row(event)) + "}\n"
+
+
 def older_line(older: Aggregates, kept_from_step: int) -> str:
     """Totals of the events no longer kept one by one; raw events are kept from ``kept_from_step``."""
     return _line({"kind": "older", "kept_from_step": kept_from_step, "older": older.to_dict()})
@@ -109,6 +157,7 @@ def parse_stream(raw: bytes, source: str) -> StreamContent:
     torn = bool(tail.strip(b"\x00 \t\r"))
     content: StreamContent | None = None
     merged = _Merged()
+    issued: list[tuple[int, Any]] = []  # (line number, event row) of the issued lines
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -130,10 +179,17 @@ def parse_stream(raw: bytes, source: str) -> StreamContent:
             content = StreamContent(dict(obj.get("metadata") or {}), {}, [], time=obj.get("time"))
             continue
         try:
-            if kind == "chunk":
+            if kind in ("chunk", "issued"):
                 for name, g in (obj.get("groups") or {}).items():
                     if str(name) not in content.groups:  # a group never changes: read it once
                         content.groups[str(name)] = GroupInfo.from_dict(name, g)
+            if kind == "issued":
+                issued.append((number, obj["event"]))
+                when = obj.get("time")
+                if isinstance(when, (int, float)):  # the rank was alive and issued a new call then
+                    content.time = max(content.time or when, when)
+                    content.progress = max(content.progress or when, when)
+            elif kind == "chunk":
                 merged.add(obj["events"], f"{source} line {number}")
                 if obj.get("metadata") is not None:
                     content.metadata = dict(obj["metadata"])
@@ -147,6 +203,7 @@ def parse_stream(raw: bytes, source: str) -> StreamContent:
                 content.older = Aggregates.from_dict(obj["older"])
                 # events of the steps folded in are not kept one by one any more
                 merged = _Merged()
+                issued.clear()
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise DumpError(f"{source}: line {number} of the stream is malformed ({type(e).__name__}: {e})") from None
     if content is None:
@@ -157,12 +214,35 @@ def parse_stream(raw: bytes, source: str) -> StreamContent:
     if any(a >= b for a, b in pairwise(indices)):  # an event written again: its later line wins
         by_index = {e.index: e for e in events}
         events = sorted(by_index.values(), key=lambda e: e.index)
+    if issued:
+        events = _with_issued(events, issued, content, source)
     content.events = events
     if torn:
         content.torn = True
         content.notes.append("its stream's last chunk was cut short (its process ended while writing it): "
                              "read up to it")
     return content
+
+
+def _with_issued(events: list[CollectiveEvent], issued: list[tuple[int, Any]], content: StreamContent,
+                 source: str) -> list[CollectiveEvent]:
+    """``events`` (from chunks) and the issued lines' events that no chunk holds: the calls a
+    process issued after its last chunk, which a kill would otherwise have taken with it."""
+    chunked = {e.index for e in events}
+    extra: dict[int, CollectiveEvent] = {}
+    for number, row in issued:
+        try:
+            event = row_event(row, content.groups)
+        except (TypeError, ValueError) as e:
+            raise DumpError(f"{source}: line {number} of the stream is malformed ({type(e).__name__}: {e})") from None
+        if event.index not in chunked:
+            extra[event.index] = event
+    if not extra:
+        return events
+    last = max(extra.values(), key=lambda e: e.index)
+    content.events_total = max(content.events_total, last.index + 1)
+    content.step = max(content.step, last.step)
+    return sorted([*events, *extra.values()], key=lambda e: e.index)
 
 
 class _Merged:

@@ -1,0 +1,121 @@
+"""The recorder's timing: which way each collective is timed (``timing=`` and what ``True``
+means), and how the times reach its events. A part of
+:class:`~commdebug.capture.recorder.Recorder`, kept apart as :mod:`commdebug.capture.stepping`
+is; the timers themselves are in :mod:`commdebug.capture.timing`.
+
+``timing=True`` (``"auto"``) times CUDA collectives with events, never waiting for them, and
+CPU ones by waiting (gloo's blocking calls wait anyway): each collective is timed the way its
+tensors call for, and ``metadata.timing`` says which way the run's were timed.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from commdebug.capture.inflight import SYNCED, work_of
+from commdebug.capture.timing import AsyncTimer, EventTimer
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from commdebug import ops as _ops
+    from commdebug.capture.config import Options
+    from commdebug.capture.groups import GroupResolver
+    from commdebug.model.trace import CollectiveEvent, GroupInfo, Trace
+
+__all__ = ["Timekeeping"]
+
+log = logging.getLogger("commdebug")
+
+
+class Timekeeping:
+    """Timing state and its glue, for the Recorder (whose ``trace``, ``options``, ``_groups``
+    and ``_listeners`` it reads)."""
+
+    if TYPE_CHECKING:  # the Recorder's state
+        options: Options
+        trace: Trace
+        _groups: GroupResolver
+        _listeners: list[Callable[[CollectiveEvent], None]]
+        _t0_wall: float
+
+        def _emit(self, event: CollectiveEvent) -> None: ...
+
+    def _reset_timing(self) -> None:
+        timing = self.options.timing
+        self._async = AsyncTimer(self._note) if timing == "async" else None
+        self._events = EventTimer() if timing in ("events", "auto") else None
+        self._timing_used: set[str] = set()
+
+    def _timing_for(self, cuda: bool) -> str:
+        """How this collective is timed: the option, with ``"auto"`` made ``"events"`` for CUDA
+        tensors and ``"sync"`` for CPU ones (said in ``metadata.timing``)."""
+        timing = self.options.timing
+        if timing != "auto":
+            return timing
+        timing = "events" if cuda else "sync"
+        used = self._timing_used
+        if timing not in used:
+            used.add(timing)
+            self.trace.metadata["timing"] = timing if len(used) == 1 else "auto"
+            if len(used) == 2:
+                self._note("auto", "timing: CUDA collectives timed by events (never waited for), CPU ones by waiting for each (sync)")
+        return timing
+
+    def _events_issued(self, index: int, stamp: Any, cuda: bool, out: Any, spec: _ops.CollectiveSpec, group: GroupInfo) -> float | None:
+        """After a call timed by events: where its end event goes (see EventTimer); the latency
+        where it is known already (on CPU, a call that returned done)."""
+        assert self._events is not None
+        work = None if isinstance(out, torch.Tensor) else work_of(out)
+        done = spec.returns_done or work is SYNCED
+        after = work if cuda and not done and work is not None and self._groups.waits_on_stream(group.name) else None
+        return self._events.issued(index, stamp, done, after)
+
+    def _waited(self, index: int) -> None:
+        """InFlight's callback: the program's own wait for collective ``index`` returned (on any
+        thread that waited)."""
+        if self._events is not None:
+            seconds = self._events.waited(index)
+            if seconds is not None:
+                self._latency(index, seconds)
+
+    def _latency(self, index: int, seconds: float) -> None:
+        event = self.trace.update_event(index, latency_s=seconds)
+        if event is not None and self._listeners:
+            self._emit(event)
+
+    def _note(self, key: str, message: str) -> None:
+        """A fact about this run's timing, said once: logged and kept in the dump."""
+        notes = self.trace.metadata.setdefault("timing_notes", [])
+        if message not in notes:
+            notes.append(message)
+            log.warning("commdebug: %s", message)
+
+    def _join_timing(self) -> None:
+        """Give the events their times measured since (step boundaries, exit, reads): NCCL's
+        reported durations, the CUDA events that are done."""
+        if self._async is not None:
+            self._async.join(self._timed)
+        if self._events is not None:
+            self._events.collect(self._latency)
+
+    def _timed(self, index: int, started_at: float | None, seconds: float | None) -> None:
+        event = self.trace.update_event(index, start_s=None if started_at is None else started_at - self._t0_wall, latency_s=seconds)
+        if event is not None and self._listeners:
+            self._emit(event)
+
+    def _finish_timing(self) -> None:
+        if self._events is not None:
+            self._events.collect(self._latency, final=True)  # the last ones, waited for here only
+            if self._events.unknown:
+                self._note("events:unknown", f"timing='events': {self._events.unknown} collective(s) have no latency: the program "
+                           "never waited for them, or ended first (a time is never guessed)")
+        if self._async is None:
+            return
+        for index in self._async.close(self._timed):  # never timed (not reported by NCCL): logged without a time
+            pos = index - self.trace.events_dropped
+            if self._listeners and 0 <= pos < len(self.trace.events):
+                self._emit(self.trace.events[pos])

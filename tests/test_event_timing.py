@@ -1,0 +1,195 @@
+"""timing="events" (docs/summary.md): each collective timed without waiting for it. On CUDA its
+start and end events are read once done, at step boundaries, reads and exit; nothing on the
+collective's path synchronises. Tested on the fake backend with a stand-in for CUDA's events (a
+GPU clock the test moves), and on CPU, where it is the host clock from the call to the
+program's own wait. What ``timing=True`` means: events for CUDA collectives, sync for CPU ones."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
+
+from commdebug import CommDebugMode
+from commdebug.capture import recorder as recorder_module, timing as timing_module
+from commdebug.capture.config import Options
+
+
+class StandInEvent:
+    def __init__(self) -> None:
+        self.at: float | None = None  # GPU time the event was reached, once recorded
+        self.after: object | None = None  # the Work a stream of ours waited for
+
+
+class StandInCuda:
+    """CudaEvents' methods over a GPU clock the test moves: an event recorded at GPU time t is
+    done once the GPU has run up to t. Counts every wait, which only exit may do."""
+
+    def __init__(self) -> None:
+        self.gpu_now = 0.0  # where the GPU's queue is: each recorded event lands one step later
+        self.ran_up_to = -1.0  # what the GPU has finished
+        self.waits: list[float] = []
+        self.created = 0
+
+    def event(self) -> StandInEvent:
+        self.created += 1
+        return StandInEvent()
+
+    def release(self, *events: StandInEvent) -> None:
+        pass
+
+    def record(self, event: StandInEvent) -> None:
+        self.gpu_now += 1.0
+        event.at = self.gpu_now
+
+    def record_after(self, event: StandInEvent, work: object) -> None:
+        self.record(event)
+        event.after = work
+
+    def done(self, event: StandInEvent) -> bool:
+        assert event.at is not None
+        return event.at <= self.ran_up_to
+
+    def wait(self, event: StandInEvent) -> None:
+        assert event.at is not None
+        self.waits.append(event.at)
+        self.ran_up_to = max(self.ran_up_to, event.at)
+
+    def seconds(self, start: StandInEvent, end: StandInEvent) -> float:
+        assert start.at is not None and end.at is not None
+        return (end.at - start.at) / 1000  # a millisecond per GPU step
+
+
+@pytest.fixture
+def cuda(monkeypatch):
+    """Collectives read as CUDA ones, timed by the stand-in; the mode's own wait is forbidden."""
+    stand_in = StandInCuda()
+    monkeypatch.setattr(timing_module, "CudaEvents", lambda: stand_in)
+    monkeypatch.setattr(recorder_module, "on_cuda", lambda args: True)
+
+    def no_wait(*args, **kwargs):
+        raise AssertionError("timing='events' waited for a collective")
+
+    monkeypatch.setattr(recorder_module, "wait_until_finished", no_wait)
+    return stand_in
+
+
+def test_cuda_events_are_read_when_done_and_never_synchronised_on_the_collectives_path(world, cuda):
+    t = torch.ones(8)
+    with CommDebugMode(timing="events") as comm:
+        dist.all_reduce(t)  # GPU times 1-2: the program's own wait (inside torch.distributed) ends it
+        work = dist.all_reduce(t, async_op=True)  # starts at 3
+        funcol.all_reduce(t, "sum", dist.group.WORLD).wait()  # 4-5
+        work.wait()  # the async all_reduce ends at 6, after what the program queued meanwhile
+        dist.isend(torch.ones(2), dst=1)  # starts at 7, never waited for: its time is never known
+        assert cuda.waits == []  # nothing synchronised while the collectives ran
+        assert [e.latency_s for e in comm.trace.events] == [None] * 4  # nothing read yet
+        cuda.ran_up_to = 2.0  # the GPU got through the first call
+        comm.step()  # a step boundary reads what is done, and only that
+        assert [e.latency_s for e in comm.trace.events] == [0.001, None, None, None]
+        cuda.ran_up_to = 5.0  # and through the functional one
+        comm.generate_summary_table()  # a read of the trace reads what is done since
+        assert [e.latency_s for e in comm.trace.events] == [0.001, None, 0.001, None]
+        assert cuda.waits == []
+    assert cuda.waits == [6.0]  # at exit the last ones are waited for: the async all_reduce's end
+    assert [e.latency_s for e in comm.trace.events] == [0.001, 0.003, 0.001, None]
+    assert comm.trace.metadata["timing"] == "events"
+    notes = comm.trace.metadata["timing_notes"]
+    assert any("1 collective(s) have no latency: the program never waited for them" in n for n in notes), notes
+
+
+def test_an_nccl_work_gets_its_end_at_the_call_on_a_stream_that_waits_for_it(world, cuda, monkeypatch):
+    # NCCL's Work: a stream of ours waits for it at the call, so the end is the collective's own,
+    # whatever the program queues on its stream before it waits
+    from commdebug.capture.groups import GroupResolver
+
+    monkeypatch.setattr(GroupResolver, "waits_on_stream", lambda self, name: True)
+    t = torch.ones(8)
+    with CommDebugMode(timing="events") as comm:
+        work = dist.all_reduce(t, async_op=True)  # GPU times 1-2, the end recorded at the call
+        for _ in range(3):
+            funcol.all_reduce(t, "sum", dist.group.WORLD).wait()  # the program's own work, 3-8
+        work.wait()
+    first = comm.trace.events[0]
+    assert first.latency_s == pytest.approx(0.001)  # not the 7 steps until the program's wait
+    assert cuda.waits == [2.0, 4.0, 6.0, 8.0]  # read at exit, each once
+
+
+def test_events_on_cpu_time_from_the_call_to_the_programs_own_wait_without_adding_one(world, monkeypatch):
+    def no_wait(*args, **kwargs):
+        raise AssertionError("timing='events' waited for a collective")
+
+    monkeypatch.setattr(recorder_module, "wait_until_finished", no_wait)
+    t = torch.ones(8)
+    with CommDebugMode(timing="events") as comm:
+        before = time.perf_counter()
+        work = dist.all_reduce(t, async_op=True)
+        issued = time.perf_counter()
+        torch.randn(200, 200) @ torch.randn(200, 200)  # the program's own work before it waits
+        waiting = time.perf_counter()
+        assert comm.trace.events[0].latency_s is None  # not known before the program waits
+        work.wait()
+        after = time.perf_counter()
+        dist.isend(torch.ones(2), dst=1)  # never waited for
+    latency = comm.trace.events[0].latency_s
+    assert latency is not None and waiting - issued <= latency <= after - before
+    assert comm.trace.events[1].latency_s is None
+    assert comm.trace.metadata["timing"] == "events"
+
+
+def test_timing_true_means_events_for_cuda_collectives_and_sync_for_cpu_ones(world, monkeypatch):
+    monkeypatch.setenv("COMMDEBUG_TIMING", "1")
+    assert Options.resolve({}).timing == "auto"
+    monkeypatch.delenv("COMMDEBUG_TIMING")
+    t = torch.ones(8)
+    with CommDebugMode(timing=True) as comm:
+        assert comm.trace.metadata["timing"] == "auto"  # nothing timed yet
+        dist.all_reduce(t)
+    assert comm.trace.metadata["timing"] == "sync"  # gloo-like CPU calls: waited for, as before
+    assert comm.trace.events[0].latency_s is not None
+
+    stand_in = StandInCuda()
+    monkeypatch.setattr(timing_module, "CudaEvents", lambda: stand_in)
+    monkeypatch.setattr(recorder_module, "on_cuda", lambda args: True)
+    with CommDebugMode(timing=True) as comm:
+        dist.all_reduce(t)
+        assert stand_in.waits == []
+    assert comm.trace.metadata["timing"] == "events" and stand_in.waits == [2.0]
+
+
+def test_the_gpu_checks_comparison_pairs_events_with_kernels_and_applies_the_bounds(world, tmp_path):
+    """bench/gpu/events_check.py, which check.sh runs where a GPU is at hand, on made-up inputs."""
+    import json
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench" / "gpu"))
+    try:
+        import events_check
+    finally:
+        sys.path.pop(0)
+    with CommDebugMode() as comm:
+        dist.all_reduce(torch.ones(8))
+    base = comm.trace.events[0]
+    big, small = 64 << 20, 4096
+    events = [base._replace(step=1, size_bytes=big, latency_s=0.01),  # not a profiled step
+              base._replace(step=2, size_bytes=big, latency_s=0.0105, seq=4),  # 5% off its kernel
+              base._replace(step=2, size_bytes=small, latency_s=0.5, seq=5),  # small: not compared
+              base._replace(step=3, size_bytes=big, latency_s=0.013, seq=6, module="Sequential.0"),  # FSDP's, async
+              base._replace(step=3, size_bytes=big, latency_s=0.012, seq=7)]  # 20% off
+    profile = {"traceEvents": [{"cat": "kernel", "name": f"ncclDevKernel_AllReduce_{i}", "ts": 100.0 * i, "dur": 10_000.0}
+                               for i in range(4)] + [{"cat": "kernel", "name": "gemm", "ts": 5.0, "dur": 1.0}]}
+    kernels = events_check.nccl_kernels(profile)
+    assert len(kernels) == 4
+    lines = events_check.compare(events_check.pair(events, kernels))
+    assert lines == ["all_reduce #4 step 2 64 MiB: events 10.500 ms, kernel 10.000 ms, ratio 1.050 (within 10%: ok)",
+                     "all_reduce #7 step 3 64 MiB: events 12.000 ms, kernel 10.000 ms, ratio 1.200 (within 10%: FAIL)"]
+    assert events_check.pair(events, kernels[:3]).endswith("3 NCCL kernels in the profile: not paired")
+    for name, ms in (("bare", 100.0), ("events", 101.0), ("sync", 130.0)):
+        (tmp_path / f"steps_{name}.json").write_text(json.dumps({"steps": [1.0, 1.0] + [ms / 1e3] * 5}))
+    assert events_check.step_times(tmp_path) == ["step time bare: median 100.00 ms over 5 steps",
+                                                 "step time --timing events: median 101.00 ms, 1.010x bare (within 2%: ok)",
+                                                 "step time --timing sync: median 130.00 ms, 1.300x bare (waits for each collective)"]
