@@ -18,11 +18,10 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
-from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from commdebug import ops as _ops
-from commdebug.capture import light as light_capture
+from commdebug.capture import light as light_capture, loaded
 from commdebug.capture.config import Options, read_config
 from commdebug.capture.groups import GroupResolver, peer_rank
 from commdebug.capture.inflight import InFlight, wait_until_finished, work_patch
@@ -107,6 +106,10 @@ class Recorder(Stepping, Timekeeping, TorchDispatchMode):
 
     def _check_options(self) -> None:
         """Checks of options that need more than capture knows (the facade checks the cluster)."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False  # skipped all the same, without importing Dynamo first: the end of this file
 
     @classmethod
     def ignore_compile_internals(cls) -> bool:
@@ -240,11 +243,12 @@ class Recorder(Stepping, Timekeeping, TorchDispatchMode):
         # torch.compile(module) wraps it: its type and parameters are the original's
         mod = getattr(mod, "_orig_mod", mod) if type(mod).__name__ == "OptimizedModule" else mod
         params = self._params.setdefault(fqn, {})
+        dtensor = loaded.dtensor()
         for name, param in mod._parameters.items():
             if param is None:
                 continue
             params[name] = param
-            if isinstance(param, DTensor):
+            if dtensor is not None and isinstance(param, dtensor):
                 placements[name] = _text(param.placements)
                 self._sharding[f"{fqn}.{name}"] = param.placements
         if not params:
@@ -266,11 +270,12 @@ class Recorder(Stepping, Timekeeping, TorchDispatchMode):
         if _graph_task_id() != self._task:
             self._sync()
 
-        if DTensor in types:
+        # `types` is empty for plain tensors; a tensor subclass is there for DTensor's ops
+        if types and (dtensor := loaded.dtensor()) is not None and dtensor in types:
             # Let DTensor lower the op first; its collectives come back through this mode.
             shapes, placements, mesh = [], [], None
             for a in args:
-                if isinstance(a, DTensor):
+                if isinstance(a, dtensor):
                     spec_ = a._spec
                     shapes.append(a.shape)
                     placements.append(spec_.placements)
@@ -587,3 +592,6 @@ def _text(value: Any, as_type: type | None = None) -> str:
             text = text.replace("<", "").replace(">", "")  # "class 'torch.nn.Linear'"
         _TEXT[key] = text
     return text
+
+
+Recorder.__torch_dispatch__ = loaded.skip_dynamo_lazily(Recorder.__dict__["__torch_dispatch__"])  # type: ignore[method-assign]

@@ -123,6 +123,7 @@ class RecordingSession:
         self._pending_signal = False
         self._announced = False
         self._threads: list[threading.Thread] = []  # ours, joined when the recording finishes
+        self._wakeup: tuple[socket.socket, socket.socket] | None = None  # the signal watcher's wakeup fd, if ours
 
     # ---- life cycle ---------------------------------------------------------------------------
 
@@ -215,6 +216,11 @@ class RecordingSession:
     def _join_threads(self) -> None:
         """Join the session's threads (the one finishing excepted): a thread of ours still running
         when the interpreter finalises can crash it, turning a healthy rank's exit into an abort."""
+        if self._wakeup is not None:  # the signal watcher looks at once, not at its next poll
+            try:
+                self._wakeup[1].send(b"\0")
+            except OSError:
+                pass
         for thread in self._threads:
             if thread is not threading.current_thread():
                 thread.join(timeout=THREAD_POLL_S * 4)
