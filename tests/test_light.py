@@ -12,14 +12,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 from torch.utils._python_dispatch import _get_current_dispatch_mode
@@ -29,7 +27,7 @@ from commdebug import CommDebugMode
 from commdebug.demo import ModelConfig, fsdp_transformer, tensor_parallel_transformer
 
 import gloo_worker
-from ports import free_port
+from test_multiprocess import spawn_ranks
 
 ROOT = Path(__file__).resolve().parents[1]
 LIGHT_JOB = ROOT / "tests" / "programs" / "light_job.py"
@@ -526,13 +524,7 @@ def _scheduled(events) -> Counter:
 @pytest.mark.proc
 @pytest.mark.timeout(DEADLINE_S + 30)
 def test_light_records_a_pipelining_schedule_and_ddp_like_full(tmp_path):
-    ctx = mp.start_processes(gloo_worker.pipeline_full_and_light, args=(2, free_port(), str(tmp_path)), nprocs=2, join=False, start_method="spawn")
-    deadline = time.monotonic() + DEADLINE_S
-    while not ctx.join(timeout=1):
-        if time.monotonic() > deadline:
-            for p in ctx.processes:
-                p.kill()
-            pytest.fail(f"the pipelining ranks did not finish within {DEADLINE_S}s")
+    spawn_ranks(gloo_worker.pipeline_full_and_light, 2, str(tmp_path))
     for rank in range(2):
         full = list(commdebug.load(tmp_path / f"full{rank}.json").events)
         trace = commdebug.load(tmp_path / f"light{rank}.json")

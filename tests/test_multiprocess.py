@@ -21,8 +21,15 @@ pytestmark = pytest.mark.proc  # every test here starts a process (tests/conftes
 DEADLINE_S = 120
 
 
-def _spawn(world_size: int, out_dir: str, worker=gloo_worker.run) -> None:
-    ctx = mp.start_processes(worker, args=(world_size, free_port(), out_dir), nprocs=world_size, join=False, start_method="spawn")
+def spawn_ranks(worker, world_size: int, out_dir: str) -> None:
+    """``worker(rank, world_size, port, out_dir)`` on `world_size` gloo ranks, each its own
+    process, failing the test if they do not all finish within DEADLINE_S.
+
+    The ranks are forked from a server that imported torch (and DTensor, and the workers) once
+    for the whole session: a freshly spawned rank spends a second of CPU importing them again."""
+    mp.set_forkserver_preload(["torch", "torch.distributed.tensor", "gloo_worker"])
+    ctx = mp.start_processes(worker, args=(world_size, free_port(), out_dir), nprocs=world_size, join=False,
+                             start_method="forkserver")
     deadline = time.monotonic() + DEADLINE_S
     while not ctx.join(timeout=1):
         if time.monotonic() > deadline:
@@ -35,7 +42,7 @@ def _spawn(world_size: int, out_dir: str, worker=gloo_worker.run) -> None:
 @pytest.mark.parametrize("world_size", [2, 4])
 @pytest.mark.timeout(DEADLINE_S + 30)
 def test_gloo_ranks_record_counts_and_bytes(world_size, tmp_path):
-    _spawn(world_size, str(tmp_path))
+    spawn_ranks(gloo_worker.run, world_size, str(tmp_path))
     for rank in range(world_size):
         trace = commdebug.load(tmp_path / f"rank{rank}.json")
         meta = trace.metadata
@@ -61,7 +68,7 @@ def test_gloo_ranks_record_counts_and_bytes(world_size, tmp_path):
 
 @pytest.mark.timeout(DEADLINE_S + 30)
 def test_pipelining_sends_and_recvs_by_phase_peer_and_microbatch(tmp_path):
-    _spawn(2, str(tmp_path), gloo_worker.pipeline)
+    spawn_ranks(gloo_worker.pipeline, 2, str(tmp_path))
     first, last = (commdebug.load(tmp_path / f"rank{r}.json") for r in (0, 1))
     mb_bytes = gloo_worker.BATCH // gloo_worker.MICROBATCHES * gloo_worker.WIDTH * 4
     scheduled = {r: [e for e in t.events if e.microbatch is not None] for r, t in ((0, first), (1, last))}
@@ -92,7 +99,7 @@ _GLOO_NAME = {"reduce_scatter": "gloo:all_reduce"}
 
 @pytest.mark.timeout(DEADLINE_S + 30)
 def test_counts_per_op_equal_torch_profiler_gloo_events(tmp_path):
-    _spawn(2, str(tmp_path), gloo_worker.profiled)
+    spawn_ranks(gloo_worker.profiled, 2, str(tmp_path))
     for rank in range(2):
         trace = commdebug.load(tmp_path / f"rank{rank}.json")
         profiler = Counter(json.loads((tmp_path / f"profiler{rank}.json").read_text()))
