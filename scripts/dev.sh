@@ -42,6 +42,11 @@ if [ "${1:-}" = --fast ]; then fast=1; shift; fi
 echo "== ruff check" >&2
 .venv/bin/ruff check --quiet
 
+# The suite starts hundreds of Python processes: with their modules' bytecode cached (an
+# environment may turn that off) an offline verb starts in half the CPU time, and each worker
+# rewrites the test modules' asserts once, not at every run.
+unset PYTHONDONTWRITEBYTECODE
+
 # pytest's exit status, except that collecting no test is a failure too
 run_pytest() {
   set +e
@@ -63,23 +68,18 @@ fi
 echo "== mypy" >&2
 .venv/bin/mypy
 
-# Browser tests drive Debian's Chromium through Playwright (never `playwright install`).
-if [ ! -x /usr/bin/chromium ]; then
-  echo "== installing chromium with apt-get" >&2
+# System programs some tests drive, from Debian with apt-get, only when missing: Chromium for the
+# browser tests (through Playwright; never `playwright install`), and Prometheus, its Pushgateway
+# and node_exporter, which the Prometheus tests start themselves (docs/development.md).
+missing=()
+for program in chromium prometheus prometheus-pushgateway prometheus-node-exporter; do
+  [ -x "/usr/bin/$program" ] || missing+=("$program")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "== installing ${missing[*]} with apt-get" >&2
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
-  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
-# The Prometheus tests start Debian's Prometheus, Pushgateway and node_exporter themselves.
-if [ ! -x /usr/bin/prometheus ] || [ ! -x /usr/bin/prometheus-pushgateway ] || [ ! -x /usr/bin/prometheus-node-exporter ]; then
-  echo "== installing prometheus, prometheus-pushgateway and prometheus-node-exporter with apt-get" >&2
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
-  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq prometheus prometheus-pushgateway prometheus-node-exporter >/dev/null
-fi
-
-# The suite starts hundreds of Python processes: with their modules' bytecode cached (an
-# environment may turn that off) an offline verb starts in half the CPU time, and each worker
-# rewrites the test modules' asserts once, not at every run.
-unset PYTHONDONTWRITEBYTECODE
 
 # Parallel workers (pytest-xdist): tests that share a module's fixture stay in one worker, the
 # ones that start processes go out first (tests/conftest.py). PYTEST_WORKERS overrides how many
