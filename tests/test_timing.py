@@ -22,7 +22,7 @@ from commdebug.render.summary import render_summary, size_bin_label
 from commdebug.units import format_duration
 
 import gloo_worker
-from test_multiprocess import DEADLINE_S, _spawn
+from test_multiprocess import DEADLINE_S, spawn_ranks
 
 WORLD = 4
 ALL_KINDS = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "gather", "scatter", "send", "recv", "barrier"}
@@ -31,7 +31,7 @@ ALL_KINDS = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadc
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     out = tmp_path_factory.mktemp("timing")
-    _spawn(WORLD, str(out), gloo_worker.timing)
+    spawn_ranks(gloo_worker.timing, WORLD, str(out))
     return out
 
 
