@@ -30,9 +30,7 @@ for step in range(4):
     dist.barrier()  # the ranks start the step together
     if rank == late_rank and step == late_step:
         if late_how == "compute":  # extra work on this rank: what a profile shows in its gap
-            # products big enough that the profile holds hundreds of them, not hundreds of thousands
-            a = torch.randn(256, 256)
-            until = time.monotonic() + late_s
+            a, until = torch.randn(256, 256), time.monotonic() + late_s  # a profile holds hundreds
             while time.monotonic() < until:
                 torch.mm(a, a)
         else:
