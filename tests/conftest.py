@@ -48,6 +48,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if getattr(config.option, "dist", "no") == "loadgroup" and "_nodeid" not in pytest.Item.nodeid.fget.__code__.co_names:
+        # xdist puts each test's group into its id through Node._nodeid; pytest 9.2 keeps the id
+        # elsewhere, and xdist would then hand a module's tests to every worker, silently, each
+        # running the module's job again
+        raise pytest.UsageError(f"pytest {pytest.__version__} keeps pytest-xdist from grouping the tests that share a "
+                                "module's job: install the pytest that pyproject.toml's test extra pins")
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     if worker.startswith("gw"):
         lo = PORTS_BASE + int(worker[2:]) * PORTS_PER_WORKER
