@@ -84,4 +84,4 @@ fi
 # Parallel workers (pytest-xdist): tests that share a module's fixture stay in one worker, the
 # ones that start processes go out first (tests/conftest.py). PYTEST_WORKERS overrides how many
 # (docs/development.md has the measurements behind the default).
-run_pytest -n "${PYTEST_WORKERS:-3}" --dist loadgroup --no-loadscope-reorder "$@"
+run_pytest -n "${PYTEST_WORKERS:-2}" --dist loadgroup --no-loadscope-reorder "$@"

@@ -73,6 +73,7 @@ def uneven(tmp_path_factory) -> Path:
     return traces
 
 
+@pytest.mark.proc
 @pytest.mark.timeout(DEADLINE_S + 60)
 def test_a_rank_killed_right_after_issuing_an_async_collective_keeps_it_and_its_step(killed):
     assert [p.name for p in killed.iterdir()] == ["rank0.jsonl"]  # SIGKILL: no dump, no fault record
@@ -87,6 +88,7 @@ def test_a_rank_killed_right_after_issuing_an_async_collective_keeps_it_and_its_
     assert f"it stops in step 1, its last collective in step 1; last all_reduce #4 on default_pg[1] at {JOB}:{ASYNC_LINE}" in check.stdout
 
 
+@pytest.mark.proc
 @pytest.mark.timeout(DEADLINE_S + 60)
 def test_a_rank_gloo_aborts_inside_an_uneven_all_to_all_leaves_the_call_and_check_names_the_mismatch(uneven):
     trace = commdebug.load(uneven / "rank0.jsonl")
