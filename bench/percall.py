@@ -28,7 +28,6 @@ import gc
 import json
 import mmap
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -48,14 +47,13 @@ from commdebug.capture import light as light_capture  # noqa: E402
 from commdebug.launch.stream import Streamer  # noqa: E402
 from commdebug.model.stream import issued_line  # noqa: E402
 
+from ports import free_port  # noqa: E402  (bench/, this script's folder)
+
 SWEEP_BYTES = 8 << 20
 
 
 def init_gloo() -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     dist.init_process_group("gloo", rank=0, world_size=1)
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
-import socket
 import statistics
 import tempfile
 import time
@@ -23,13 +22,9 @@ import torch
 from commdebug.demo import ModelConfig, init_fake_world, tensor_parallel_transformer
 from commdebug.launch.session import RecordingSession
 
+from ports import free_port  # bench/, this script's folder
+
 WARM = 2  # steps of each session left out of its time
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main() -> None:
@@ -66,7 +61,7 @@ def main() -> None:
         light = capture == "light"
         variants[f"{capture}-nostream"] = lambda light=light: run(light=light, stream=False)
         variants[f"{capture}-stream"] = lambda light=light: run(light=light, stream=True)
-        variants[f"{capture}-stream+metrics"] = lambda light=light: run(light=light, stream=True, metrics_port=_port())
+        variants[f"{capture}-stream+metrics"] = lambda light=light: run(light=light, stream=True, metrics_port=free_port())
     names = list(variants)
     for name in names:  # warm up
         variants[name]()

@@ -103,9 +103,13 @@ class CollectiveSpec:
     # point-to-point: only two ranks of the group take part, so no collective sequence (a
     # field, not a property: the capture path reads it for every collective)
     is_p2p: bool = field(init=False)
+    # every tensor the record reads is an argument (eager c10d ops): the call can be recorded
+    # before it runs, so a process that dies inside it (a native abort) keeps it
+    known_before: bool = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "is_p2p", self.op in ("send", "recv", "batch_p2p"))
+        object.__setattr__(self, "known_before", "return" not in (self.inputs, self.outputs))
 
     def busbw_factor(self, group_size: int) -> float:
         return BUSBW_FACTORS[self.factor](max(group_size, 1))

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -139,6 +140,38 @@ def test_each_call_is_in_the_stream_before_any_flush_and_compaction_keeps_only_w
             assert [i for i, _, _ in _stream_of(streamer)] == [0, 1, 2, 3, 4]
         finally:
             streamer.close(remove=False)
+
+
+@pytest.mark.parametrize("light", [True, False])
+def test_an_eager_call_is_in_the_stream_before_it_runs(tmp_path, world, light):
+    """What a process that dies inside a collective leaves (gloo aborting in native code while
+    the call runs, as in the uneven job above, where it lost the call whenever the abort came
+    before the call returned): the call's line is written before the collective runs. The
+    collective's own kernel is replaced, for this test, by one that reads the stream as an
+    abort would leave it."""
+    found: list = []
+
+    def kernel(tensors, *rest):
+        found.append(_stream_of(streamer))
+        done = torch.futures.Future()
+        done.set_result(tensors)
+        return tensors, torch._C._distributed_c10d._create_work_from_future(done).boxed()
+
+    library = torch.library.Library("c10d", "IMPL")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "overriding a previously registered kernel": ours, for this test
+        library.impl("allreduce_", kernel, "CPU")
+    try:
+        with commdebug.CommDebugMode(light=light) as mode:
+            streamer = Streamer(mode, tmp_path, rank_of=lambda meta: 0, interval=3600).start()
+            try:
+                torch.distributed.all_reduce(torch.ones(4))
+            finally:
+                streamer.close(remove=False)
+    finally:
+        library._destroy()
+    assert found == [[(0, "all_reduce", 0)]]
+    assert [(e.op, e.seq) for e in mode.trace.events] == [("all_reduce", 0)]  # recorded once
 
 
 def test_a_keep_steps_rewrite_keeps_the_calls_no_chunk_holds(tmp_path, world):

@@ -26,13 +26,15 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-__all__ = ["InFlight", "SYNCED", "work_of", "tensors", "wait_until_finished", "work_patch"]
+from commdebug.model.trace import CollectiveEvent, Trace
+
+__all__ = ["FlightViews", "InFlight", "SYNCED", "work_of", "tensors", "wait_until_finished", "work_patch"]
 
 # Work objects of collectives nobody waited for (fire-and-forget isend, a program that drops
 # its handles) are let go of beyond this many, oldest first: a Work holds buffers.
@@ -434,3 +436,40 @@ def work_patch() -> _WaitPatches:
 
 
 _WORK_WAIT: _WaitPatches | None = None
+
+
+class FlightViews:
+    """The recorder's collectives in flight as its events (a mixin of
+    :class:`commdebug.capture.recorder.Recorder`, which sets the attributes below)."""
+
+    trace: Trace
+    _flight: InFlight
+    _active: bool
+    _unfinished_at_exit: list[tuple[int, float]]
+
+    def in_flight(self, older_than_s: float = 0.0) -> list[tuple[CollectiveEvent, float]]:
+        """Collectives issued and not finished for more than ``older_than_s`` seconds, with
+        their age, oldest first (see :mod:`commdebug.capture.inflight` for what "finished"
+        means). Safe to call from another thread; after the context ended, what was unfinished
+        then."""
+        unfinished = self._flight.unfinished(older_than_s) if self._active else [
+            pair for pair in self._unfinished_at_exit if pair[1] >= older_than_s]
+        stuck = []
+        for index, age in unfinished:
+            event = self.trace.event(index)
+            if event is not None:
+                stuck.append((event, age))
+        return stuck
+
+    def mark_in_flight(self, also: Iterable[int] = ()) -> list[CollectiveEvent]:
+        """Flag the events of collectives not finished now (and clear the flag of those that
+        finished since), so the next dump shows where the program is stuck. ``also``: event
+        indices to flag anyway (a hang that ended in a timeout error: its Work reads completed)."""
+        stuck = {e.index for e, _ in self.in_flight()} | set(also)
+        marked = []
+        for e in list(self.trace.events):
+            if e.in_flight != (e.index in stuck):
+                e = self.trace.update_event(e.index, in_flight=e.index in stuck) or e
+            if e.in_flight:
+                marked.append(e)
+        return marked

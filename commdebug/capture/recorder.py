@@ -24,7 +24,7 @@ from commdebug import ops as _ops
 from commdebug.capture import light as light_capture, loaded
 from commdebug.capture.config import Options, read_config
 from commdebug.capture.groups import GroupResolver, peer_rank
-from commdebug.capture.inflight import InFlight, wait_until_finished, work_patch
+from commdebug.capture.inflight import FlightViews, InFlight, wait_until_finished, work_patch
 from commdebug.capture.metadata import distributed_metadata, now, run_metadata
 from commdebug.capture.pipelining import PipelineTags, first_tensor
 from commdebug.capture.source import caller
@@ -68,7 +68,7 @@ CONTEXT_EXIT = "context exit"
 log = logging.getLogger("commdebug")
 
 
-class Recorder(Stepping, Timekeeping, TorchDispatchMode):
+class Recorder(Stepping, Timekeeping, FlightViews, TorchDispatchMode):
     """Records every collective issued while it is active into ``self.trace``.
 
     Use :class:`commdebug.CommDebugMode` (this plus the drop-in API); its docstring lists the
@@ -327,13 +327,19 @@ class Recorder(Stepping, Timekeeping, TorchDispatchMode):
         group = self._groups.resolve(spec.group, args)
         fqn, phase = self._where  # synced by __torch_dispatch__ just before
         start_s = time.perf_counter() - self._t0  # when it was called
+        event = self._record_collective(name, spec, args, kwargs, None, group, None, fqn, phase, start_s) if spec.known_before else None
         try:
             out = func(*args, **kwargs)
         except Exception as e:  # recorded all the same, as failed
-            self._flight.failed(self._record_collective(name, spec, args, kwargs, None, group, None, fqn, phase, start_s).index, e)
+            if event is None:
+                event = self._record_collective(name, spec, args, kwargs, None, group, None, fqn, phase, start_s)
+            self._flight.failed(event.index, e)
             raise
         # recorded before any wait: a collective that then hangs or raises is in the dump
-        event = self._record_collective(name, spec, args, kwargs, out, group, None, fqn, phase, start_s)
+        if event is None:
+            event = self._record_collective(name, spec, args, kwargs, out, group, None, fqn, phase, start_s)
+        else:
+            self._in_flight(event, spec, args, kwargs, out)
         if self._listeners:
             self._emit(event)
         return out
@@ -368,6 +374,8 @@ class Recorder(Stepping, Timekeeping, TorchDispatchMode):
             torch.cuda.nvtx.range_push(nvtx_label(spec.op, _ops.tensor_bytes(_ops.pick(spec.inputs, args, kwargs, None))[0], group, fqn))
         try:
             start_s = time.perf_counter() - self._t0
+            # in the record before it runs where it can be (see _collective), before the clock starts
+            early = self._record_collective(name, spec, args, kwargs, None, group, peer, fqn, phase, start_s) if spec.known_before else None
             if timer is not None:
                 timer.start()
             elif timing == "events":
@@ -375,17 +383,19 @@ class Recorder(Stepping, Timekeeping, TorchDispatchMode):
             try:
                 out = func(*args, **kwargs)
             except Exception as e:
-                event = self._record_collective(name, spec, args, kwargs, None, group, peer, fqn, phase, start_s)
+                event = early or self._record_collective(name, spec, args, kwargs, None, group, peer, fqn, phase, start_s)
                 self._flight.failed(event.index, e)
                 raise
+            if early is not None:
+                self._in_flight(early, spec, args, kwargs, out)
             if timer is not None:
                 timer.issued()
                 try:  # where the wait returns at once (NCCL), the clock stops before our own work (timing.py)
                     timer.stop_early(lambda: wait_until_finished(out, spec, args, kwargs))
                 except Exception as e:
-                    self._flight.failed(self._record_collective(name, spec, args, kwargs, out, group, peer, fqn, phase, start_s).index, e)
+                    self._flight.failed((early or self._record_collective(name, spec, args, kwargs, out, group, peer, fqn, phase, start_s)).index, e)
                     raise
-            event = self._record_collective(name, spec, args, kwargs, out, group, peer, fqn, phase, start_s)
+            event = early or self._record_collective(name, spec, args, kwargs, out, group, peer, fqn, phase, start_s)
             if timer is not None:
                 try:
                     timer.wait(lambda: wait_until_finished(out, spec, args, kwargs))
@@ -487,6 +497,12 @@ class Recorder(Stepping, Timekeeping, TorchDispatchMode):
             self._flight.issued(index, group.name, seq, out, outputs)
         return event
 
+    def _in_flight(self, event: CollectiveEvent, spec: _ops.CollectiveSpec, args: tuple, kwargs: dict, out: Any) -> None:
+        """What ``_record_collective`` does with the call's result, for an event recorded before
+        the call ran: its Work (or output) joins the collectives in flight."""
+        if out is not None and not spec.returns_done:
+            self._flight.issued(event.index, event.group.name, event.seq, out, _ops.pick(spec.outputs, args, kwargs, out))
+
     # ---- in flight (hang detection) ----------------------------------------------------------
 
     def _wait(self, func: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
@@ -503,33 +519,6 @@ class Recorder(Stepping, Timekeeping, TorchDispatchMode):
     def _failed(self, index: int, error: str) -> None:
         # InFlight's callback; may run on any thread that waited
         self.trace.update_event(index, error=error)
-
-    def in_flight(self, older_than_s: float = 0.0) -> list[tuple[CollectiveEvent, float]]:
-        """Collectives issued and not finished for more than ``older_than_s`` seconds, with
-        their age, oldest first (see :mod:`commdebug.capture.inflight` for what "finished"
-        means). Safe to call from another thread; after the context ended, what was unfinished
-        then."""
-        unfinished = self._flight.unfinished(older_than_s) if self._active else [
-            pair for pair in self._unfinished_at_exit if pair[1] >= older_than_s]
-        stuck = []
-        for index, age in unfinished:
-            event = self.trace.event(index)
-            if event is not None:
-                stuck.append((event, age))
-        return stuck
-
-    def mark_in_flight(self, also: Iterable[int] = ()) -> list[CollectiveEvent]:
-        """Flag the events of collectives not finished now (and clear the flag of those that
-        finished since), so the next dump shows where the program is stuck. ``also``: event
-        indices to flag anyway (a hang that ended in a timeout error: its Work reads completed)."""
-        stuck = {e.index for e, _ in self.in_flight()} | set(also)
-        marked = []
-        for e in list(self.trace.events):
-            if e.in_flight != (e.index in stuck):
-                e = self.trace.update_event(e.index, in_flight=e.index in stuck) or e
-            if e.in_flight:
-                marked.append(e)
-        return marked
 
     def _compiled_note(self, fqn: str) -> None:
         """Said once, on the first collective of compiled code: what attribution it gets."""

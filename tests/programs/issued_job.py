@@ -11,16 +11,18 @@
 
 import os
 import signal
-import socket
+import sys
 
 import torch
 import torch.distributed as dist
 
 bad = os.environ.get("ISSUED_BAD", "")
 if "RANK" not in os.environ:  # run alone, without a launcher
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(s.getsockname()[1]), RANK="0", WORLD_SIZE="1")
+    # bench/ports.py is the one way to find free ports (it keeps to the test worker's own range)
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+    from ports import free_port
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", WORLD_SIZE="1")
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 model = torch.nn.Linear(8, 8)
