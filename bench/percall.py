@@ -44,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from commdebug import CommDebugMode  # noqa: E402  (the checkout's copy, by the path above)
 from commdebug.capture import light as light_capture  # noqa: E402
+from commdebug.capture.stepping import _SAID  # noqa: E402
 from commdebug.launch.stream import Streamer  # noqa: E402
 from commdebug.model.stream import issued_line  # noqa: E402
 
@@ -77,6 +78,7 @@ class Recording:
 def python_kernels() -> Any:
     """Light capture without its C++ kernel, for comparison."""
     native = light_capture._native
+    _SAID.add("native")  # its notice to users that the kernel is not built: here it is, left out on purpose
 
     class Fallback(CommDebugMode):
         def __enter__(self) -> Any:

@@ -396,7 +396,8 @@ def test_launches_written_in_another_layout_are_found_all_the_same(tmp_path):
 @pytest.mark.timeout(DEADLINE_S + 60)
 def test_a_late_ranks_gap_lists_what_its_profile_ran(tmp_path):
     """Rank 1 multiplies matrices for 0.8 s before step 2's all_reduce (issue 39's gap_top): with
-    the steps profiled, report's late rank says what it ran in its gap."""
+    the steps profiled, report's late rank says what it ran in its gap. Its own job: the late
+    job's compute variant, profiled, which no other test reads (test_late_ranks' job sleeps)."""
     cmd = [sys.executable, "-m", "commdebug", "run", "--out", str(tmp_path / "traces"), "--timing", "--profile-steps", "1-3",
            "--", str(ROOT / "tests" / "programs" / "late_job.py")]
     port = free_port()

@@ -108,7 +108,8 @@ def stack(tmp_path_factory):
 @pytest.fixture(scope="module")
 def job(stack):
     """2 gloo ranks, 20 steps of DDP (about 4 s of metrics), recorded with --timing, serving
-    metrics and pushing their final values."""
+    metrics and pushing their final values. Its own job: it must run while the Prometheus
+    stack above scrapes it, which no other module's job does."""
     cwd = stack["root"] / "job"
     cwd.mkdir()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "STEPS": "20", "STEP_S": "0.2", "LATE_RANK": "-1"}
