@@ -327,18 +327,19 @@ class Recorder(Stepping, Timekeeping, FlightViews, TorchDispatchMode):
         group = self._groups.resolve(spec.group, args)
         fqn, phase = self._where  # synced by __torch_dispatch__ just before
         start_s = time.perf_counter() - self._t0  # when it was called
-        event = self._record_collective(name, spec, args, kwargs, None, group, None, fqn, phase, start_s) if spec.known_before else None
+        # in the record before it runs where nothing recorded comes from its result (eager c10d
+        # ops): a process that dies inside the call (gloo's native abort) keeps it
+        early = self._record_collective(name, spec, args, kwargs, None, group, None, fqn, phase, start_s) if spec.known_before else None
         try:
             out = func(*args, **kwargs)
         except Exception as e:  # recorded all the same, as failed
-            if event is None:
-                event = self._record_collective(name, spec, args, kwargs, None, group, None, fqn, phase, start_s)
-            self._flight.failed(event.index, e)
+            self._flight.failed((early or self._record_collective(name, spec, args, kwargs, None, group, None, fqn, phase, start_s)).index, e)
             raise
         # recorded before any wait: a collective that then hangs or raises is in the dump
-        if event is None:
+        if early is None:
             event = self._record_collective(name, spec, args, kwargs, out, group, None, fqn, phase, start_s)
         else:
+            event = early
             self._in_flight(event, spec, args, kwargs, out)
         if self._listeners:
             self._emit(event)
