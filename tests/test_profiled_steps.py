@@ -53,3 +53,28 @@ def test_a_profile_read_alone_gives_each_call_the_phase_its_dump_gives(tmp_path)
     read = Counter((e.op, e.phase) for e in load_rank(alone).events)
     assert read == joined and read[("reduce_scatter", "backward")] == joined[("reduce_scatter", "backward")] > 0, (read, joined)
     assert ("reduce_scatter", "forward") not in read
+
+
+def test_a_timed_recording_whose_last_step_holds_only_a_failed_call_keeps_its_share(world):
+    """A rank that died in a step under --timing: that step's one call failed, untimed. Its
+    share is over the recording's time, as every call it could time was timed; only a run timed
+    by a profile of some steps (timing off) is over those steps."""
+    import torch
+    import torch.distributed as dist
+
+    from commdebug import CommDebugMode
+    from commdebug.analysis.shares import share_base
+
+    with CommDebugMode(timing="sync") as comm:
+        for _ in range(3):
+            dist.all_reduce(torch.ones(4))
+            comm.step()
+        dist.all_reduce(torch.ones(4))  # step 3: the call the rank died in
+    events = list(comm.trace.events)
+    assert [e.step for e in events] == [0, 1, 2, 3] and all(e.latency_s is not None for e in events)
+    died = [*events[:-1], events[-1]._replace(latency_s=None)]
+    metadata = comm.trace.metadata
+    base = share_base(died, metadata)
+    assert base.seconds == metadata["recorded_s"] and not base.partial
+    profiled_only = share_base(died, {**metadata, "timing": "off"})
+    assert profiled_only.partial and profiled_only.seconds is None  # no profile spans to be over

@@ -5,7 +5,9 @@ calls has timed calls (``--timing``, a profiler trace of its own), that is the r
 Where only some steps are timed (``--profile-steps 1-3`` of a run without ``--timing``: the
 profile times the calls of its steps only), the share is over the summed time of those steps, as
 the profile's ``ProfilerStep`` spans give it, never over every step's. Where those durations are
-not recorded, there is no share (None), and :class:`ShareBase` says why.
+not recorded, there is no share (None), and :class:`ShareBase` says why. A recording that timed
+its calls (``timing`` on) is over its recorded time, even where a step holds no timed call (the
+calls of the step a rank died in, which failed or were never waited for).
 
     >>> base = share_base(trace.events, trace.metadata, trace.profile)   # doctest: +SKIP
     >>> base.seconds, base.timed_steps, base.steps                       # doctest: +SKIP
@@ -62,8 +64,10 @@ def share_base(events: Iterable[CollectiveEvent], metadata: dict[str, Any], prof
         if totals[2]:
             timed.add(step)
     recorded = metadata.get("recorded_s", metadata.get("elapsed_s"))
-    if timed == steps:
-        return ShareBase(recorded if isinstance(recorded, (int, float)) else None, len(timed), len(steps))
+    if timed == steps or metadata.get("timing") not in (None, "off"):
+        # the recording timed every call it could: a step without a timed call is one whose
+        # calls failed or were never waited for (a rank that died in it), not a step left out
+        return ShareBase(recorded if isinstance(recorded, (int, float)) else None, len(steps), len(steps))
     spans = {s.number: (s.end - s.start) / 1e6 for s in getattr(profile, "steps", None) or ()}
     if timed and timed.issubset(spans):
         return ShareBase(sum(spans[s] for s in timed), len(timed), len(steps))

@@ -115,11 +115,12 @@ class Absence:
         if scope.files_only:
             return (f"{them} {'are' if n != 1 else 'is'} not among the files given: the figures cover the ranks given; "
                     "name every rank's file, or their folders, for the whole job")
-        head = f"{them} {'are' if n != 1 else 'is'} not in {scope.where()} (no dump, stream or fault record of {'theirs' if n != 1 else 'its'})"
+        they, theirs = ("they", "theirs") if n != 1 else ("it", "its own")
+        head = f"{them} {'are' if n != 1 else 'is'} not in {scope.where()} (no dump, stream or fault record of {theirs})"
         if scope.beside:
             shown = ", ".join(scope.beside[:3]) + (f" and {len(scope.beside) - 3} more" if len(scope.beside) > 3 else "")
-            return f"{head}: they may be in {shown} beside it; read the parent folder for the whole job"
-        return (f"{head}: they may be on the other nodes; read every node's folder together for the whole job "
+            return f"{head}: {they} may be in {shown} beside it; read the parent folder for the whole job"
+        return (f"{head}: {they} may be on the other nodes; read every node's folder together for the whole job "
                 "(commdebug check DIR1 DIR2, or their parent folder)")
 
     def to_dict(self) -> dict[str, Any]:
