@@ -12,13 +12,19 @@ location only when a collective runs, so it keeps less and works the rest out th
   belong to it, as under the full capture.
 - backward: every autograd node takes a sequence number from a per-thread counter when it is
   made. As each module call made with gradients enabled starts, the wrapper logs the counter
-  and the module's path, and as it ends, the counter: two list appends, worked into ranges
-  only when a backward collective asks (:class:`NodeRanges`). A collective issued while
+  and the module's path, and as it ends, the counter and None: four list appends, worked into
+  ranges only when a backward collective asks (:class:`NodeRanges`). A collective issued while
   autograd runs node N belongs to the innermost module call whose range holds N's number: the
   module whose forward made N. Tensor hooks run as part of the node that takes their gradient,
   so FSDP2's pre-backward unshard belongs to the module that made its output's node. Outside
   any node (an engine callback, FSDP2's final callback) the tracker's state decides, as in the
   full capture.
+
+Where :mod:`commdebug.capture._native` is built, the wrapper's common case runs in C
+(``_native.ModuleCalls``): a module seen before under the same parent, with a parent running
+and the log below its cap, is pushed, logged, called and popped without Python bytecode; the
+Python function Dynamo reads stays in front of it (one check of whether Dynamo is tracing),
+and every other call goes to :meth:`CallTracking._call`, which decides as before.
 
 Limits: the counter is per thread, so a forward run on several threads at once may misplace
 backward collectives; ``AccumulateGrad`` nodes have no number in any range (DDP's reducer
@@ -31,6 +37,7 @@ import weakref
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -41,6 +48,12 @@ from commdebug.model.trace import GLOBAL
 
 if TYPE_CHECKING:
     from torch.autograd.graph import Node
+
+_native: ModuleType | None
+try:
+    from commdebug.capture import _native  # the module-call wrapper's common case in C
+except ImportError:  # not built: all of it in Python
+    _native = None
 
 __all__ = ["LOG_CAP", "MODULE_CALL", "CallTracking", "NodeRanges", "current_node", "hidden", "nested_call", "next_number"]
 
@@ -56,29 +69,31 @@ _grad_enabled = torch.is_grad_enabled
 _ROOT = (GLOBAL,)
 _OPEN = 1 << 64  # above every sequence number, AccumulateGrad's UINT64_MAX included
 _CAP = 1 << 16  # records kept; the oldest half goes past this (forwards with no step boundary)
-LOG_CAP = 1 << 12  # log entries a module call folds before it logs (forwards with no backward)
+LOG_CAP = 1 << 13  # log items a module call folds before it logs (forwards with no backward)
 
 
 class NodeRanges:
     """The autograd sequence numbers made inside each module call, to find the call behind a node.
 
-    A module call costs two appends to :attr:`log` (the counter and the module's path as the call
-    starts, the counter and None as it ends): a light step makes one for every module call, and
-    most steps look up far fewer nodes than they make calls. The ranges are worked out from the
-    log when :meth:`find` or :meth:`clear` next runs. Calls nest (each ends before its caller
-    does), so an end closes the innermost open call.
+    A module call costs four appends to :attr:`log`, a flat list of pairs (the counter and the
+    module's path as the call starts, the counter and None as it ends): a light step makes one
+    for every module call, and most steps look up far fewer nodes than they make calls. Flat,
+    because a pair kept as a tuple is an object the garbage collector then visits at every
+    collection until the step ends (0.15 us a module call, measured). The ranges are worked
+    out from the log when :meth:`find` or :meth:`clear` next runs. Calls nest (each ends
+    before its caller does), so an end closes the innermost open call.
 
     >>> ranges = NodeRanges()
-    >>> ranges.log.append((next_number(), ("Global", "Model")))   # doctest: +SKIP
-    >>> ranges.log.append((next_number(), None))                   # doctest: +SKIP
-    >>> ranges.find(node._sequence_nr())                           # doctest: +SKIP
+    >>> ranges.log += (next_number(), ("Global", "Model"))   # doctest: +SKIP
+    >>> ranges.log += (next_number(), None)                   # doctest: +SKIP
+    >>> ranges.find(node._sequence_nr())                      # doctest: +SKIP
     ('Global', 'Model')
     """
 
     __slots__ = ("log", "starts", "ends", "paths", "parents", "_open")
 
     def __init__(self) -> None:
-        self.log: list[tuple[int, tuple[str, ...] | None]] = []  # not folded yet, oldest first
+        self.log: list[int | tuple[str, ...] | None] = []  # number, path or None, ...: not folded yet
         self.starts: list[int] = []  # ascending: calls open in order and the counter only grows
         self.ends: list[int] = []
         self.paths: list[tuple[str, ...]] = []
@@ -90,7 +105,8 @@ class NodeRanges:
         boundary and no backward)."""
         log, self.log = self.log, []
         starts, ends, paths, parents, opened = self.starts, self.ends, self.paths, self.parents, self._open
-        for number, path in log:
+        items: Iterator[Any] = iter(log)
+        for number, path in zip(items, items, strict=False):  # the log in pairs
             if path is None:
                 if opened:
                     ends[opened.pop()] = number
@@ -103,6 +119,12 @@ class NodeRanges:
             starts.append(number)
             ends.append(_OPEN)
             paths.append(path)
+
+    def log_end(self) -> None:
+        """Log the end of the innermost module call running (to the list a fold during the call
+        left, if it folded)."""
+        self.log.append(next_number())
+        self.log.append(None)
 
     def find(self, sequence_nr: int) -> tuple[str, ...] | None:
         """The path of the innermost call that made the node numbered ``sequence_nr``."""
@@ -234,31 +256,45 @@ class CallTracking:
             if len(log) >= LOG_CAP:
                 self._ranges.fold()
                 log = self._ranges.log
-            log.append((next_number(), path))
+            log.append(next_number())
+            log.append(path)
         try:
             return call(mod, *args, **kwargs)
         finally:
             if log is not None:
-                # the list the start went to, or the one a fold inside the call left
-                self._ranges.log.append((next_number(), None))
+                self._ranges.log_end()
             self.stack.pop()
             paths.pop()
 
     def _log_start(self, path: tuple[str, ...]) -> None:
         """Log a module call's start: its path and the autograd number the next node takes (the
         log folded first when full: forwards with no backward)."""
-        if len(self._ranges.log) >= LOG_CAP:
+        log = self._ranges.log
+        if len(log) >= LOG_CAP:
             self._ranges.fold()
-        self._ranges.log.append((next_number(), path))
+            log = self._ranges.log
+        log.append(next_number())
+        log.append(path)
 
 
 def _module_call(original: Callable, patch: ClassPatch) -> Callable:
     users = patch.users  # the trackers in light steps; the list object is kept, so it stays current
 
-    def __call__(mod: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+    def tracked(mod: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
         if len(users) == 1:
             return users[0]._call(original, mod, args, kwargs)
         return nested_call(list(users), original, mod, args, kwargs)
+
+    if _native is None:
+        return lambda mod, *args, **kwargs: tracked(mod, args, kwargs)
+    # the common case of CallTracking._call in C, the rest in ``tracked``. Dynamo traces this
+    # function (not a C object it cannot read), and reads the first line as true.
+    native = _native.ModuleCalls(original, users, tracked, LOG_CAP)
+
+    def __call__(mod: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        if _dynamo_compiling() or _compiler._is_compiling_flag:
+            return original(mod, *args, **kwargs)
+        return native(mod, args, kwargs)
 
     return __call__
 

@@ -56,7 +56,6 @@ from commdebug.capture.calls import (
     NodeRanges,
     current_node,
     hidden as _call_patch_hidden,
-    next_number,
 )
 from commdebug.capture.compiled import MODULE_COMPILE, OPTIMIZED_CALL, CompiledCall, compiling
 from commdebug.capture.fsdp import FSDP_PATCHES
@@ -324,7 +323,7 @@ class ModuleTracker(CallTracking):
                 path = self.paths.pop()
                 pre_args, inputs, logged = self._calls.pop()
                 if logged:
-                    self._ranges.log.append((next_number(), None))
+                    self._ranges.log_end()
                 if top == fqn:
                     break
             self._on_move()
