@@ -14,8 +14,11 @@ import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 
 from commdebug import CommDebugMode
+from commdebug.analysis.summary import summarize
 from commdebug.capture import recorder as recorder_module, timing as timing_module
 from commdebug.capture.config import Options
+from commdebug.capture.timekeeping import AT_WAIT
+from commdebug.render.summary import render_summary
 
 
 class StandInEvent:
@@ -138,6 +141,9 @@ def test_events_on_cpu_time_from_the_call_to_the_programs_own_wait_without_addin
     assert latency is not None and waiting - issued <= latency <= after - before
     assert comm.trace.events[1].latency_s is None
     assert comm.trace.metadata["timing"] == "events"
+    # the latency holds the program's matmul: said, in the dump and where its bandwidth is shown
+    assert AT_WAIT in comm.trace.metadata["timing_notes"]
+    assert f"note: {AT_WAIT}" in render_summary(summarize(comm.trace)).splitlines()
 
 
 def test_timing_true_means_events_for_cuda_collectives_and_sync_for_cpu_ones(world, monkeypatch):
@@ -150,6 +156,7 @@ def test_timing_true_means_events_for_cuda_collectives_and_sync_for_cpu_ones(wor
         dist.all_reduce(t)
     assert comm.trace.metadata["timing"] == "sync"  # gloo-like CPU calls: waited for, as before
     assert comm.trace.events[0].latency_s is not None
+    assert AT_WAIT not in comm.trace.metadata.get("timing_notes", [])  # each call timed alone
 
     stand_in = StandInCuda()
     monkeypatch.setattr(timing_module, "CudaEvents", lambda: stand_in)

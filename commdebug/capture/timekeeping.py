@@ -26,9 +26,15 @@ if TYPE_CHECKING:
     from commdebug.capture.groups import GroupResolver
     from commdebug.model.trace import CollectiveEvent, GroupInfo, Trace
 
-__all__ = ["Timekeeping"]
+__all__ = ["AT_WAIT", "Timekeeping"]
 
 log = logging.getLogger("commdebug")
+
+# said once a run has a latency taken this way (dumps keep it in metadata.timing_notes)
+AT_WAIT = ("timing events: calls whose end is not known when they return (functional collectives; on CPU, calls that return a Work) "
+           "are timed from the call to the program's own wait for them: what the program did in between is in their "
+           "latency, so their algbw and busbw are lower bounds (timing='sync' times each call alone; a profiled step, "
+           "--profile-steps, gives the kernels' own time)")
 
 
 class Timekeeping:
@@ -77,8 +83,12 @@ class Timekeeping:
     def _waited(self, index: int) -> None:
         """InFlight's callback: the program's own wait for collective ``index`` returned (on any
         thread that waited)."""
-        if self._events is not None:
-            seconds = self._events.waited(index)
+        events = self._events
+        if events is not None:
+            before = events.at_wait
+            seconds = events.waited(index)
+            if before == 0 and events.at_wait:
+                self._note("at_wait", AT_WAIT)
             if seconds is not None:
                 self._latency(index, seconds)
 

@@ -197,6 +197,7 @@ class EventTimer:
         self.pending: dict[int, list[Any]] = {}
         self.host: dict[int, float] = {}
         self.unknown = 0  # never read: the program never waited, or the pair was dropped
+        self.at_wait = 0  # ends taken where the program's own wait returned (see waited)
 
     def start(self, on_cuda: bool) -> Any:
         """Just before the collective is issued: its start (a recorded event, or the host clock)."""
@@ -230,12 +231,14 @@ class EventTimer:
         on CUDA the end event goes on the current stream (unless it is there already)."""
         start = self.host.pop(index, None)
         if start is not None:
+            self.at_wait += 1
             return time.perf_counter() - start
         pair = self.pending.get(index)
         if pair is not None and pair[1] is None:
             end = self.cuda.event()
             self.cuda.record(end)
             pair[1] = end
+            self.at_wait += 1
         return None
 
     def collect(self, apply: Callable[[int, float], None], final: bool = False) -> int:
