@@ -5,8 +5,17 @@ caches between two collectives; the sweep costs every variant the same).
 
 Variants alternate in blocks inside one process, the order rotated each round, and each one's
 added cost is its block minus the bare block of the same round: a burst of load on a shared
-machine spoils a round, not the comparison. Printed: the median over rounds and the spread
-(25th-75th percentile) of each.
+machine spoils a round, not the comparison. Each block's recording issues one call before the
+timer starts: what a recording pays once, at its first call (the process group's metadata, the
+issue log's file opened), is not a cost per collective, and in a block of 20 swept calls it
+read as 4-8 us more a call. Printed: the median over rounds and the spread (25th-75th
+percentile) of each.
+
+The process's CPU time includes gloo's worker thread, whose share depends on when the caller
+comes to wait (a wait that finds the call done does not sleep): a variant that does more work
+can read cheaper. ``--backend fake`` runs the same loop on the fake process group, which has no
+worker thread (and no Flight Recorder): all a recording costs is on the calling thread there,
+with nothing to overlap it.
 
 - bare: torch as it is, Flight Recorder on (torch's default: 2,000 entries);
 - light: ``CommDebugMode(light=True)``; light, Python kernels: the same without its C++ kernel
@@ -18,7 +27,7 @@ machine spoils a round, not the comparison. Printed: the median over rounds and 
 - bare with ``TORCH_FR_BUFFER_SIZE=0``, in a second process (Flight Recorder is set up when the
   process group is made): bare minus that is what Flight Recorder costs a call.
 
-    python bench/percall.py [--rounds 40] [--calls 200] [--swept-calls 20]
+    python bench/percall.py [--rounds 40] [--calls 200] [--swept-calls 100] [--backend gloo|fake]
 """
 
 from __future__ import annotations
@@ -56,6 +65,12 @@ SWEEP_BYTES = 8 << 20
 def init_gloo() -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     dist.init_process_group("gloo", rank=0, world_size=1)
+
+
+def init_fake() -> None:
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", rank=0, world_size=2, store=FakeStore())
 
 
 class Recording:
@@ -156,6 +171,10 @@ def measure(names: dict[str, Callable[[], Any] | None], rounds: int, calls: int,
         if recording is not None:
             recording.__enter__()
         try:
+            # one call untimed: what a recording pays once, at its first call (the process
+            # group's metadata read, the op's facts on the group, the issue log's file opened),
+            # is not a cost per collective
+            dist.all_reduce(t)
             start = time.process_time()
             for _ in range(n):
                 if swept:
@@ -205,19 +224,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--calls", type=int, default=200, help="calls per block without the sweep")
-    parser.add_argument("--swept-calls", type=int, default=20, help="calls per block with the sweep")
+    parser.add_argument("--swept-calls", type=int, default=100, help="calls per block with the sweep")
+    parser.add_argument("--backend", choices=["gloo", "fake"], default="gloo",
+                        help="fake: no worker thread and no Flight Recorder (every cost on the calling thread)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args)
         return
-    env = {**os.environ, "TORCH_FR_BUFFER_SIZE": "0"}
-    off = subprocess.run([sys.executable, __file__, "--child", "--rounds", str(args.rounds), "--calls", str(args.calls),
-                          "--swept-calls", str(args.swept_calls)], capture_output=True, text=True, env=env, timeout=3600)
-    if off.returncode != 0:
-        sys.exit(f"the Flight Recorder-off process failed: {off.stderr[-2000:]}")
-    fr_off = json.loads(off.stdout.strip().splitlines()[-1])
-    init_gloo()
+    fr_off = None
+    if args.backend == "gloo":
+        env = {**os.environ, "TORCH_FR_BUFFER_SIZE": "0"}
+        off = subprocess.run([sys.executable, __file__, "--child", "--rounds", str(args.rounds), "--calls", str(args.calls),
+                              "--swept-calls", str(args.swept_calls)], capture_output=True, text=True, env=env, timeout=3600)
+        if off.returncode != 0:
+            sys.exit(f"the Flight Recorder-off process failed: {off.stderr[-2000:]}")
+        fr_off = json.loads(off.stdout.strip().splitlines()[-1])
+        init_gloo()
+    else:
+        init_fake()
     with tempfile.TemporaryDirectory() as tmp:
         times = measure(variants(Path(tmp)), args.rounds, args.calls, args.swept_calls)
     dist.destroy_process_group()
@@ -227,14 +252,18 @@ def main() -> None:
         return f"{sign}{median:6.2f} [{lo:6.2f} .. {hi:6.2f}]"
 
     native = "built" if light_capture._native is not None else "NOT built: light and its Python kernels are the same"
-    print(f"CPU us per tiny gloo all_reduce (world 1), {args.rounds} rounds, blocks of {args.calls} calls ({args.swept_calls} with "
+    what = "gloo all_reduce (world 1)" if fr_off is not None else "all_reduce on the fake process group (world 2, no worker thread)"
+    print(f"CPU us per tiny {what}, {args.rounds} rounds, blocks of {args.calls} calls ({args.swept_calls} with "
           f"the sweep); median [25th .. 75th percentile] of rounds; added = variant minus bare of the same round. "
           f"Light capture's C++ kernel: {native}.")
     print(f"{'':<26} {'hot':<28} {'8 MB swept between calls':<28}")
-    print(f"{'bare (Flight Recorder on)':<26} {cell(spread(times['hot']['bare']))}   {cell(spread(times['swept']['bare']))}")
-    print(f"{'bare, Flight Recorder off':<26} {cell(spread(fr_off['hot']))}   {cell(spread(fr_off['swept']))}   (second process)")
-    fr = [spread(times[k]["bare"])[0] - spread(fr_off[k])[0] for k in ("hot", "swept")]
-    print(f"{'added: Flight Recorder':<26} {'+' + format(fr[0], '6.2f'):<28} {'+' + format(fr[1], '6.2f'):<28} (difference of the medians)")
+    if fr_off is None:
+        print(f"{'bare':<26} {cell(spread(times['hot']['bare']))}   {cell(spread(times['swept']['bare']))}")
+    else:
+        print(f"{'bare (Flight Recorder on)':<26} {cell(spread(times['hot']['bare']))}   {cell(spread(times['swept']['bare']))}")
+        print(f"{'bare, Flight Recorder off':<26} {cell(spread(fr_off['hot']))}   {cell(spread(fr_off['swept']))}   (second process)")
+        fr = [spread(times[k]["bare"])[0] - spread(fr_off[k])[0] for k in ("hot", "swept")]
+        print(f"{'added: Flight Recorder':<26} {'+' + format(fr[0], '6.2f'):<28} {'+' + format(fr[1], '6.2f'):<28} (difference of the medians)")
     for name in times["hot"]:
         if name == "bare":
             continue

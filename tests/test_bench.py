@@ -38,6 +38,13 @@ def test_percall_bench_prints_each_variants_cost_per_call_beside_flight_recorder
     assert re.search(rf"^added: Flight Recorder +\+ *{number} +\+ *{number} +\(difference of the medians\)$", proc.stdout, flags=re.M), proc.stdout
     for name in ("light", "light, Python kernels", "light + issue log", "light + mapped issue log", "full", "torch CommDebugMode"):
         assert re.search(rf"^added: {re.escape(name)} +{cell} +{cell}$", proc.stdout, flags=re.M), (name, proc.stdout)
+    # the fake process group: no worker thread, no Flight Recorder, so no second process
+    proc = subprocess.run([sys.executable, "bench/percall.py", "--backend", "fake", "--rounds", "2", "--calls", "10", "--swept-calls", "2"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "fake process group" in proc.stdout and "Flight Recorder" not in proc.stdout, proc.stdout
+    assert re.search(rf"^bare +{number} \[ *{number} \.\. *{number}\] +{number} ", proc.stdout, flags=re.M), proc.stdout
+    assert re.search(rf"^added: light +{cell} +{cell}$", proc.stdout, flags=re.M), proc.stdout
 
 
 @pytest.mark.proc
