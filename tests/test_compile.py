@@ -169,6 +169,22 @@ def test_light_capture_of_a_model_compiled_inside_records_what_full_does(mesh, f
     assert _multiset(light) == _multiset(full) and all(e.compiled for e in light.trace.events)
 
 
+def test_a_function_compiled_inside_a_light_recording_traces_module_calls_through_its_wrapper(mesh, fresh_dynamo):
+    """``torch.compile(fn)`` of a function that calls the model: Dynamo traces light capture's
+    ``Module.__call__`` (a Python function in front of its C side) and reads it as torch's own,
+    so the whole model is one graph (fullgraph: a graph break would raise) and every collective
+    is recorded, compiled, as many as eager issues."""
+    eager = _record(_net(mesh), light=True)
+    net = _net(mesh)
+    run = torch.compile(lambda x: net(x), backend="aot_eager", fullgraph=True)
+    with CommDebugMode(light=True) as comm:
+        for _ in range(2):
+            run(_X).sum().backward()
+    assert not counters["graph_break"] and counters["stats"]["unique_graphs"] == 1
+    assert len(comm.trace.events) == len(eager.trace.events) > 0 and all(e.compiled for e in comm.trace.events)
+    assert Counter((e.op, e.phase, e.size_bytes) for e in comm.trace.events) == Counter((e.op, e.phase, e.size_bytes) for e in eager.trace.events)
+
+
 def test_diff_of_eager_and_compiled_shows_no_change_when_compilation_changed_nothing(mesh, fresh_dynamo):
     """Eager puts the calls on the Linear layers, compiled on the block that hides them: diff
     counts both at the block, so compiling the blocks is no difference; dropping a block's
