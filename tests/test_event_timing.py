@@ -14,7 +14,7 @@ import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 
 from commdebug import CommDebugMode
-from commdebug.analysis.summary import summarize
+from commdebug.analysis.summary import summarize, summarize_ranks
 from commdebug.capture import recorder as recorder_module, timing as timing_module
 from commdebug.capture.config import Options
 from commdebug.capture.timekeeping import AT_WAIT
@@ -144,6 +144,22 @@ def test_events_on_cpu_time_from_the_call_to_the_programs_own_wait_without_addin
     # the latency holds the program's matmul: said, in the dump and where its bandwidth is shown
     assert AT_WAIT in comm.trace.metadata["timing_notes"]
     assert f"note: {AT_WAIT}" in render_summary(summarize(comm.trace)).splitlines()
+
+
+def test_a_folder_says_a_note_its_ranks_wrote_alike_holds_each_ranks_own_count(world):
+    """Two ranks, each with 1 of its 2 calls never waited for: the job's summary must not read as
+    if the job had 1 such call."""
+    traces = []
+    for rank in (0, 1):
+        with CommDebugMode(timing="events") as comm:
+            dist.all_reduce(torch.ones(2), async_op=True).wait()
+            dist.isend(torch.ones(2), dst=1)  # never waited for
+        comm.trace.metadata["rank"] = rank
+        traces.append(comm.trace)
+    lines = render_summary(summarize_ranks(traces)).splitlines()
+    untimed = [line for line in lines if "have no latency" in line]
+    assert untimed and all(line.startswith("note: ranks 0-1, each: timing='events': 1 collective(s)") for line in untimed), lines
+    assert f"note: ranks 0-1, each: {AT_WAIT}" in lines
 
 
 def test_timing_true_means_events_for_cuda_collectives_and_sync_for_cpu_ones(world, monkeypatch):

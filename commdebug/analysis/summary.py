@@ -504,7 +504,8 @@ def _job_header(headers: list[dict[str, Any]], ranks: list[int]) -> dict[str, An
         for rank, h in zip(ranks, headers, strict=True):
             for note in h.get(name) or []:
                 holders.setdefault(note, []).append(rank)
-        return [f"{who(rs)}: {note}" for note, rs in holders.items()]
+        # a note several ranks wrote alike holds each one's own figures ("21 collectives")
+        return [f"{who(rs)}{', each' if len(set(rs)) > 1 else ''}: {note}" for note, rs in holders.items()]
 
     shares = [(h["comm_time_s"], h["share_time_s"]) for h in headers if h["comm_time_s"] is not None and h["share_time_s"]]
     job: dict[str, Any] = {
