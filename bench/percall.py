@@ -54,6 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from commdebug import CommDebugMode  # noqa: E402  (the checkout's copy, by the path above)
 from commdebug.capture import light as light_capture  # noqa: E402
 from commdebug.capture.stepping import _SAID  # noqa: E402
+from commdebug.demo import init_fake_world  # noqa: E402
 from commdebug.launch.stream import Streamer  # noqa: E402
 from commdebug.model.stream import issued_line  # noqa: E402
 
@@ -65,12 +66,6 @@ SWEEP_BYTES = 8 << 20
 def init_gloo() -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     dist.init_process_group("gloo", rank=0, world_size=1)
-
-
-def init_fake() -> None:
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    dist.init_process_group("fake", rank=0, world_size=2, store=FakeStore())
 
 
 class Recording:
@@ -242,7 +237,7 @@ def main() -> None:
         fr_off = json.loads(off.stdout.strip().splitlines()[-1])
         init_gloo()
     else:
-        init_fake()
+        init_fake_world(2)
     with tempfile.TemporaryDirectory() as tmp:
         times = measure(variants(Path(tmp)), args.rounds, args.calls, args.swept_calls)
     dist.destroy_process_group()
