@@ -220,10 +220,11 @@ class CallTracking:
         """A module call in a light step (``MODULE_CALL``): ``call(mod, *args, **kwargs)`` with
         the module on the stack, and its autograd nodes' numbers logged when it makes any.
 
-        Runs for every module call of a light step, so the common case calls one Python
-        function, torch's ``is_dynamo_compiling`` (Dynamo answers it while it traces; the flag
-        beside it covers export and AOT tracing): a module seen before is one dict lookup, and
-        the autograd numbers go to a log (:class:`NodeRanges`)."""
+        Where the C++ extension is built, its ``ModuleCalls`` takes the common case (a module
+        seen before under the same parent) and this runs for the rest; without it, for every
+        module call of a light step. Dynamo answers ``is_dynamo_compiling`` while it traces (the
+        flag beside it covers export and AOT tracing): then the call is only run. A module seen
+        before is one dict lookup, and the autograd numbers go to a log (:class:`NodeRanges`)."""
         if _dynamo_compiling() or _compiler._is_compiling_flag:
             return call(mod, *args, **kwargs)
         self.forwards += 1
@@ -250,18 +251,13 @@ class CallTracking:
             self._ancestors[fqn] = parent
         self.stack.append(fqn)
         paths.append(path)
-        # _log_start written out: one Python call less on every module call of a light step
-        log = self._ranges.log if _grad_enabled() else None
-        if log is not None:
-            if len(log) >= LOG_CAP:
-                self._ranges.fold()
-                log = self._ranges.log
-            log.append(next_number())
-            log.append(path)
+        logged = _grad_enabled()
+        if logged:
+            self._log_start(path)
         try:
             return call(mod, *args, **kwargs)
         finally:
-            if log is not None:
+            if logged:
                 self._ranges.log_end()
             self.stack.pop()
             paths.pop()
