@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -254,6 +255,79 @@ def test_module_calls_tracked_in_c_place_collectives_as_the_python_wrapper_does(
     assert c_fallbacks < len(python_calls), "the C side took no call"
 
 
+def _without_cpp_recording(monkeypatch) -> None:
+    """Light capture with the C++ kernel, but every call recorded by its Python handler."""
+    from commdebug.capture import light
+
+    monkeypatch.setattr(light, "_innermost_to_native", lambda: light._native.set_recorder(None))
+
+
+def _fields(e) -> dict:
+    """Everything an event says but when it was issued (two runs' clocks differ)."""
+    fields = e._asdict()
+    fields.pop("start_s")
+    return fields
+
+
+@pytest.mark.parametrize("workload", ["eager_c10d_in_modules", "fsdp2_checkpointed", "tp_sequence_parallel_checkpointed", "tp_mlp"])
+def test_collectives_recorded_in_cpp_are_the_events_the_python_handler_records(workload, mesh, monkeypatch):
+    """Light capture's C++ kernel records a plain call itself (record_fast in _native.cpp) from
+    facts the Python path worked out on the op's first call on its group: every field of every
+    event (module, phase, step, group, seq, shapes, bytes, source line...) must be what the
+    Python handler records, and the C++ side must really take calls."""
+    from commdebug.capture import light
+
+    if light._native is None:
+        pytest.skip("commdebug.capture._native is not built here")
+    make, body, _ = WORKLOADS[workload]
+    before = sum(light._native.counts())
+    in_cpp, _ = _record(lambda: make(mesh), body, light=True)
+    taken = sum(light._native.counts()) - before
+    _without_cpp_recording(monkeypatch)
+    in_python, _ = _record(lambda: make(mesh), body, light=True)
+    assert sum(light._native.counts()) - before == taken, "the Python handler's run was recorded in C++"
+    assert taken > len(in_cpp.trace.events) // 2, f"the C++ side recorded {taken} of {len(in_cpp.trace.events)} calls"
+    assert [_fields(e) for e in in_cpp.trace.events] == [_fields(e) for e in in_python.trace.events]
+    assert in_cpp.trace.collectives == in_python.trace.collectives
+    assert in_cpp.in_flight() == in_python.in_flight() == []
+
+
+@pytest.mark.parametrize("in_cpp", [True, False])
+def test_a_collective_whose_backend_raises_is_recorded_failed_and_raises_unchanged(world, monkeypatch, in_cpp):
+    """A call the backend fails (here a CPU kernel standing in for gloo's error) is in the
+    record, failed with the error's first line, and the program gets the error it would get
+    without commdebug; the calls after it are recorded as before."""
+    from commdebug.capture import light
+
+    if in_cpp and light._native is None:
+        pytest.skip("commdebug.capture._native is not built here")
+    if not in_cpp:
+        _without_cpp_recording(monkeypatch)
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("[gloo] connection closed by peer\nmore detail")
+
+    before = sum(light._native.counts()) if light._native is not None else 0
+    with CommDebugMode(light=True) as comm:
+        dist.all_reduce(torch.ones(2))  # the op's first call on the group: worked out by Python
+        backend = torch.library.Library("c10d", "IMPL")
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # replacing torch's kernel warns
+                backend.impl("allreduce_", refuse, "CPU")
+            with pytest.raises(RuntimeError, match="connection closed by peer") as raised:
+                dist.all_reduce(torch.ones(3))
+        finally:
+            backend._destroy()
+        dist.all_reduce(torch.ones(4))
+    assert "more detail" in str(raised.value)
+    assert [(e.seq, e.size_bytes, e.error) for e in comm.trace.events] == [
+        (0, 8, None), (1, 12, "RuntimeError: [gloo] connection closed by peer"), (2, 16, None)]
+    assert comm.in_flight() == []
+    if light._native is not None:
+        assert (sum(light._native.counts()) - before > 0) == in_cpp
+
+
 class _Many(torch.nn.Module):
     def forward(self, *args, scale=1.0, **named):
         dist.all_reduce(args[0])
@@ -401,6 +475,7 @@ def _each_collective_once(monkeypatch, native: bool) -> tuple[Counter, Counter]:
     monkeypatch.setattr(light, "_kernel", counting)
     monkeypatch.setattr(light, "_through", counted_through)
     monkeypatch.setattr(light, "_native_call", counted_handler)
+    here_before = light._native.counts() if native else []
     with torch.inference_mode():
         with CommDebugMode(light=True) as started_inside:
             dist.all_reduce(torch.ones(2))
@@ -421,6 +496,12 @@ def _each_collective_once(monkeypatch, native: bool) -> tuple[Counter, Counter]:
     assert comm.in_flight() == []
     # only while a light recording is on: the op's own redispatch is back
     assert "redispatch" not in torch.ops._c10d_functional.all_reduce.default.__dict__
+    if native:  # the C++ kernel recorded the rest itself (record_fast), without calling Python's handler
+        for index, n in enumerate(light._native.counts()):
+            here = n - (here_before[index] if index < len(here_before) else 0)
+            if here:
+                kernel_passes[light._NATIVE_OPS[index][0]] += here
+                recorded[light._NATIVE_OPS[index][0]] += here
     return kernel_passes, recorded
 
 
@@ -437,10 +518,11 @@ def test_each_collective_passes_through_python_once(world, monkeypatch):
 
 
 def test_each_collective_calls_python_once_from_the_cpp_kernel(world, monkeypatch):
-    """The same with the C++ kernel: each eager collective calls its Python handler once; the
-    functional ones are recorded in their Python autograd kernel's redispatch, as before."""
+    """The same with the C++ kernel: each collective passes it once, recorded there or by its
+    Python handler; the functional ones too (recording them in C++ costs less than in their
+    Python autograd kernel's redispatch)."""
     kernel_passes, recorded = _each_collective_once(monkeypatch, native=True)
-    assert kernel_passes == {"c10d.allreduce_.default": 3}
+    assert kernel_passes == {"c10d.allreduce_.default": 3, "_c10d_functional.all_reduce.default": 2}
     assert recorded == {"_c10d_functional.all_reduce.default": 2, "c10d.allreduce_.default": 3}
 
 

@@ -28,14 +28,17 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/GradMode.h>
 #include <c10/util/Exception.h>
+#include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/library.h>
 
+#include <exception>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace py = pybind11;
@@ -119,6 +122,462 @@ py::object for_python(const c10::IValue &value) {
     return torch::jit::toPyObject(value);
 }
 
+/* A c10d Work the in-flight table holds (commdebug/capture/inflight.py) for a call recorded
+ * here: what the Python path gets by unboxing the op's result, without making the Python Work
+ * (its script object, then its pybind object). The table keys a Work by its address
+ * (work_key), which the Python Work of the same call gives too. */
+struct HeldWork {
+    PyObject_HEAD
+    c10::intrusive_ptr<c10d::Work> work;
+};
+
+PyObject *held_is_completed(PyObject *self, PyObject *) {
+    HANDLE_TH_ERRORS
+    auto &work = reinterpret_cast<HeldWork *>(self)->work;
+    bool done;
+    {
+        py::gil_scoped_release released;
+        done = work->isCompleted();
+    }
+    return PyBool_FromLong(done);
+    END_HANDLE_TH_ERRORS
+}
+
+void held_dealloc(PyObject *self) {
+    auto *held = reinterpret_cast<HeldWork *>(self);
+    {
+        py::gil_scoped_release released;  // a Work's last reference may wait on its backend
+        held->work.reset();
+    }
+    held->work.~intrusive_ptr();
+    Py_TYPE(self)->tp_free(self);
+}
+
+PyMethodDef held_methods[] = {
+    {"is_completed", held_is_completed, METH_NOARGS, "Work.is_completed() of the Work held."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyTypeObject HeldWorkType = {PyVarObject_HEAD_INIT(nullptr, 0) "commdebug.capture._native.HeldWork"};
+
+PyObject *hold(const c10::intrusive_ptr<c10d::Work> &work) {
+    auto *held = PyObject_New(HeldWork, &HeldWorkType);
+    if (held == nullptr)
+        return nullptr;
+    new (&held->work) c10::intrusive_ptr<c10d::Work>(work);
+    return reinterpret_cast<PyObject *>(held);
+}
+
+/* work_key(work): the address of a Python Work's c10d Work (the in-flight table's key); of
+ * anything else (a stand-in), its id. */
+PyObject *work_key(PyObject *, PyObject *obj) {
+    HANDLE_TH_ERRORS
+    try {
+        c10d::Work &work = py::cast<c10d::Work &>(py::handle(obj));
+        return PyLong_FromVoidPtr(&work);
+    } catch (const py::cast_error &) {
+        return PyLong_FromVoidPtr(obj);
+    }
+    END_HANDLE_TH_ERRORS
+}
+
+/* The plain recording, in C++ (set_recorder, set_ops): a collective of the innermost light
+ * recording while it records everything as it comes (no filter, no timer, no NVTX range:
+ * Recorder._plain) is recorded here without the handler: the same event the Python path builds
+ * (recorder.py's _collective and _record_collective), from facts the Python side worked out on
+ * the op's first call on its group (the GroupInfo, the count key, the bus-bandwidth factor, the
+ * size rule), which this path only reads. It calls back into Python for where the program is
+ * (the tracker's `where`), the source line, the trace's counts and event list, the size rule,
+ * the in-flight table and the listeners: each a Python function of its own, shared with the
+ * Python path. Anything else, or any fact not known yet, declines before anything is recorded,
+ * and the handler records as before. */
+struct FastOp {
+    PyObject *name;     // the op's name (interned, as the Python path has it)
+    PyObject *op;       // its canonical name: all_reduce...
+    PyObject *compat;   // the reference's count key
+    int inputs;         // argument index, or NONE
+    int outputs;        // argument index, NONE, or RETURN (functional ops)
+    int group;          // argument index of the group (its name, or a ProcessGroup)
+};
+constexpr int NONE = -1, RETURN = -2;
+
+struct Fast {
+    PyObject *recorder = nullptr;  // null: no recording takes calls here
+    PyObject *tracker, *where, *groups, *seqs, *facts, *trace, *add_collective, *add_event;
+    PyObject *issued, *issued_work, *done, *failed, *caller, *event_type, *dtype_names, *state;
+    double t0 = 0;
+    bool record_source = false;
+} fast;
+std::vector<FastOp> fast_ops;  // by kernel index; name null: the handler records it
+std::vector<unsigned long long> recorded_here;  // by kernel index: calls record_fast recorded (for tests)
+c10::ClassTypePtr work_type;
+std::unordered_map<std::string, PyObject *> group_names;  // a group's name as a Python str, made once
+
+PyObject *s_light_on, *s_plain, *s_step, *s_events_total, *s_unit, *s_size, *s_last_dtensor, *s_issue_listeners,
+    *s_listeners, *s_inside, *zero, *one;
+
+void clear_fast() {
+    PyObject **held[] = {&fast.recorder, &fast.tracker, &fast.where, &fast.groups, &fast.seqs, &fast.facts, &fast.trace,
+                         &fast.add_collective, &fast.add_event, &fast.issued, &fast.issued_work, &fast.done, &fast.failed,
+                         &fast.caller, &fast.event_type, &fast.dtype_names, &fast.state};
+    for (PyObject **p : held)
+        Py_CLEAR(*p);
+}
+
+/* owner.name is true (an attribute that is missing or fails reads false). */
+bool flag(PyObject *owner, PyObject *name) {
+    PyObject *value = PyObject_GetAttr(owner, name);
+    if (value == nullptr) {
+        PyErr_Clear();
+        return false;
+    }
+    int truth = PyObject_IsTrue(value);
+    Py_DECREF(value);
+    if (truth < 0)
+        PyErr_Clear();
+    return truth == 1;
+}
+
+/* The tensors of an argument, in the order ops.py's tensor_bytes walks them; false for
+ * anything it would read differently (symbolic sizes, other values in a list). */
+bool flatten(const c10::IValue &value, std::vector<at::Tensor> &out) {
+    if (value.isNone())
+        return true;
+    if (value.isTensor()) {
+        const at::Tensor &t = value.toTensor();
+        if (!t.defined() || t.unsafeGetTensorImpl()->has_symbolic_sizes_strides())
+            return false;
+        out.push_back(t);
+        return true;
+    }
+    if (value.isTensorList()) {
+        for (const at::Tensor &t : value.toTensorList().vec())
+            if (!flatten(c10::IValue(t), out))
+                return false;
+        return true;
+    }
+    if (value.isList()) {
+        for (const c10::IValue &item : value.toListRef())
+            if (!(item.isTensor() || item.isTensorList() || item.isList()) || !flatten(item, out))
+                return false;
+        return true;
+    }
+    return false;
+}
+
+/* (bytes, shapes, dtype name or None) as ops.py's tensor_bytes gives them; new references. */
+struct Sized {
+    long long bytes = 0;
+    PyObject *shapes = nullptr, *dtype = nullptr;
+    ~Sized() {
+        Py_XDECREF(shapes);
+        Py_XDECREF(dtype);
+    }
+};
+
+bool sized(const std::vector<at::Tensor> &tensors, Sized &out) {
+    out.shapes = PyTuple_New(static_cast<Py_ssize_t>(tensors.size()));
+    if (out.shapes == nullptr)
+        return false;
+    for (size_t i = 0; i < tensors.size(); i++) {
+        const at::Tensor &t = tensors[i];
+        out.bytes += static_cast<long long>(t.numel()) * static_cast<long long>(t.itemsize());
+        auto sizes = t.sizes();
+        PyObject *shape = PyTuple_New(static_cast<Py_ssize_t>(sizes.size()));
+        if (shape == nullptr)
+            return false;
+        PyTuple_SET_ITEM(out.shapes, i, shape);
+        for (size_t d = 0; d < sizes.size(); d++) {
+            PyObject *n = PyLong_FromLongLong(sizes[d]);
+            if (n == nullptr)
+                return false;
+            PyTuple_SET_ITEM(shape, d, n);
+        }
+    }
+    if (tensors.empty()) {
+        out.dtype = Py_NewRef(Py_None);
+        return true;
+    }
+    out.dtype = PyObject_GetItem(fast.dtype_names, reinterpret_cast<PyObject *>(torch::getTHPDtype(tensors[0].scalar_type())));
+    return out.dtype != nullptr;
+}
+
+/* The group's name as the Python side keys it (a str argument, or a ProcessGroup's name);
+ * borrowed, or null where the group has no name to go by. */
+PyObject *group_name(const c10::IValue &value) {
+    const std::string *name = nullptr;
+    std::string owned;
+    if (value.isString()) {
+        owned = value.toStringRef();
+        name = &owned;
+    } else if (value.isCustomClass() && process_group_type && value.toObjectRef().type() == process_group_type) {
+        name = &value.toCustomClass<c10d::ProcessGroup>()->getGroupName();
+    }
+    if (name == nullptr || name->empty())
+        return nullptr;
+    auto found = group_names.find(*name);
+    if (found != group_names.end())
+        return found->second;
+    PyObject *text = PyUnicode_FromStringAndSize(name->data(), static_cast<Py_ssize_t>(name->size()));
+    if (text == nullptr) {
+        PyErr_Clear();
+        return nullptr;
+    }
+    PyUnicode_InternInPlace(&text);
+    group_names.emplace(*name, text);
+    return text;
+}
+
+double seconds_now() {
+    return _PyTime_AsSecondsDouble(_PyTime_GetPerfCounter());  // time.perf_counter's clock
+}
+
+/* Call each of the recorder's listeners in `list_name` with the event. */
+bool tell(PyObject *list_name, PyObject *event) {
+    PyObject *listeners = PyObject_GetAttr(fast.recorder, list_name);
+    if (listeners == nullptr)
+        return false;
+    bool ok = true;
+    if (PyList_Check(listeners)) {
+        for (Py_ssize_t i = 0; ok && i < PyList_GET_SIZE(listeners); i++) {
+            PyObject *result = PyObject_CallOneArg(PyList_GET_ITEM(listeners, i), event);
+            ok = result != nullptr;
+            Py_XDECREF(result);
+        }
+    }
+    Py_DECREF(listeners);
+    return ok;
+}
+
+/* What the Python path knows at the call: where, the group and its facts, the source line. */
+struct Located {
+    PyObject *info = nullptr, *facts = nullptr, *where = nullptr, *source = nullptr, *seq = nullptr;
+    PyObject *gname = nullptr;  // borrowed (group_names holds it)
+    double start_s = 0;
+    ~Located() {
+        Py_XDECREF(info);
+        Py_XDECREF(facts);
+        Py_XDECREF(where);
+        Py_XDECREF(source);
+        Py_XDECREF(seq);
+    }
+};
+
+/* Count the collective and keep its event (the Python path's _record_collective): a new
+ * reference, or null with a Python error. */
+PyObject *record(const FastOp &spec, Located &at, const std::vector<at::Tensor> &inputs, const std::vector<at::Tensor> *outputs) {
+    Sized in, out;
+    if (!sized(inputs, in))
+        return nullptr;
+    if (outputs == nullptr) {
+        out.bytes = in.bytes;
+        out.shapes = Py_NewRef(in.shapes);
+        out.dtype = Py_NewRef(in.dtype);
+    } else if (!sized(*outputs, out)) {
+        return nullptr;
+    }
+    PyObject *dtype = in.dtype != Py_None ? in.dtype : out.dtype;
+    PyObject *size_rule = PyTuple_GET_ITEM(at.facts, 2);
+    PyObject *group_size = PyObject_GetAttr(at.info, s_size);
+    PyObject *in_bytes = PyLong_FromLongLong(in.bytes), *out_bytes = PyLong_FromLongLong(out.bytes);
+    PyObject *size = nullptr, *counted = nullptr, *step = nullptr, *index = nullptr, *unit = nullptr, *event = nullptr, *kept = nullptr;
+    PyObject *fqn = PyTuple_GET_ITEM(at.where, 0), *phase = PyTuple_GET_ITEM(at.where, 1), *path = PyTuple_GET_ITEM(at.where, 2);
+    if (group_size && in_bytes && out_bytes) {
+        PyObject *rule_args[] = {in_bytes, out_bytes, group_size};
+        size = PyObject_Vectorcall(size_rule, rule_args, 3, nullptr);
+    }
+    if (size != nullptr) {
+        PyObject *count_args[] = {path, phase, PyTuple_GET_ITEM(at.facts, 0), size};
+        counted = PyObject_Vectorcall(fast.add_collective, count_args, 4, nullptr);
+    }
+    if (counted != nullptr) {
+        step = PyObject_GetAttr(fast.trace, s_step);
+        index = PyObject_GetAttr(fast.trace, s_events_total);
+        unit = PyObject_GetAttr(fast.tracker, s_unit);
+    }
+    if (step && index && unit) {
+        auto *type = reinterpret_cast<PyTypeObject *>(fast.event_type);
+        event = type->tp_alloc(type, 31);  // a CollectiveEvent, in its fields' order
+    }
+    if (event != nullptr) {
+        PyObject *items[31] = {
+            index, spec.op, spec.compat, spec.name, step, phase, fqn, at.info, at.seq, dtype, in.shapes, out.shapes,
+            in_bytes, out_bytes, size, PyTuple_GET_ITEM(at.facts, 1), Py_None, Py_None, Py_None,
+            fast.record_source ? at.source : Py_None, Py_None, Py_None, Py_None, Py_None, nullptr, Py_False, Py_None,
+            unit, Py_False, Py_None, Py_None};
+        PyObject *start = PyFloat_FromDouble(at.start_s);
+        if (start == nullptr) {
+            Py_CLEAR(event);
+        } else {
+            for (int i = 0; i < 31; i++)
+                PyTuple_SET_ITEM(event, i, i == 24 ? start : Py_NewRef(items[i]));
+            kept = PyObject_CallOneArg(fast.add_event, event);
+        }
+    }
+    if (kept == nullptr || !tell(s_issue_listeners, event))
+        Py_CLEAR(event);
+    Py_XDECREF(kept);
+    Py_XDECREF(unit);
+    Py_XDECREF(index);
+    Py_XDECREF(step);
+    Py_XDECREF(counted);
+    Py_XDECREF(size);
+    Py_XDECREF(out_bytes);
+    Py_XDECREF(in_bytes);
+    Py_XDECREF(group_size);
+    return event;
+}
+
+/* The collective joins the ones in flight: its Work where it returned one, else its result. */
+bool in_flight(PyObject *event, const FastOp &spec, const Located &at, const c10::OperatorHandle &op, const torch::jit::Stack &stack,
+               size_t base) {
+    size_t count = op.schema().returns().size();
+    PyObject *index = PyTuple_GET_ITEM(event, 0), *result = nullptr;
+    for (size_t i = count; i-- > 0;) {
+        const c10::IValue &value = stack[stack.size() - count + i];
+        if (value.isCustomClass() && work_type && value.toObjectRef().type() == work_type) {
+            auto work = value.toCustomClass<c10d::Work>();
+            if (!work) {  // an empty Work: the backend finished the call before returning (NCCL)
+                PyObject *args[] = {at.gname, at.seq};
+                result = PyObject_Vectorcall(fast.done, args, 2, nullptr);
+            } else {
+                PyObject *key = PyLong_FromVoidPtr(work.get());
+                PyObject *held = key ? hold(work) : nullptr;
+                if (held != nullptr) {
+                    PyObject *args[] = {index, at.gname, at.seq, key, held};
+                    result = PyObject_Vectorcall(fast.issued_work, args, 5, nullptr);
+                }
+                Py_XDECREF(held);
+                Py_XDECREF(key);
+            }
+            Py_XDECREF(result);
+            return result != nullptr;
+        }
+    }
+    PyObject *out = results(stack, count);
+    PyObject *outputs = nullptr;
+    if (spec.outputs == RETURN || spec.outputs == NONE)
+        outputs = spec.outputs == RETURN ? Py_NewRef(out) : Py_NewRef(Py_None);
+    else
+        outputs = torch::jit::toPyObject(stack[base + spec.outputs]).release().ptr();
+    PyObject *args[] = {index, at.gname, at.seq, out, outputs};
+    result = PyObject_Vectorcall(fast.issued, args, 5, nullptr);
+    Py_DECREF(outputs);
+    Py_DECREF(out);
+    Py_XDECREF(result);
+    return result != nullptr;
+}
+
+/* The call raised `error`: recorded (if it was not yet) and marked failed; errors here are
+ * dropped, so that the program gets the call's own. Takes `event`. */
+void failed(const FastOp &spec, Located &at, const std::vector<at::Tensor> &inputs, const std::vector<at::Tensor> &outputs, PyObject *event,
+            PyObject *error) {
+    if (event == nullptr)
+        event = record(spec, at, inputs, &outputs);
+    if (event != nullptr) {
+        PyObject *args[] = {PyTuple_GET_ITEM(event, 0), error ? error : Py_None};
+        Py_XDECREF(PyObject_Vectorcall(fast.failed, args, 2, nullptr));
+        Py_DECREF(event);
+    }
+    PyErr_Clear();
+}
+
+enum class Fasted { taken, declined };
+
+/* Record and run one call here, or decline (nothing recorded, nothing run). */
+Fasted record_fast(const FastOp &spec, const c10::OperatorHandle &op, c10::DispatchKeySet below, bool autograd, torch::jit::Stack *stack) {
+    if (!flag(fast.recorder, s_light_on) || !flag(fast.recorder, s_plain) || flag(fast.state, s_inside))
+        return Fasted::declined;
+    const auto &arguments = op.schema().arguments();
+    size_t base = stack->size() - arguments.size();
+    Located at;
+    at.gname = group_name((*stack)[base + spec.group]);
+    if (at.gname == nullptr)
+        return Fasted::declined;
+    at.info = Py_XNewRef(PyDict_GetItemWithError(fast.groups, at.gname));  // resolved by the Python path before
+    PyObject *key = PyTuple_Pack(2, spec.name, at.gname);
+    if (at.info == nullptr || key == nullptr) {
+        Py_XDECREF(key);
+        PyErr_Clear();
+        return Fasted::declined;
+    }
+    at.facts = Py_XNewRef(PyDict_GetItemWithError(fast.facts, key));
+    Py_DECREF(key);
+    if (at.facts == nullptr || !PyTuple_Check(at.facts) || PyTuple_GET_SIZE(at.facts) != 3) {
+        PyErr_Clear();
+        return Fasted::declined;
+    }
+    std::vector<at::Tensor> inputs, outputs;
+    if ((spec.inputs >= 0 && !flatten((*stack)[base + spec.inputs], inputs)) ||
+        (spec.outputs >= 0 && spec.outputs != spec.inputs && !flatten((*stack)[base + spec.outputs], outputs)))
+        return Fasted::declined;
+    PyObject *found = PyObject_CallOneArg(fast.caller, zero);  // (source, from DTensor, compiled code)
+    if (found == nullptr || !PyTuple_Check(found) || PyTuple_GET_SIZE(found) != 3) {
+        Py_XDECREF(found);
+        PyErr_Clear();
+        return Fasted::declined;
+    }
+    bool compiled = PyTuple_GET_ITEM(found, 2) == Py_True;
+    bool from_dtensor = PyTuple_GET_ITEM(found, 1) == Py_True;
+    at.source = Py_NewRef(PyTuple_GET_ITEM(found, 0));
+    Py_DECREF(found);
+    if (compiled || (from_dtensor && flag(fast.recorder, s_last_dtensor)))  // said once, or a DTensor op to name: Python's
+        return Fasted::declined;
+    at.where = PyObject_CallNoArgs(fast.where);
+    if (at.where == nullptr || !PyTuple_Check(at.where) || PyTuple_GET_SIZE(at.where) != 3) {
+        PyErr_Clear();  // the Python path meets the same error, and reports it
+        return Fasted::declined;
+    }
+    // from here on the call is ours: recorded, then run
+    at.start_s = seconds_now() - fast.t0;
+    PyObject *seq = PyDict_GetItemWithError(fast.seqs, at.gname);
+    at.seq = seq != nullptr ? Py_NewRef(seq) : Py_NewRef(zero);
+    PyObject *next = PyNumber_Add(at.seq, one);
+    if (next == nullptr || PyDict_SetItem(fast.seqs, at.gname, next) < 0) {
+        Py_XDECREF(next);
+        throw python_error();
+    }
+    Py_DECREF(next);
+    bool before = spec.outputs != RETURN;  // every tensor it reads is an argument: recorded before it runs
+    PyObject *event = nullptr;
+    if (before) {
+        event = record(spec, at, inputs, spec.outputs == spec.inputs ? nullptr : &outputs);
+        if (event == nullptr)
+            throw python_error();
+    }
+    try {
+        py::gil_scoped_release released;  // a collective may block: the watchdog and the streamer run meanwhile
+        redispatch(op, below, autograd, stack);
+    } catch (py::error_already_set &error) {  // a Python kernel below ours raised (its error is read, not taken)
+        failed(spec, at, inputs, outputs, event, error.value().ptr());
+        throw;
+    } catch (...) {
+        std::exception_ptr error = std::current_exception();
+        torch::translate_exception_to_python(error);  // the error as the program will see it
+        PyObject *type, *value, *traceback;
+        PyErr_Fetch(&type, &value, &traceback);
+        PyErr_NormalizeException(&type, &value, &traceback);
+        failed(spec, at, inputs, outputs, event, value);
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(traceback);
+        std::rethrow_exception(error);
+    }
+    if (!before) {
+        size_t count = op.schema().returns().size();
+        std::vector<at::Tensor> produced;
+        flatten((*stack)[stack->size() - count], produced);  // one return (set_ops takes no other)
+        event = record(spec, at, inputs, &produced);
+        if (event == nullptr)
+            throw python_error();
+    }
+    bool ok = in_flight(event, spec, at, op, *stack, base) && tell(s_listeners, event);
+    Py_DECREF(event);
+    if (!ok)
+        throw python_error();
+    return Fasted::taken;
+}
+
 struct Kernel final : c10::OperatorKernel {
     int index;
     bool autograd;  // registered at the autograd keys: run below them
@@ -145,6 +604,11 @@ struct Kernel final : c10::OperatorKernel {
         struct Outside {
             ~Outside() { inside = false; }
         } outside;
+        if (fast.recorder != nullptr && static_cast<size_t>(index) < fast_ops.size() && fast_ops[index].name != nullptr &&
+            record_fast(fast_ops[index], op, below, autograd, stack) == Fasted::taken) {
+            recorded_here[index]++;
+            return;
+        }
         const auto &arguments = op.schema().arguments();
         size_t base = stack->size() - arguments.size();
         size_t count = 0;  // positional arguments: all but the keyword-only ones (rare)
@@ -198,7 +662,7 @@ struct ModuleCalls {
     vectorcallfunc vectorcall;
 };
 
-PyObject *s_known, *s_paths, *s_stack, *s_ranges, *s_log, *s_forwards, *one;
+PyObject *s_known, *s_paths, *s_stack, *s_ranges, *s_log, *s_forwards;
 
 /* original(mod, *args, **kwargs), without a tuple where there are no keyword arguments. */
 PyObject *call_original(PyObject *original, PyObject *mod, PyObject *args, PyObject *kwargs) {
@@ -444,6 +908,79 @@ PyObject *unregister_kernels(PyObject *, PyObject *arg) {
     END_HANDLE_TH_ERRORS
 }
 
+
+PyObject *set_recorder(PyObject *, PyObject *arg) {
+    if (arg == Py_None) {
+        clear_fast();
+        Py_RETURN_NONE;
+    }
+    Fast next;
+    int record_source = 0;
+    if (!PyArg_ParseTuple(arg, "OOOO!O!O!OOOOOOOOOOOdp:set_recorder", &next.recorder, &next.tracker, &next.where, &PyDict_Type,
+                          &next.groups, &PyDict_Type, &next.seqs, &PyDict_Type, &next.facts, &next.trace, &next.add_collective,
+                          &next.add_event, &next.issued, &next.issued_work, &next.done, &next.failed, &next.caller,
+                          &next.event_type, &next.dtype_names, &next.state, &next.t0, &record_source))
+        return nullptr;
+    if (!PyType_Check(next.event_type) || !PyType_IsSubtype(reinterpret_cast<PyTypeObject *>(next.event_type), &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "set_recorder: the event type must be a tuple type");
+        return nullptr;
+    }
+    clear_fast();
+    PyObject **held[] = {&next.recorder, &next.tracker, &next.where, &next.groups, &next.seqs, &next.facts, &next.trace,
+                         &next.add_collective, &next.add_event, &next.issued, &next.issued_work, &next.done, &next.failed,
+                         &next.caller, &next.event_type, &next.dtype_names, &next.state};
+    for (PyObject **p : held)
+        Py_INCREF(*p);
+    next.record_source = record_source != 0;
+    fast = next;
+    next.recorder = nullptr;  // owned by `fast` now
+    Py_RETURN_NONE;
+}
+
+PyObject *set_ops(PyObject *, PyObject *list) {
+    if (!PyList_Check(list)) {
+        PyErr_SetString(PyExc_TypeError, "set_ops(list)");
+        return nullptr;
+    }
+    std::vector<FastOp> ops(static_cast<size_t>(PyList_GET_SIZE(list)), FastOp{nullptr, nullptr, nullptr, NONE, NONE, NONE});
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); i++) {
+        PyObject *entry = PyList_GET_ITEM(list, i);
+        if (entry == Py_None)
+            continue;
+        FastOp op;
+        if (!PyArg_ParseTuple(entry, "UUUiii:set_ops", &op.name, &op.op, &op.compat, &op.inputs, &op.outputs, &op.group))
+            return nullptr;
+        if (op.group < 0 || op.inputs < NONE || op.outputs < RETURN) {
+            PyErr_SetString(PyExc_ValueError, "set_ops: bad argument index");
+            return nullptr;
+        }
+        Py_INCREF(op.name);
+        Py_INCREF(op.op);
+        Py_INCREF(op.compat);
+        ops[i] = op;
+    }
+    for (FastOp &op : fast_ops) {  // op names are interned and kept by the Python side too: no call holds these
+        Py_XDECREF(op.name);
+        Py_XDECREF(op.op);
+        Py_XDECREF(op.compat);
+    }
+    fast_ops = std::move(ops);
+    recorded_here.resize(fast_ops.size(), 0);
+    Py_RETURN_NONE;
+}
+
+PyObject *counts(PyObject *, PyObject *) {
+    PyObject *out = PyList_New(static_cast<Py_ssize_t>(recorded_here.size()));
+    for (size_t i = 0; out != nullptr && i < recorded_here.size(); i++) {
+        PyObject *n = PyLong_FromUnsignedLongLong(recorded_here[i]);
+        if (n == nullptr)
+            Py_CLEAR(out);
+        else
+            PyList_SET_ITEM(out, static_cast<Py_ssize_t>(i), n);
+    }
+    return out;
+}
+
 PyObject *set_handler(PyObject *, PyObject *fn) {
     PyObject *old = handler;
     if (fn == Py_None) {
@@ -466,6 +1003,15 @@ PyMethodDef methods[] = {
     {"set_handler", set_handler, METH_O,
      "set_handler(fn or None): fn(index, args, kwargs, call) records a collective and returns call()'s\n"
      "result; `call()` runs the op once on the keys below the kernel. None: the kernels only redispatch."},
+    {"set_recorder", set_recorder, METH_O,
+     "set_recorder(state or None): the innermost light recording's plain path, recorded in C++ (see\n"
+     "Recorder._native_state); None: every call goes to the handler."},
+    {"work_key", work_key, METH_O, "work_key(work) -> int: the address of a Python c10d Work's Work (the in-flight table's key)."},
+    {"counts", counts, METH_NOARGS,
+     "counts() -> [n, ...]: by kernel index, the calls the kernel recorded itself (for tests)."},
+    {"set_ops", set_ops, METH_O,
+     "set_ops([None | (name, op, count key, inputs, outputs, group), ...]): by kernel index, the ops the\n"
+     "C++ path may record (argument indices; -1: none, -2: the op's one return)."},
     {nullptr, nullptr, 0, nullptr},
 };
 
@@ -479,6 +1025,13 @@ PyMODINIT_FUNC PyInit__native(void) {
     CallType.tp_call = call_run;
     CallType.tp_doc = "A collective's call, run once by light capture's handler.";
     if (PyType_Ready(&CallType) < 0)
+        return nullptr;
+    HeldWorkType.tp_basicsize = sizeof(HeldWork);
+    HeldWorkType.tp_flags = Py_TPFLAGS_DEFAULT;
+    HeldWorkType.tp_dealloc = held_dealloc;
+    HeldWorkType.tp_methods = held_methods;
+    HeldWorkType.tp_doc = "A c10d Work held for the in-flight table (is_completed only).";
+    if (PyType_Ready(&HeldWorkType) < 0)
         return nullptr;
     ModuleCallsType.tp_basicsize = sizeof(ModuleCalls);
     ModuleCallsType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL;
@@ -496,12 +1049,31 @@ PyMODINIT_FUNC PyInit__native(void) {
     s_log = PyUnicode_InternFromString("log");
     s_forwards = PyUnicode_InternFromString("forwards");
     one = PyLong_FromLong(1);
+    zero = PyLong_FromLong(0);
+    s_light_on = PyUnicode_InternFromString("_light_on");
+    s_plain = PyUnicode_InternFromString("_plain");
+    s_step = PyUnicode_InternFromString("step");
+    s_events_total = PyUnicode_InternFromString("events_total");
+    s_unit = PyUnicode_InternFromString("unit");
+    s_size = PyUnicode_InternFromString("size");
+    s_last_dtensor = PyUnicode_InternFromString("_last_dtensor");
+    s_issue_listeners = PyUnicode_InternFromString("issue_listeners");
+    s_listeners = PyUnicode_InternFromString("_listeners");
+    s_inside = PyUnicode_InternFromString("inside");
+    if (!zero || !s_light_on || !s_plain || !s_step || !s_events_total || !s_unit || !s_size || !s_last_dtensor ||
+        !s_issue_listeners || !s_listeners || !s_inside)
+        return nullptr;
     if (!s_known || !s_paths || !s_stack || !s_ranges || !s_log || !s_forwards || !one)
         return nullptr;
     try {
         process_group_type = c10::getCustomClassType<c10::intrusive_ptr<c10d::ProcessGroup>>();
     } catch (...) {  // a torch without c10d: no group to name
         process_group_type = nullptr;
+    }
+    try {
+        work_type = c10::getCustomClassType<c10::intrusive_ptr<c10d::Work>>();
+    } catch (...) {
+        work_type = nullptr;
     }
     PyObject *created = PyModule_Create(&module);
     if (created == nullptr)

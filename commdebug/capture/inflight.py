@@ -64,7 +64,7 @@ class InFlight:
         self._on_error = on_error
         self._on_waited = on_waited  # the program's own wait for collective `index` returned
         self._by_storage: dict[int, tuple] = {}  # storage key of a single output -> entry
-        self._by_work: dict[int, tuple] = {}  # id(Work) -> entry (which holds the Work: no id reuse)
+        self._by_work: dict[int, tuple] = {}  # _work_key(Work) -> entry (which holds the Work: no key reuse)
         self._lock = threading.Lock()  # for the tables below
         self._others: dict[int, tuple] = {}  # event index -> entry
         self._others_by_tensor: dict[int, int] = {}  # storage key -> event index
@@ -93,9 +93,20 @@ class InFlight:
                 self.done(group, seq)
                 return
             if work is not None:
-                self._by_work[id(work)] = (index, time.monotonic(), group, seq, work, ())
-            else:
-                self._keep((index, time.monotonic(), group, seq, None, tuple(_storage_key(t) for t in tensors(target))))
+                self.work_issued(index, group, seq, _work_key(work), work)
+                return
+            self._keep((index, time.monotonic(), group, seq, None, tuple(_storage_key(t) for t in tensors(target))))
+        self._bound()
+
+    def work_issued(self, index: int, group: str, seq: int | None, key: int, work: Any) -> None:
+        """An eager collective returned ``work`` (a Work, or light capture's C++ kernel's
+        holder of one: anything with ``is_completed()``), whose wait ``key`` names
+        (:func:`_work_key`)."""
+        self._by_work[key] = (index, time.monotonic(), group, seq, work, ())
+        if len(self._by_storage) + len(self._by_work) > self._scan_at:
+            self._bound()
+
+    def _bound(self) -> None:
         if len(self._by_storage) + len(self._by_work) > self._scan_at:
             with self._lock:
                 self._scan()
@@ -107,7 +118,7 @@ class InFlight:
 
     def work_waited(self, work: Any, error: BaseException | None = None) -> None:
         """``work.wait()`` returned (or raised ``error``)."""
-        entry = self._by_work.pop(id(work), None)
+        entry = self._by_work.pop(_work_key(work), None)
         if entry is not None:
             self._ended(entry, error)
 
@@ -272,6 +283,24 @@ def _describe(error: BaseException) -> str:
 # current stream wait for the collective and returns an empty Work (measured on an H100,
 # torch 2.11, NCCL 2.28). Waiting on that object crashes the process.
 SYNCED = object()
+
+
+def _first_work_key(work: Any) -> int:
+    """What the in-flight table keys a Work by: the address of its c10d Work where light
+    capture's C++ kernel is built (its calls are tracked by that, with no Python Work made), the
+    Python object's id elsewhere. Either way the Python Work a wait gets gives the key of its
+    call. Decided at the first call (the extension needs torch imported first)."""
+    global _work_key
+    try:
+        from commdebug.capture import _native
+    except ImportError:
+        _work_key = id
+    else:
+        _work_key = _native.work_key
+    return _work_key(work)
+
+
+_work_key: Callable[[Any], int] = _first_work_key
 
 
 def _unbox(item: Any) -> Any:

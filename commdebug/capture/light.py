@@ -21,14 +21,18 @@ redispatches to the keys below its own:
 A collective issued while one is being recorded on the same thread is only redispatched. Meta
 tensors (tracing under ``torch.compile``) are never recorded.
 
-The kernel is C++ where :mod:`commdebug.capture._native` is built (see _native.cpp): it calls
-Python once per collective, with the tensors and plain values the recorder reads and the group
-by name, and runs the op itself. Where it is not built (no compiler, or no torch to build
-against, at install) the kernels are Python ones, and that is said once: each pass through a
-Python kernel costs microseconds of boxing, so light capture keeps their number down:
+The kernel is C++ where :mod:`commdebug.capture._native` is built (see _native.cpp). While the
+innermost recording is plain (no ``ops`` filter, no timing, no NVTX ranges) it records most
+calls itself: the same event, from facts the Python path worked out on the op's first call on
+its group (:func:`_plain_entry` says which ops; ``Recorder._native_state`` what it reads).
+Every other call it hands to Python once, with the tensors and plain values the recorder reads
+and the group by name, and runs the op itself. Where it is not built (no compiler, or no torch
+to build against, at install) the kernels are Python ones, and that is said once: each pass
+through a Python kernel costs microseconds of boxing, so light capture keeps their number down:
 
 - Functional collectives whose autograd kernel torch wrote in Python are recorded where that
-  kernel redispatches below autograd, and skip our kernel (:func:`_redispatch`).
+  kernel redispatches below autograd, and skip our kernel (:func:`_redispatch`); with the C++
+  kernel, only those it would hand to Python anyway.
 - A DTensor's waits go through ``AsyncCollectiveTensor.trigger_wait``, which is wrapped anyway
   (:mod:`commdebug.capture.inflight`) and finishes the collective itself: the ``wait_tensor``
   inside it skips our key. (c10d's registry of unwaited functional collectives cannot stand in
@@ -91,9 +95,16 @@ _LIBRARIES: dict[str, Any] = {}  # namespace -> torch.library.Library holding ou
 _INFERENCE: list[Any] = []  # the eager ops' BackendSelect kernels, while inference mode is on
 _REDISPATCHING: list[Any] = []  # functional collectives given our redispatch (_redispatch)
 _inference_depth = 0
-_STATE = threading.local()  # .inside: a collective is being recorded on this thread
+
+
+class _State(threading.local):
+    inside = False  # a collective is being recorded on this thread (a class default: the C++ kernel reads it)
+
+
+_STATE = _State()
 _NATIVE_OPS: list[tuple[str, Any]] = []  # the C++ kernels' index -> (op name, spec)
 _NATIVE_INDEX: dict[str, int] = {}  # op name -> its index there
+_PLAIN_ENTRIES: list[Any] = []  # by that index: what the C++ kernel records itself (_plain_entry)
 
 
 def attach(recorder: Any) -> None:
@@ -103,6 +114,7 @@ def attach(recorder: Any) -> None:
         if not _LIBRARIES:
             _install()
         _ACTIVE.append(recorder)
+        _innermost_to_native()
 
 
 def detach(recorder: Any) -> None:
@@ -110,6 +122,7 @@ def detach(recorder: Any) -> None:
     with _LOCK:
         if recorder in _ACTIVE:
             _ACTIVE.remove(recorder)
+        _innermost_to_native()
         if not _ACTIVE:
             if _native is not None:
                 _native.set_handler(None)
@@ -120,6 +133,12 @@ def detach(recorder: Any) -> None:
             _LIBRARIES.clear()
             _INFERENCE.clear()
             INFERENCE_MODE.remove(_INFERENCE_USER)
+
+
+def _innermost_to_native() -> None:
+    """Hand the C++ kernel the innermost recording's plain path (see Recorder._native_state)."""
+    if _native is not None:
+        _native.set_recorder(_ACTIVE[-1]._native_state() if _ACTIVE else None)
 
 
 def installed() -> bool:
@@ -208,14 +227,40 @@ def _register_native(native: ModuleType, libraries: dict[str, Any], eager: bool,
             if index is None:
                 index = _NATIVE_INDEX[op_name] = len(_NATIVE_OPS)
                 _NATIVE_OPS.append((op_name, spec))
+                _PLAIN_ENTRIES.append(_plain_entry(op, op_name, spec))
             entries.setdefault(namespace, []).append((name if overload == "default" else f"{name}.{overload}", index))
-            if not eager and guard is None and spec is not _ops.WAIT:
-                # Python autograd kernels redispatch here: recording there spares the call a
-                # trip back into Python from C++ (see _redispatch)
+            if not eager and guard is None and spec is not _ops.WAIT and _PLAIN_ENTRIES[index] is None:
+                # a call the C++ kernel would hand to Python (all_to_all's splits, send/recv):
+                # recorded where a Python autograd kernel redispatches, it skips the trip back
+                # into Python from C++ (see _redispatch); the others cost less recorded in C++
                 op.redispatch = _redispatch(op, spec)
                 _REDISPATCHING.append(op)
+    native.set_ops(_PLAIN_ENTRIES)
     for namespace, ops in entries.items():
         libraries[namespace] = _NativeKernels(native, namespace, key, ops)
+
+
+_ARGUMENT: dict[str | None, int] = {None: -1, "return": -2}  # the C++ side's codes for a spec's inputs and outputs
+
+
+def _plain_entry(op: Any, op_name: str, spec: Any) -> tuple[str, str, str, int, int, int] | None:
+    """What the C++ kernel needs to record a call of ``op_name`` itself (see _native.cpp's
+    record_fast), or None where only the Python path reads the call right: point-to-point ops
+    (peers, pipelining tags), all_to_all's splits, calls that return done, groups not passed as
+    an argument, outputs that are not an argument or the op's one return."""
+    if not isinstance(spec, _ops.CollectiveSpec) or spec.is_p2p or spec.splits is not None or spec.returns_done:
+        return None
+    if type(spec.group) is not int or not (spec.inputs is None or type(spec.inputs) is int):
+        return None
+    outputs = spec.outputs
+    if isinstance(outputs, int):
+        outputs_at = outputs
+    elif outputs is None or (outputs == "return" and len(op._schema.returns) == 1):
+        outputs_at = _ARGUMENT[outputs]
+    else:
+        return None
+    inputs = spec.inputs if isinstance(spec.inputs, int) else _ARGUMENT[None]
+    return op_name, sys.intern(spec.op), sys.intern(spec.compat_key), inputs, outputs_at, spec.group
 
 
 def _native_call(index: int, args: tuple, kwargs: dict, call: Callable[..., Any]) -> Any:

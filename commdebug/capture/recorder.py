@@ -303,6 +303,18 @@ class Recorder(Stepping, Timekeeping, FlightViews, TorchDispatchMode):
         self._where = self._tracker.location()
         return self._collective(call, name, spec, args, kwargs)
 
+    def _native_state(self) -> tuple:
+        """What light capture's C++ kernel reads to record a call itself while this recording is
+        plain (``_light_on`` and ``_plain``, which it checks at every call): set when the
+        recording attaches (after ``_reset``), so every object here lives as long as the
+        recording. The kernel builds the event ``_record_collective`` builds, from the facts
+        this path worked out on the op's first call on its group (``_call_facts``, the
+        resolved group), and calls the functions below for the rest (commdebug/capture/_native.cpp)."""
+        trace, flight = self.trace, self._flight
+        return (self, self._tracker, self._tracker.where, self._groups._by_name, self._seq, self._call_facts, trace,
+                trace.add_collective, trace.add_event, flight.issued, flight.work_issued, flight.done, flight.failed, caller,
+                CollectiveEvent, _ops._DTYPE_NAMES, light_capture._STATE, self._t0, bool(self._record_source))
+
     def _moved(self) -> None:
         # tracker callback, several per module call: only note it; the next op syncs
         self._task = -2

@@ -192,6 +192,14 @@ class ModuleTracker(CallTracking):
             return (self._node_path()[-1], BACKWARD)
         return (self.bw_path[-1], BACKWARD)
 
+    def where(self) -> tuple[str, str, tuple[str, ...]]:
+        """(module fqn, phase, path) of a collective issued now: :meth:`location`, then
+        :meth:`path`, whose last module names a backward collective's module (light capture's
+        C++ kernel asks this once per collective)."""
+        fqn, phase = self.location()
+        path = self.path(phase)
+        return (path[-1] if phase == BACKWARD else fqn), phase, path
+
     def path(self, phase: str) -> tuple[str, ...]:
         """The current module and all its running ancestors, Global first, each once (after
         :meth:`location`, for the collective it located). In backward its last module names the
