@@ -18,8 +18,10 @@ worker thread (and no Flight Recorder): all a recording costs is on the calling 
 with nothing to overlap it.
 
 - bare: torch as it is, Flight Recorder on (torch's default: 2,000 entries);
-- light: ``CommDebugMode(light=True)``; light, Python kernels: the same without its C++ kernel
-  (what an install without a compiler gets);
+- light: ``CommDebugMode(light=True)``, whose C++ kernel records a plain call itself; light,
+  Python recording: the same kernel handing every call to the Python handler (what it does with
+  a call it does not record itself); light, Python kernels: without the C++ kernel (what an
+  install without a compiler gets);
 - light + issue log: with ``commdebug run``'s streamer writing each call as it is issued (one
   ``os.write`` of one line); light + mapped issue log: the same line copied into a file-backed
   mapping instead (the other way to keep a call from a kill, measured here for comparison);
@@ -102,6 +104,17 @@ def python_kernels() -> Any:
     return Fallback(light=True)
 
 
+def python_recording() -> Any:
+    """Light capture with its C++ kernel handing every call to the Python handler (what it does
+    for a call it does not record itself), for comparison."""
+
+    class Handed(CommDebugMode):
+        def _native_state(self) -> Any:
+            return None
+
+    return Handed(light=True)
+
+
 def with_stream(folder: Path) -> Callable[[Any], Callable[[], None]]:
     def setup(mode: Any) -> Callable[[], None]:
         # no background flush during the block: only the issue log's writes are measured
@@ -148,6 +161,7 @@ def variants(folder: Path) -> dict[str, Callable[[], Any] | None]:
     return {
         "bare": None,
         "light": lambda: Recording(lambda: CommDebugMode(light=True)),
+        "light, Python recording": lambda: Recording(python_recording),
         "light, Python kernels": lambda: Recording(python_kernels),
         "light + issue log": lambda: Recording(lambda: CommDebugMode(light=True), with_stream(folder)),
         "light + mapped issue log": lambda: Recording(lambda: CommDebugMode(light=True), with_mapping(folder)),

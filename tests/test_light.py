@@ -328,6 +328,55 @@ def test_a_collective_whose_backend_raises_is_recorded_failed_and_raises_unchang
         assert (sum(light._native.counts()) - before > 0) == in_cpp
 
 
+def test_a_recording_that_ends_while_another_thread_is_inside_a_collective_keeps_it(world):
+    """The C++ kernel runs the op without the GIL: the recording may end meanwhile (its context
+    exits on another thread). The call in progress finishes with the state it started with (no
+    crash, no use of what the ending released) and is in that recording's record; the next
+    recording starts clean."""
+    import threading
+
+    entered, release = threading.Event(), threading.Event()
+
+    def slow(tensors, *args):  # the backend, blocked until the recording has ended
+        entered.set()
+        assert release.wait(DEADLINE_S)
+        done = torch.futures.Future()
+        done.set_result(tensors)
+        return tensors, torch._C._distributed_c10d._create_work_from_future(done).boxed()
+
+    errors: list[BaseException] = []
+    comm = CommDebugMode(light=True)
+    comm.__enter__()
+    dist.all_reduce(torch.ones(2))  # the op's first call on the group: worked out by Python
+    backend = torch.library.Library("c10d", "IMPL")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # replacing torch's kernel warns
+        backend.impl("allreduce_", slow, "CPU")
+
+    def issue() -> None:
+        try:
+            dist.all_reduce(torch.ones(3))
+        except BaseException as e:  # noqa: BLE001  (reported below)
+            errors.append(e)
+
+    thread = threading.Thread(target=issue)
+    try:
+        thread.start()
+        assert entered.wait(DEADLINE_S), "the collective never reached the backend"
+        comm.__exit__(None, None, None)  # the recording ends while the call runs
+        release.set()
+        thread.join(DEADLINE_S)
+        assert not thread.is_alive()
+    finally:
+        release.set()
+        backend._destroy()
+    assert errors == []
+    assert [e.size_bytes for e in comm.trace.events] == [8, 12]
+    with CommDebugMode(light=True) as after:
+        dist.all_reduce(torch.ones(4))
+    assert [e.size_bytes for e in after.trace.events] == [16]
+
+
 class _Many(torch.nn.Module):
     def forward(self, *args, scale=1.0, **named):
         dist.all_reduce(args[0])

@@ -202,12 +202,15 @@ struct FastOp {
 constexpr int NONE = -1, RETURN = -2;
 
 struct Fast {
-    PyObject *recorder = nullptr;  // null: no recording takes calls here
-    PyObject *tracker, *where, *groups, *seqs, *facts, *trace, *add_collective, *add_event;
+    PyObject *owner = nullptr;  // the state tuple set_recorder got: it holds every object below
+    PyObject *recorder, *tracker, *where, *groups, *seqs, *facts, *trace, *add_collective, *add_event;
     PyObject *issued, *issued_work, *done, *failed, *caller, *event_type, *dtype_names, *state;
     double t0 = 0;
     bool record_source = false;
-} fast;
+};
+/* The innermost light recording's state (owner null: none). A call takes its own reference to
+ * the owner for as long as it runs: another thread may end the recording meanwhile. */
+Fast current;
 std::vector<FastOp> fast_ops;  // by kernel index; name null: the handler records it
 std::vector<unsigned long long> recorded_here;  // by kernel index: calls record_fast recorded (for tests)
 c10::ClassTypePtr work_type;
@@ -217,11 +220,7 @@ PyObject *s_light_on, *s_plain, *s_step, *s_events_total, *s_unit, *s_size, *s_l
     *s_listeners, *s_inside, *zero, *one;
 
 void clear_fast() {
-    PyObject **held[] = {&fast.recorder, &fast.tracker, &fast.where, &fast.groups, &fast.seqs, &fast.facts, &fast.trace,
-                         &fast.add_collective, &fast.add_event, &fast.issued, &fast.issued_work, &fast.done, &fast.failed,
-                         &fast.caller, &fast.event_type, &fast.dtype_names, &fast.state};
-    for (PyObject **p : held)
-        Py_CLEAR(*p);
+    Py_CLEAR(current.owner);
 }
 
 /* owner.name is true (an attribute that is missing or fails reads false). */
@@ -275,7 +274,7 @@ struct Sized {
     }
 };
 
-bool sized(const std::vector<at::Tensor> &tensors, Sized &out) {
+bool sized(const Fast &fast, const std::vector<at::Tensor> &tensors, Sized &out) {
     out.shapes = PyTuple_New(static_cast<Py_ssize_t>(tensors.size()));
     if (out.shapes == nullptr)
         return false;
@@ -333,7 +332,7 @@ double seconds_now() {
 }
 
 /* Call each of the recorder's listeners in `list_name` with the event. */
-bool tell(PyObject *list_name, PyObject *event) {
+bool tell(const Fast &fast, PyObject *list_name, PyObject *event) {
     PyObject *listeners = PyObject_GetAttr(fast.recorder, list_name);
     if (listeners == nullptr)
         return false;
@@ -365,15 +364,15 @@ struct Located {
 
 /* Count the collective and keep its event (the Python path's _record_collective): a new
  * reference, or null with a Python error. */
-PyObject *record(const FastOp &spec, Located &at, const std::vector<at::Tensor> &inputs, const std::vector<at::Tensor> *outputs) {
+PyObject *record(const Fast &fast, const FastOp &spec, Located &at, const std::vector<at::Tensor> &inputs, const std::vector<at::Tensor> *outputs) {
     Sized in, out;
-    if (!sized(inputs, in))
+    if (!sized(fast, inputs, in))
         return nullptr;
     if (outputs == nullptr) {
         out.bytes = in.bytes;
         out.shapes = Py_NewRef(in.shapes);
         out.dtype = Py_NewRef(in.dtype);
-    } else if (!sized(*outputs, out)) {
+    } else if (!sized(fast, *outputs, out)) {
         return nullptr;
     }
     PyObject *dtype = in.dtype != Py_None ? in.dtype : out.dtype;
@@ -414,7 +413,7 @@ PyObject *record(const FastOp &spec, Located &at, const std::vector<at::Tensor> 
             kept = PyObject_CallOneArg(fast.add_event, event);
         }
     }
-    if (kept == nullptr || !tell(s_issue_listeners, event))
+    if (kept == nullptr || !tell(fast, s_issue_listeners, event))
         Py_CLEAR(event);
     Py_XDECREF(kept);
     Py_XDECREF(unit);
@@ -429,7 +428,7 @@ PyObject *record(const FastOp &spec, Located &at, const std::vector<at::Tensor> 
 }
 
 /* The collective joins the ones in flight: its Work where it returned one, else its result. */
-bool in_flight(PyObject *event, const FastOp &spec, const Located &at, const c10::OperatorHandle &op, const torch::jit::Stack &stack,
+bool in_flight(const Fast &fast, PyObject *event, const FastOp &spec, const Located &at, const c10::OperatorHandle &op, const torch::jit::Stack &stack,
                size_t base) {
     size_t count = op.schema().returns().size();
     PyObject *index = PyTuple_GET_ITEM(event, 0), *result = nullptr;
@@ -470,10 +469,10 @@ bool in_flight(PyObject *event, const FastOp &spec, const Located &at, const c10
 
 /* The call raised `error`: recorded (if it was not yet) and marked failed; errors here are
  * dropped, so that the program gets the call's own. Takes `event`. */
-void failed(const FastOp &spec, Located &at, const std::vector<at::Tensor> &inputs, const std::vector<at::Tensor> &outputs, PyObject *event,
+void failed(const Fast &fast, const FastOp &spec, Located &at, const std::vector<at::Tensor> &inputs, const std::vector<at::Tensor> &outputs, PyObject *event,
             PyObject *error) {
     if (event == nullptr)
-        event = record(spec, at, inputs, &outputs);
+        event = record(fast, spec, at, inputs, &outputs);
     if (event != nullptr) {
         PyObject *args[] = {PyTuple_GET_ITEM(event, 0), error ? error : Py_None};
         Py_XDECREF(PyObject_Vectorcall(fast.failed, args, 2, nullptr));
@@ -485,7 +484,7 @@ void failed(const FastOp &spec, Located &at, const std::vector<at::Tensor> &inpu
 enum class Fasted { taken, declined };
 
 /* Record and run one call here, or decline (nothing recorded, nothing run). */
-Fasted record_fast(const FastOp &spec, const c10::OperatorHandle &op, c10::DispatchKeySet below, bool autograd, torch::jit::Stack *stack) {
+Fasted record_fast(const Fast &fast, const FastOp &spec, const c10::OperatorHandle &op, c10::DispatchKeySet below, bool autograd, torch::jit::Stack *stack) {
     if (!flag(fast.recorder, s_light_on) || !flag(fast.recorder, s_plain) || flag(fast.state, s_inside))
         return Fasted::declined;
     const auto &arguments = op.schema().arguments();
@@ -541,7 +540,7 @@ Fasted record_fast(const FastOp &spec, const c10::OperatorHandle &op, c10::Dispa
     bool before = spec.outputs != RETURN;  // every tensor it reads is an argument: recorded before it runs
     PyObject *event = nullptr;
     if (before) {
-        event = record(spec, at, inputs, spec.outputs == spec.inputs ? nullptr : &outputs);
+        event = record(fast, spec, at, inputs, spec.outputs == spec.inputs ? nullptr : &outputs);
         if (event == nullptr)
             throw python_error();
     }
@@ -549,7 +548,7 @@ Fasted record_fast(const FastOp &spec, const c10::OperatorHandle &op, c10::Dispa
         py::gil_scoped_release released;  // a collective may block: the watchdog and the streamer run meanwhile
         redispatch(op, below, autograd, stack);
     } catch (py::error_already_set &error) {  // a Python kernel below ours raised (its error is read, not taken)
-        failed(spec, at, inputs, outputs, event, error.value().ptr());
+        failed(fast, spec, at, inputs, outputs, event, error.value().ptr());
         throw;
     } catch (...) {
         std::exception_ptr error = std::current_exception();
@@ -557,7 +556,7 @@ Fasted record_fast(const FastOp &spec, const c10::OperatorHandle &op, c10::Dispa
         PyObject *type, *value, *traceback;
         PyErr_Fetch(&type, &value, &traceback);
         PyErr_NormalizeException(&type, &value, &traceback);
-        failed(spec, at, inputs, outputs, event, value);
+        failed(fast, spec, at, inputs, outputs, event, value);
         Py_XDECREF(type);
         Py_XDECREF(value);
         Py_XDECREF(traceback);
@@ -567,11 +566,11 @@ Fasted record_fast(const FastOp &spec, const c10::OperatorHandle &op, c10::Dispa
         size_t count = op.schema().returns().size();
         std::vector<at::Tensor> produced;
         flatten((*stack)[stack->size() - count], produced);  // one return (set_ops takes no other)
-        event = record(spec, at, inputs, &produced);
+        event = record(fast, spec, at, inputs, &produced);
         if (event == nullptr)
             throw python_error();
     }
-    bool ok = in_flight(event, spec, at, op, *stack, base) && tell(s_listeners, event);
+    bool ok = in_flight(fast, event, spec, at, op, *stack, base) && tell(fast, s_listeners, event);
     Py_DECREF(event);
     if (!ok)
         throw python_error();
@@ -604,10 +603,17 @@ struct Kernel final : c10::OperatorKernel {
         struct Outside {
             ~Outside() { inside = false; }
         } outside;
-        if (fast.recorder != nullptr && static_cast<size_t>(index) < fast_ops.size() && fast_ops[index].name != nullptr &&
-            record_fast(fast_ops[index], op, below, autograd, stack) == Fasted::taken) {
-            recorded_here[index]++;
-            return;
+        if (current.owner != nullptr && static_cast<size_t>(index) < fast_ops.size() && fast_ops[index].name != nullptr) {
+            // copies: while the op runs (without the GIL) another thread may end the recording,
+            // or register the kernels again (set_ops); the op's names live in light.py's table
+            Fast fast = current;
+            FastOp spec = fast_ops[index];
+            py::object owner = py::reinterpret_borrow<py::object>(fast.owner);
+            if (record_fast(fast, spec, op, below, autograd, stack) == Fasted::taken) {
+                if (static_cast<size_t>(index) < recorded_here.size())
+                    recorded_here[index]++;
+                return;
+            }
         }
         const auto &arguments = op.schema().arguments();
         size_t base = stack->size() - arguments.size();
@@ -925,15 +931,11 @@ PyObject *set_recorder(PyObject *, PyObject *arg) {
         PyErr_SetString(PyExc_TypeError, "set_recorder: the event type must be a tuple type");
         return nullptr;
     }
-    clear_fast();
-    PyObject **held[] = {&next.recorder, &next.tracker, &next.where, &next.groups, &next.seqs, &next.facts, &next.trace,
-                         &next.add_collective, &next.add_event, &next.issued, &next.issued_work, &next.done, &next.failed,
-                         &next.caller, &next.event_type, &next.dtype_names, &next.state};
-    for (PyObject **p : held)
-        Py_INCREF(*p);
     next.record_source = record_source != 0;
-    fast = next;
-    next.recorder = nullptr;  // owned by `fast` now
+    next.owner = Py_NewRef(arg);  // a tuple: the objects parsed above stay alive with it
+    PyObject *old = current.owner;
+    current = next;
+    Py_XDECREF(old);
     Py_RETURN_NONE;
 }
 
