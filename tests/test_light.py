@@ -328,6 +328,38 @@ def test_a_collective_whose_backend_raises_is_recorded_failed_and_raises_unchang
         assert (sum(light._native.counts()) - before > 0) == in_cpp
 
 
+@pytest.mark.parametrize("in_cpp", [True, False])
+def test_a_call_not_waited_for_shows_in_flight_until_its_wait(world, monkeypatch, in_cpp):
+    """What `watch` and `check` read at a hang: a functional collective and an eager one issued
+    with ``async_op=True`` are in flight until the program waits for them, whichever side
+    recorded them (the C++ kernel tracks the eager one by its Work's address and the functional
+    one by its output's storage, as the waits find them)."""
+    import torch.distributed._functional_collectives as funcol
+
+    from commdebug.capture import light
+
+    if in_cpp and light._native is None:
+        pytest.skip("commdebug.capture._native is not built here")
+    if not in_cpp:
+        _without_cpp_recording(monkeypatch)
+    group = dist.group.WORLD
+    before = sum(light._native.counts()) if light._native is not None else 0
+    with CommDebugMode(light=True) as comm:
+        funcol.all_reduce(torch.ones(2), "sum", group).wait()  # first calls: worked out by Python
+        dist.all_reduce(torch.ones(2), async_op=True).wait()
+        pending = funcol.all_reduce(torch.ones(3), "sum", group)
+        work = dist.all_reduce(torch.ones(4), async_op=True)
+        stuck = sorted((e.op, e.aten_op, e.size_bytes) for e, _ in comm.in_flight())
+        pending.wait()
+        half = [e.size_bytes for e, _ in comm.in_flight()]
+        work.wait()
+        assert comm.in_flight() == []
+    assert stuck == [("all_reduce", "_c10d_functional.all_reduce.default", 12), ("all_reduce", "c10d.allreduce_.default", 16)]
+    assert half == [16]
+    if light._native is not None:
+        assert sum(light._native.counts()) - before == (2 if in_cpp else 0)
+
+
 def test_a_recording_that_ends_while_another_thread_is_inside_a_collective_keeps_it(world):
     """The C++ kernel runs the op without the GIL: the recording may end meanwhile (its context
     exits on another thread). The call in progress finishes with the state it started with (no

@@ -181,6 +181,33 @@ PyObject *work_key(PyObject *, PyObject *obj) {
     END_HANDLE_TH_ERRORS
 }
 
+/* A tensor's key in the in-flight table (inflight.py's _storage_key): its storage's address,
+ * or the Python tensor's id where it has none. New reference. */
+PyObject *storage_key_of(const at::Tensor &t, PyObject *python) {
+    void *data = nullptr;
+    if (t.has_storage())
+        data = t.storage().data_ptr().get();
+    if (data != nullptr)
+        return PyLong_FromVoidPtr(data);
+    if (python != nullptr)
+        return PyLong_FromVoidPtr(python);
+    PyObject *wrapped = THPVariable_Wrap(t);
+    PyObject *key = wrapped ? PyLong_FromVoidPtr(wrapped) : nullptr;
+    Py_XDECREF(wrapped);  // the tensor keeps its Python object alive while it is waited for
+    return key;
+}
+
+/* storage_key(tensor): what a wait on it finds in the in-flight table. */
+PyObject *storage_key(PyObject *, PyObject *obj) {
+    if (!THPVariable_Check(obj)) {
+        PyErr_SetString(PyExc_TypeError, "storage_key(tensor)");
+        return nullptr;
+    }
+    HANDLE_TH_ERRORS
+    return storage_key_of(THPVariable_Unpack(obj), obj);
+    END_HANDLE_TH_ERRORS
+}
+
 /* The plain recording, in C++ (set_recorder, set_ops): a collective of the innermost light
  * recording while it records everything as it comes (no filter, no timer, no NVTX range:
  * Recorder._plain) is recorded here without the handler: the same event the Python path builds
@@ -204,7 +231,7 @@ constexpr int NONE = -1, RETURN = -2;
 struct Fast {
     PyObject *owner = nullptr;  // the state tuple set_recorder got: it holds every object below
     PyObject *recorder, *tracker, *where, *groups, *seqs, *facts, *trace, *add_collective, *add_event;
-    PyObject *issued, *issued_work, *done, *failed, *caller, *event_type, *dtype_names, *state;
+    PyObject *issued, *tensor_issued, *issued_work, *done, *failed, *caller, *event_type, *dtype_names, *state;
     double t0 = 0;
     bool record_source = false;
 };
@@ -427,9 +454,11 @@ PyObject *record(const Fast &fast, const FastOp &spec, Located &at, const std::v
     return event;
 }
 
-/* The collective joins the ones in flight: its Work where it returned one, else its result. */
+/* The collective joins the ones in flight (inflight.py's InFlight.issued, by case): its Work
+ * where it returned one, else its one output tensor, else its result. `output` is the
+ * argument its spec names as its output, taken before the op ran (None: none or its return). */
 bool in_flight(const Fast &fast, PyObject *event, const FastOp &spec, const Located &at, const c10::OperatorHandle &op, const torch::jit::Stack &stack,
-               size_t base) {
+               const c10::IValue &output) {
     size_t count = op.schema().returns().size();
     PyObject *index = PyTuple_GET_ITEM(event, 0), *result = nullptr;
     for (size_t i = count; i-- > 0;) {
@@ -453,12 +482,22 @@ bool in_flight(const Fast &fast, PyObject *event, const FastOp &spec, const Loca
             return result != nullptr;
         }
     }
+    // a tensor returned (a functional collective's output): tracked by the output's storage,
+    // which is what a wait finds
+    const c10::IValue &returned = stack.back();
+    const c10::IValue &target = spec.outputs >= 0 ? output : returned;
+    if (count == 1 && returned.isTensor() && target.isTensor()) {
+        PyObject *key = storage_key_of(target.toTensor(), nullptr);
+        if (key != nullptr) {
+            PyObject *args[] = {index, at.gname, at.seq, key};
+            result = PyObject_Vectorcall(fast.tensor_issued, args, 4, nullptr);
+            Py_DECREF(key);
+        }
+        Py_XDECREF(result);
+        return result != nullptr;
+    }
     PyObject *out = results(stack, count);
-    PyObject *outputs = nullptr;
-    if (spec.outputs == RETURN || spec.outputs == NONE)
-        outputs = spec.outputs == RETURN ? Py_NewRef(out) : Py_NewRef(Py_None);
-    else
-        outputs = torch::jit::toPyObject(stack[base + spec.outputs]).release().ptr();
+    PyObject *outputs = spec.outputs >= 0 ? torch::jit::toPyObject(output).release().ptr() : Py_NewRef(spec.outputs == RETURN ? out : Py_None);
     PyObject *args[] = {index, at.gname, at.seq, out, outputs};
     result = PyObject_Vectorcall(fast.issued, args, 5, nullptr);
     Py_DECREF(outputs);
@@ -538,6 +577,7 @@ Fasted record_fast(const Fast &fast, const FastOp &spec, const c10::OperatorHand
     }
     Py_DECREF(next);
     bool before = spec.outputs != RETURN;  // every tensor it reads is an argument: recorded before it runs
+    c10::IValue output = spec.outputs >= 0 ? (*stack)[base + spec.outputs] : c10::IValue();  // the op takes its arguments
     PyObject *event = nullptr;
     if (before) {
         event = record(fast, spec, at, inputs, spec.outputs == spec.inputs ? nullptr : &outputs);
@@ -570,7 +610,7 @@ Fasted record_fast(const Fast &fast, const FastOp &spec, const c10::OperatorHand
         if (event == nullptr)
             throw python_error();
     }
-    bool ok = in_flight(fast, event, spec, at, op, *stack, base) && tell(fast, s_listeners, event);
+    bool ok = in_flight(fast, event, spec, at, op, *stack, output) && tell(fast, s_listeners, event);
     Py_DECREF(event);
     if (!ok)
         throw python_error();
@@ -922,9 +962,9 @@ PyObject *set_recorder(PyObject *, PyObject *arg) {
     }
     Fast next;
     int record_source = 0;
-    if (!PyArg_ParseTuple(arg, "OOOO!O!O!OOOOOOOOOOOdp:set_recorder", &next.recorder, &next.tracker, &next.where, &PyDict_Type,
+    if (!PyArg_ParseTuple(arg, "OOOO!O!O!OOOOOOOOOOOOdp:set_recorder", &next.recorder, &next.tracker, &next.where, &PyDict_Type,
                           &next.groups, &PyDict_Type, &next.seqs, &PyDict_Type, &next.facts, &next.trace, &next.add_collective,
-                          &next.add_event, &next.issued, &next.issued_work, &next.done, &next.failed, &next.caller,
+                          &next.add_event, &next.issued, &next.tensor_issued, &next.issued_work, &next.done, &next.failed, &next.caller,
                           &next.event_type, &next.dtype_names, &next.state, &next.t0, &record_source))
         return nullptr;
     if (!PyType_Check(next.event_type) || !PyType_IsSubtype(reinterpret_cast<PyTypeObject *>(next.event_type), &PyTuple_Type)) {
@@ -1008,6 +1048,7 @@ PyMethodDef methods[] = {
     {"set_recorder", set_recorder, METH_O,
      "set_recorder(state or None): the innermost light recording's plain path, recorded in C++ (see\n"
      "Recorder._native_state); None: every call goes to the handler."},
+    {"storage_key", storage_key, METH_O, "storage_key(tensor) -> int: its storage's address, or its id without one (the in-flight table's key)."},
     {"work_key", work_key, METH_O, "work_key(work) -> int: the address of a Python c10d Work's Work (the in-flight table's key)."},
     {"counts", counts, METH_NOARGS,
      "counts() -> [n, ...]: by kernel index, the calls the kernel recorded itself (for tests)."},

@@ -79,12 +79,8 @@ class InFlight:
         target = outputs if outputs is not None else out
         if isinstance(out, torch.Tensor):  # a functional collective's output: no Work to find
             if isinstance(target, torch.Tensor):
-                key = _storage_key(target)
-                by_storage = self._by_storage
-                earlier = by_storage.get(key)
-                by_storage[key] = (index, time.monotonic(), group, seq, None, (key,))
-                if earlier is not None:  # its storage was freed and reused before its wait
-                    self._keep(earlier)
+                self.tensor_issued(index, group, seq, _storage_key(target))
+                return
             else:
                 self._keep((index, time.monotonic(), group, seq, None, tuple(_storage_key(t) for t in tensors(target))))
         else:
@@ -97,6 +93,17 @@ class InFlight:
                 return
             self._keep((index, time.monotonic(), group, seq, None, tuple(_storage_key(t) for t in tensors(target))))
         self._bound()
+
+    def tensor_issued(self, index: int, group: str, seq: int | None, key: int) -> None:
+        """A functional collective issued, whose one output's wait ``key`` names
+        (:func:`_storage_key`)."""
+        by_storage = self._by_storage
+        earlier = by_storage.get(key)
+        by_storage[key] = (index, time.monotonic(), group, seq, None, (key,))
+        if earlier is not None:  # its storage was freed and reused before its wait
+            self._keep(earlier)
+        if len(by_storage) + len(self._by_work) > self._scan_at:
+            self._bound()
 
     def work_issued(self, index: int, group: str, seq: int | None, key: int, work: Any) -> None:
         """An eager collective returned ``work`` (a Work, or light capture's C++ kernel's
@@ -250,6 +257,8 @@ def _storage_key(t: torch.Tensor) -> int:
     """What a wait on ``t`` or on any view of it finds: its storage (as c10d's work registry
     does); the tensor itself where there is no real storage (meta and fake tensors)."""
     if type(t) is torch.Tensor:  # the common case, first
+        if _native_storage_key is not None:
+            return _native_storage_key(t)  # the same, without making the storage's Python object
         try:
             return t.untyped_storage().data_ptr() or id(t)
         except Exception:
@@ -285,22 +294,17 @@ def _describe(error: BaseException) -> str:
 SYNCED = object()
 
 
-def _first_work_key(work: Any) -> int:
-    """What the in-flight table keys a Work by: the address of its c10d Work where light
-    capture's C++ kernel is built (its calls are tracked by that, with no Python Work made), the
-    Python object's id elsewhere. Either way the Python Work a wait gets gives the key of its
-    call. Decided at the first call (the extension needs torch imported first)."""
-    global _work_key
-    try:
-        from commdebug.capture import _native
-    except ImportError:
-        _work_key = id
-    else:
-        _work_key = _native.work_key
-    return _work_key(work)
-
-
-_work_key: Callable[[Any], int] = _first_work_key
+# What the in-flight table keys a Work by (_work_key) and a tensor's storage by (_storage_key)
+# where light capture's C++ extension is built: the address of a Python Work's c10d Work (its
+# kernel tracks a call by that, with no Python Work made), and a storage's address without
+# making the storage's Python object. Elsewhere the Python Work's id, and the storage object.
+# Either way the Python Work a wait gets, or the tensor it waits on, gives its call's key.
+_work_key: Callable[[Any], int]
+_native_storage_key: Callable[[torch.Tensor], int] | None
+try:
+    from commdebug.capture._native import storage_key as _native_storage_key, work_key as _work_key
+except ImportError:
+    _work_key, _native_storage_key = id, None
 
 
 def _unbox(item: Any) -> Any:

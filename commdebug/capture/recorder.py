@@ -312,7 +312,7 @@ class Recorder(Stepping, Timekeeping, FlightViews, TorchDispatchMode):
         resolved group), and calls the functions below for the rest (commdebug/capture/_native.cpp)."""
         trace, flight = self.trace, self._flight
         return (self, self._tracker, self._tracker.where, self._groups._by_name, self._seq, self._call_facts, trace,
-                trace.add_collective, trace.add_event, flight.issued, flight.work_issued, flight.done, flight.failed, caller,
+                trace.add_collective, trace.add_event, flight.issued, flight.tensor_issued, flight.work_issued, flight.done, flight.failed, caller,
                 CollectiveEvent, _ops._DTYPE_NAMES, light_capture._STATE, self._t0, bool(self._record_source))
 
     def _moved(self) -> None:
