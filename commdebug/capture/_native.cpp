@@ -9,7 +9,9 @@
  * the recorder reads: the tensors, the plain values, the group's name in place of its
  * ProcessGroup (other script objects as None), and a `call` object that runs the op on the
  * keys below ours. The recorder's Python code (light.py's _native_call, then the Recorder's
- * _light_call) stays the one place that decides what is recorded.
+ * _light_call) stays the one place that decides what is recorded: while a recording is plain,
+ * this kernel records a call itself only from what that code worked out on the op's first call
+ * on its group (record_fast, below), and declines anything else before recording it.
  *
  * What the kernel decides itself, before any Python runs: a call on this thread while one is
  * being recorded, a call on meta tensors (tracing), a call whose keys below ours are empty, and
@@ -36,6 +38,7 @@
 #include <torch/library.h>
 
 #include <exception>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -454,32 +457,29 @@ PyObject *record(const Fast &fast, const FastOp &spec, Located &at, const std::v
     return event;
 }
 
+/* fn(*args), its result dropped: false with a Python error set where it raised. */
+bool call(PyObject *fn, std::initializer_list<PyObject *> args) {
+    PyObject *result = PyObject_Vectorcall(fn, const_cast<PyObject **>(args.begin()), args.size(), nullptr);
+    Py_XDECREF(result);
+    return result != nullptr;
+}
+
 /* The collective joins the ones in flight (inflight.py's InFlight.issued, by case): its Work
  * where it returned one, else its one output tensor, else its result. `output` is the
  * argument its spec names as its output, taken before the op ran (None: none or its return). */
 bool in_flight(const Fast &fast, PyObject *event, const FastOp &spec, const Located &at, const c10::OperatorHandle &op, const torch::jit::Stack &stack,
                const c10::IValue &output) {
     size_t count = op.schema().returns().size();
-    PyObject *index = PyTuple_GET_ITEM(event, 0), *result = nullptr;
+    PyObject *index = PyTuple_GET_ITEM(event, 0);
     for (size_t i = count; i-- > 0;) {
         const c10::IValue &value = stack[stack.size() - count + i];
         if (value.isCustomClass() && work_type && value.toObjectRef().type() == work_type) {
             auto work = value.toCustomClass<c10d::Work>();
-            if (!work) {  // an empty Work: the backend finished the call before returning (NCCL)
-                PyObject *args[] = {at.gname, at.seq};
-                result = PyObject_Vectorcall(fast.done, args, 2, nullptr);
-            } else {
-                PyObject *key = PyLong_FromVoidPtr(work.get());
-                PyObject *held = key ? hold(work) : nullptr;
-                if (held != nullptr) {
-                    PyObject *args[] = {index, at.gname, at.seq, key, held};
-                    result = PyObject_Vectorcall(fast.issued_work, args, 5, nullptr);
-                }
-                Py_XDECREF(held);
-                Py_XDECREF(key);
-            }
-            Py_XDECREF(result);
-            return result != nullptr;
+            if (!work)  // an empty Work: the backend finished the call before returning (NCCL)
+                return call(fast.done, {at.gname, at.seq});
+            py::object key = py::reinterpret_steal<py::object>(PyLong_FromVoidPtr(work.get()));
+            py::object held = py::reinterpret_steal<py::object>(key ? hold(work) : nullptr);
+            return held && call(fast.issued_work, {index, at.gname, at.seq, key.ptr(), held.ptr()});
         }
     }
     // a tensor returned (a functional collective's output): tracked by the output's storage,
@@ -487,23 +487,12 @@ bool in_flight(const Fast &fast, PyObject *event, const FastOp &spec, const Loca
     const c10::IValue &returned = stack.back();
     const c10::IValue &target = spec.outputs >= 0 ? output : returned;
     if (count == 1 && returned.isTensor() && target.isTensor()) {
-        PyObject *key = storage_key_of(target.toTensor(), nullptr);
-        if (key != nullptr) {
-            PyObject *args[] = {index, at.gname, at.seq, key};
-            result = PyObject_Vectorcall(fast.tensor_issued, args, 4, nullptr);
-            Py_DECREF(key);
-        }
-        Py_XDECREF(result);
-        return result != nullptr;
+        py::object key = py::reinterpret_steal<py::object>(storage_key_of(target.toTensor(), nullptr));
+        return key && call(fast.tensor_issued, {index, at.gname, at.seq, key.ptr()});
     }
-    PyObject *out = results(stack, count);
-    PyObject *outputs = spec.outputs >= 0 ? torch::jit::toPyObject(output).release().ptr() : Py_NewRef(spec.outputs == RETURN ? out : Py_None);
-    PyObject *args[] = {index, at.gname, at.seq, out, outputs};
-    result = PyObject_Vectorcall(fast.issued, args, 5, nullptr);
-    Py_DECREF(outputs);
-    Py_DECREF(out);
-    Py_XDECREF(result);
-    return result != nullptr;
+    py::object out = py::reinterpret_steal<py::object>(results(stack, count));
+    py::object outputs = spec.outputs >= 0 ? torch::jit::toPyObject(output) : py::reinterpret_borrow<py::object>(spec.outputs == RETURN ? out.ptr() : Py_None);
+    return call(fast.issued, {index, at.gname, at.seq, out.ptr(), outputs.ptr()});
 }
 
 /* The call raised `error`: recorded (if it was not yet) and marked failed; errors here are
@@ -513,8 +502,7 @@ void failed(const Fast &fast, const FastOp &spec, Located &at, const std::vector
     if (event == nullptr)
         event = record(fast, spec, at, inputs, &outputs);
     if (event != nullptr) {
-        PyObject *args[] = {PyTuple_GET_ITEM(event, 0), error ? error : Py_None};
-        Py_XDECREF(PyObject_Vectorcall(fast.failed, args, 2, nullptr));
+        call(fast.failed, {PyTuple_GET_ITEM(event, 0), error ? error : Py_None});
         Py_DECREF(event);
     }
     PyErr_Clear();
@@ -1062,52 +1050,55 @@ PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", "Light capture's kernel 
 
 }  // namespace
 
+/* A static type made ready with its size, its own slots (set before) and its doc. */
+static bool ready(PyTypeObject &type, Py_ssize_t size, const char *doc) {
+    type.tp_basicsize = size;
+    type.tp_flags |= Py_TPFLAGS_DEFAULT;
+    type.tp_doc = doc;
+    return PyType_Ready(&type) == 0;
+}
+
 PyMODINIT_FUNC PyInit__native(void) {
-    CallType.tp_basicsize = sizeof(Call);
-    CallType.tp_flags = Py_TPFLAGS_DEFAULT;
     CallType.tp_call = call_run;
-    CallType.tp_doc = "A collective's call, run once by light capture's handler.";
-    if (PyType_Ready(&CallType) < 0)
-        return nullptr;
-    HeldWorkType.tp_basicsize = sizeof(HeldWork);
-    HeldWorkType.tp_flags = Py_TPFLAGS_DEFAULT;
     HeldWorkType.tp_dealloc = held_dealloc;
     HeldWorkType.tp_methods = held_methods;
-    HeldWorkType.tp_doc = "A c10d Work held for the in-flight table (is_completed only).";
-    if (PyType_Ready(&HeldWorkType) < 0)
-        return nullptr;
-    ModuleCallsType.tp_basicsize = sizeof(ModuleCalls);
-    ModuleCallsType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL;
+    ModuleCallsType.tp_flags = Py_TPFLAGS_HAVE_VECTORCALL;
     ModuleCallsType.tp_vectorcall_offset = offsetof(ModuleCalls, vectorcall);
     ModuleCallsType.tp_call = PyVectorcall_Call;
     ModuleCallsType.tp_new = module_calls_new;
     ModuleCallsType.tp_dealloc = module_calls_dealloc;
-    ModuleCallsType.tp_doc = "ModuleCalls(original, users, fallback, log_cap): light steps' Module.__call__, called as (mod, args, kwargs).";
-    if (PyType_Ready(&ModuleCallsType) < 0)
+    if (!ready(CallType, sizeof(Call), "A collective's call, run once by light capture's handler.") ||
+        !ready(HeldWorkType, sizeof(HeldWork), "A c10d Work held for the in-flight table (is_completed only).") ||
+        !ready(ModuleCallsType, sizeof(ModuleCalls),
+               "ModuleCalls(original, users, fallback, log_cap): light steps' Module.__call__, called as (mod, args, kwargs)."))
         return nullptr;
-    s_known = PyUnicode_InternFromString("_known");
-    s_paths = PyUnicode_InternFromString("paths");
-    s_stack = PyUnicode_InternFromString("stack");
-    s_ranges = PyUnicode_InternFromString("_ranges");
-    s_log = PyUnicode_InternFromString("log");
-    s_forwards = PyUnicode_InternFromString("forwards");
     one = PyLong_FromLong(1);
     zero = PyLong_FromLong(0);
-    s_light_on = PyUnicode_InternFromString("_light_on");
-    s_plain = PyUnicode_InternFromString("_plain");
-    s_step = PyUnicode_InternFromString("step");
-    s_events_total = PyUnicode_InternFromString("events_total");
-    s_unit = PyUnicode_InternFromString("unit");
-    s_size = PyUnicode_InternFromString("size");
-    s_last_dtensor = PyUnicode_InternFromString("_last_dtensor");
-    s_issue_listeners = PyUnicode_InternFromString("issue_listeners");
-    s_listeners = PyUnicode_InternFromString("_listeners");
-    s_inside = PyUnicode_InternFromString("inside");
-    if (!zero || !s_light_on || !s_plain || !s_step || !s_events_total || !s_unit || !s_size || !s_last_dtensor ||
-        !s_issue_listeners || !s_listeners || !s_inside)
+    if (!one || !zero)
         return nullptr;
-    if (!s_known || !s_paths || !s_stack || !s_ranges || !s_log || !s_forwards || !one)
-        return nullptr;
+    struct {
+        PyObject **name;
+        const char *text;
+    } names[] = {
+        {&s_known, "_known"},
+        {&s_paths, "paths"},
+        {&s_stack, "stack"},
+        {&s_ranges, "_ranges"},
+        {&s_log, "log"},
+        {&s_forwards, "forwards"},
+        {&s_light_on, "_light_on"},
+        {&s_plain, "_plain"},
+        {&s_step, "step"},
+        {&s_events_total, "events_total"},
+        {&s_unit, "unit"},
+        {&s_size, "size"},
+        {&s_last_dtensor, "_last_dtensor"},
+        {&s_issue_listeners, "issue_listeners"},
+        {&s_listeners, "_listeners"},
+        {&s_inside, "inside"}};
+    for (auto &entry : names)
+        if ((*entry.name = PyUnicode_InternFromString(entry.text)) == nullptr)
+            return nullptr;
     try {
         process_group_type = c10::getCustomClassType<c10::intrusive_ptr<c10d::ProcessGroup>>();
     } catch (...) {  // a torch without c10d: no group to name
