@@ -141,9 +141,11 @@ def test_environment_variables_record_an_unchanged_launch_line_and_survive_sigte
 
 
 @pytest.mark.timeout(DEADLINE_S + 30)
-def test_hang_check_names_the_rank_group_seq_and_line_in_ours_and_flight_recorder(tmp_path):
+@pytest.mark.parametrize("capture", [[], ["--light"]], ids=["full", "light"])
+def test_hang_check_names_the_rank_group_seq_and_line_in_ours_and_flight_recorder(tmp_path, capture):
+    """Light: its C++ kernel records the calls after each op's first, and tracks them in flight."""
     env = {"JOB_BAD": "skip", "JOB_PG_TIMEOUT": "8", "JOB_FR_DIR": "fr", "TORCH_FR_BUFFER_SIZE": "1000"}
-    proc = torchrun(2, "-m", "commdebug", "run", "--out", "traces", "--hang-timeout", "2", "--", str(JOB), env=env, cwd=tmp_path)
+    proc = torchrun(2, "-m", "commdebug", "run", "--out", "traces", *capture, "--hang-timeout", "2", "--", str(JOB), env=env, cwd=tmp_path)
     assert proc.returncode != 0
     assert "commdebug: rank 0 stuck for" in proc.stderr and f"job.py:{SKIPPED_LINE}" in proc.stderr
     for folder in ("traces", "fr"):
