@@ -114,6 +114,8 @@ class InFlight:
             self._bound()
 
     def _bound(self) -> None:
+        """Forget the finished calls once the tables pass their bound (the callers on the
+        capture path test it first: a call is cheaper than this, but not free)."""
         if len(self._by_storage) + len(self._by_work) > self._scan_at:
             with self._lock:
                 self._scan()
