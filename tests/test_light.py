@@ -259,7 +259,8 @@ def _without_cpp_recording(monkeypatch) -> None:
     """Light capture with the C++ kernel, but every call recorded by its Python handler."""
     from commdebug.capture import light
 
-    monkeypatch.setattr(light, "_innermost_to_native", lambda: light._native.set_recorder(None))
+    if light._native is not None:
+        monkeypatch.setattr(light, "_innermost_to_native", lambda: light._native.set_recorder(None))
 
 
 def _fields(e) -> dict:
