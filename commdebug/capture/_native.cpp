@@ -230,6 +230,8 @@ struct FastOp {
     int group;          // argument index of the group (its name, or a ProcessGroup)
 };
 constexpr int NONE = -1, RETURN = -2;
+// CollectiveEvent's fields, and where start_s is among them (set_recorder checks the count)
+constexpr int EVENT_FIELDS = 31, START_S = 24;
 
 struct Fast {
     PyObject *owner = nullptr;  // the state tuple set_recorder got: it holds every object below
@@ -361,6 +363,13 @@ double seconds_now() {
     return _PyTime_AsSecondsDouble(_PyTime_GetPerfCounter());  // time.perf_counter's clock
 }
 
+/* fn(*args), its result dropped: false with a Python error set where it raised. */
+bool call(PyObject *fn, std::initializer_list<PyObject *> args) {
+    PyObject *result = PyObject_Vectorcall(fn, const_cast<PyObject **>(args.begin()), args.size(), nullptr);
+    Py_XDECREF(result);
+    return result != nullptr;
+}
+
 /* Call each of the recorder's listeners in `list_name` with the event. */
 bool tell(const Fast &fast, PyObject *list_name, PyObject *event) {
     PyObject *listeners = PyObject_GetAttr(fast.recorder, list_name);
@@ -368,11 +377,8 @@ bool tell(const Fast &fast, PyObject *list_name, PyObject *event) {
         return false;
     bool ok = true;
     if (PyList_Check(listeners)) {
-        for (Py_ssize_t i = 0; ok && i < PyList_GET_SIZE(listeners); i++) {
-            PyObject *result = PyObject_CallOneArg(PyList_GET_ITEM(listeners, i), event);
-            ok = result != nullptr;
-            Py_XDECREF(result);
-        }
+        for (Py_ssize_t i = 0; ok && i < PyList_GET_SIZE(listeners); i++)
+            ok = call(PyList_GET_ITEM(listeners, i), {event});
     }
     Py_DECREF(listeners);
     return ok;
@@ -409,27 +415,26 @@ PyObject *record(const Fast &fast, const FastOp &spec, Located &at, const std::v
     PyObject *size_rule = PyTuple_GET_ITEM(at.facts, 2);
     PyObject *group_size = PyObject_GetAttr(at.info, s_size);
     PyObject *in_bytes = PyLong_FromLongLong(in.bytes), *out_bytes = PyLong_FromLongLong(out.bytes);
-    PyObject *size = nullptr, *counted = nullptr, *step = nullptr, *index = nullptr, *unit = nullptr, *event = nullptr, *kept = nullptr;
+    PyObject *size = nullptr, *step = nullptr, *index = nullptr, *unit = nullptr, *event = nullptr;
+    bool counted = false, kept = false;
     PyObject *fqn = PyTuple_GET_ITEM(at.where, 0), *phase = PyTuple_GET_ITEM(at.where, 1), *path = PyTuple_GET_ITEM(at.where, 2);
     if (group_size && in_bytes && out_bytes) {
         PyObject *rule_args[] = {in_bytes, out_bytes, group_size};
         size = PyObject_Vectorcall(size_rule, rule_args, 3, nullptr);
     }
-    if (size != nullptr) {
-        PyObject *count_args[] = {path, phase, PyTuple_GET_ITEM(at.facts, 0), size};
-        counted = PyObject_Vectorcall(fast.add_collective, count_args, 4, nullptr);
-    }
-    if (counted != nullptr) {
+    if (size != nullptr)
+        counted = call(fast.add_collective, {path, phase, PyTuple_GET_ITEM(at.facts, 0), size});
+    if (counted) {
         step = PyObject_GetAttr(fast.trace, s_step);
         index = PyObject_GetAttr(fast.trace, s_events_total);
         unit = PyObject_GetAttr(fast.tracker, s_unit);
     }
     if (step && index && unit) {
         auto *type = reinterpret_cast<PyTypeObject *>(fast.event_type);
-        event = type->tp_alloc(type, 31);  // a CollectiveEvent, in its fields' order
+        event = type->tp_alloc(type, EVENT_FIELDS);  // a CollectiveEvent, in its fields' order
     }
     if (event != nullptr) {
-        PyObject *items[31] = {
+        PyObject *items[EVENT_FIELDS] = {
             index, spec.op, spec.compat, spec.name, step, phase, fqn, at.info, at.seq, dtype, in.shapes, out.shapes,
             in_bytes, out_bytes, size, PyTuple_GET_ITEM(at.facts, 1), Py_None, Py_None, Py_None,
             fast.record_source ? at.source : Py_None, Py_None, Py_None, Py_None, Py_None, nullptr, Py_False, Py_None,
@@ -438,30 +443,21 @@ PyObject *record(const Fast &fast, const FastOp &spec, Located &at, const std::v
         if (start == nullptr) {
             Py_CLEAR(event);
         } else {
-            for (int i = 0; i < 31; i++)
-                PyTuple_SET_ITEM(event, i, i == 24 ? start : Py_NewRef(items[i]));
-            kept = PyObject_CallOneArg(fast.add_event, event);
+            for (int i = 0; i < EVENT_FIELDS; i++)
+                PyTuple_SET_ITEM(event, i, i == START_S ? start : Py_NewRef(items[i]));
+            kept = call(fast.add_event, {event});
         }
     }
-    if (kept == nullptr || !tell(fast, s_issue_listeners, event))
+    if (!kept || !tell(fast, s_issue_listeners, event))
         Py_CLEAR(event);
-    Py_XDECREF(kept);
     Py_XDECREF(unit);
     Py_XDECREF(index);
     Py_XDECREF(step);
-    Py_XDECREF(counted);
     Py_XDECREF(size);
     Py_XDECREF(out_bytes);
     Py_XDECREF(in_bytes);
     Py_XDECREF(group_size);
     return event;
-}
-
-/* fn(*args), its result dropped: false with a Python error set where it raised. */
-bool call(PyObject *fn, std::initializer_list<PyObject *> args) {
-    PyObject *result = PyObject_Vectorcall(fn, const_cast<PyObject **>(args.begin()), args.size(), nullptr);
-    Py_XDECREF(result);
-    return result != nullptr;
 }
 
 /* The collective joins the ones in flight (inflight.py's InFlight.issued, by case): its Work
@@ -957,6 +953,14 @@ PyObject *set_recorder(PyObject *, PyObject *arg) {
         return nullptr;
     if (!PyType_Check(next.event_type) || !PyType_IsSubtype(reinterpret_cast<PyTypeObject *>(next.event_type), &PyTuple_Type)) {
         PyErr_SetString(PyExc_TypeError, "set_recorder: the event type must be a tuple type");
+        return nullptr;
+    }
+    PyObject *fields = PyObject_GetAttrString(next.event_type, "_fields");
+    Py_ssize_t count = fields ? PyObject_Length(fields) : -1;
+    Py_XDECREF(fields);
+    if (count != EVENT_FIELDS) {  // the event was given a field: record() must set it too
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "set_recorder: the event type has %zd fields, record() sets %d", count, EVENT_FIELDS);
         return nullptr;
     }
     next.record_source = record_source != 0;

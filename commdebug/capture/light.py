@@ -98,7 +98,7 @@ _inference_depth = 0
 
 
 class _State(threading.local):
-    inside = False  # a collective is being recorded on this thread (a class default: the C++ kernel reads it)
+    inside = False  # a collective is being recorded on this thread (a class default: read without a miss)
 
 
 _STATE = _State()
@@ -266,7 +266,7 @@ def _plain_entry(op: Any, op_name: str, spec: Any) -> tuple[str, str, str, int, 
 def _native_call(index: int, args: tuple, kwargs: dict, call: Callable[..., Any]) -> Any:
     """The C++ kernel's handler: ``call()`` runs the op; recorded by the innermost light
     recording (the kernel already let through calls on meta tensors and nested ones)."""
-    if not _ACTIVE or _STATE.__dict__.get("inside"):
+    if not _ACTIVE or _STATE.inside:
         return call()
     recorder = _ACTIVE[-1]
     if not recorder._light_on:
@@ -362,7 +362,7 @@ def _through(redispatch: Callable[..., Any], keys: Any, name: str, spec: Any, ar
     recording: not when a collective is being recorded on this thread already (it is only
     redispatched), when none records now, or on meta tensors (tracing)."""
     state = _STATE
-    if state.__dict__.get("inside") or not _ACTIVE:
+    if state.inside or not _ACTIVE:
         return redispatch(keys, *args, **kwargs)
     recorder = _ACTIVE[-1]
     if not recorder._light_on or keys.has(_META):
