@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections import Counter
 from datetime import timedelta
 from types import SimpleNamespace
@@ -289,6 +290,52 @@ def test_on_nccl_the_clock_stops_before_the_recorders_own_work(world, monkeypatc
     assert timing.waits_on_stream(None) is False
     monkeypatch.setenv("TORCH_NCCL_BLOCKING_WAIT", "0")
     assert timing.waits_on_stream(None) is True
+
+
+def test_on_cpu_a_calls_span_holds_its_end_however_long_the_recorder_took(world, monkeypatch):
+    """On CPU, ``start_s + latency_s`` is on or after the moment the wait returned, and
+    ``start_s`` before the call was issued, even where the recorder itself is slow on both sides
+    of the issue (preempted, under load): ``commdebug trace`` bounds the hosts' clock offsets by
+    these spans (no member ends a call before the last one began it), so a span that left out a
+    stretch of the recorder's own work could end before another rank began the call."""
+    import commdebug.capture.recorder as recorder
+
+    comm = CommDebugMode(timing="sync")
+    collective, record = recorder.Recorder._collective_with_options, recorder.Recorder._record_collective
+    in_flight, wait = recorder.Recorder._in_flight, recorder.wait_until_finished
+    issued_at: list[float] = []
+    waited_at: list[float] = []
+
+    def timed_collective(self, func, *args, **kwargs):
+        def issue(*a, **k):
+            issued_at.append(time.perf_counter() - self._t0)
+            return func(*a, **k)
+        return collective(self, issue, *args, **kwargs)
+
+    def slow_record(self, *args, **kwargs):
+        event = record(self, *args, **kwargs)
+        time.sleep(0.02)  # preempted after recording the call, before issuing it
+        return event
+
+    def slow_in_flight(self, *args, **kwargs):
+        time.sleep(0.02)  # preempted between issuing it and waiting for it
+        return in_flight(self, *args, **kwargs)
+
+    def timed_wait(*args, **kwargs):
+        out = wait(*args, **kwargs)
+        waited_at.append(time.perf_counter() - comm._t0)
+        return out
+
+    monkeypatch.setattr(recorder.Recorder, "_collective_with_options", timed_collective)
+    monkeypatch.setattr(recorder.Recorder, "_record_collective", slow_record)
+    monkeypatch.setattr(recorder.Recorder, "_in_flight", slow_in_flight)
+    monkeypatch.setattr(recorder, "wait_until_finished", timed_wait)
+    with comm:
+        dist.all_reduce(torch.ones(4))
+    (event,) = comm.trace.events
+    assert event.start_s <= issued_at[0] and event.start_s + event.latency_s >= waited_at[-1], (event.start_s, event.latency_s, issued_at, waited_at)
+    assert event.latency_s >= 0.02  # the stretch between issuing and waiting is in it
+    assert event.start_s >= issued_at[0] - 0.01  # the recording before the issue is not (it took 20 ms)
 
 
 def test_step_window_outside_runs_without_the_mode(world):

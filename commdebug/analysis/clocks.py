@@ -17,7 +17,11 @@ Each rank counts its events from its own start, and ranks start hundreds of mill
    whose calls contradict the others' (a clock stepped during the run, or times that are not
    comparable) is placed where the members' ends agree instead (they finish within moments of
    each other: the median over calls, robust to a rank the scheduler woke late), and bounds no
-   other clock.
+   other clock. That needs each call's span to hold the moment it finished on that rank:
+   true of calls timed on the host clock (CPU backends, whose timer runs from the call to the
+   wait's return), not of calls timed on a GPU (their start is the host's issue, their length
+   the kernel's: the kernel may have run long after the issue), so a rank whose backend is a
+   GPU one keeps no calls for this (``ClockDigest.gpu_timed``).
 
 A *clock* is a host when every dump has ``start_wall_s`` (its ranks share it exactly), else a
 rank (each one's ``start_time`` is off by up to a millisecond). The first rank's clock is the
@@ -57,13 +61,28 @@ class ClockDigest:
     """What the alignment keeps of one rank: its host, its start on the wall clock (None: the
     dump does not say), whether that is to the microsecond, and per group the sequence numbers,
     starts and ends (seconds on its own clock) of its timed blocking calls, a sample of the same
-    sequence numbers on every rank."""
+    sequence numbers on every rank; ``gpu_timed``: its calls were timed on a GPU, so none is
+    kept."""
 
     rank: int
     host: str | None
     start_wall_s: float | None
     exact: bool
     calls: dict[str, tuple[array, array, array]] = field(default_factory=dict)
+    gpu_timed: bool = False
+
+
+# backends whose collectives are timed on the host clock; any other (nccl, xccl, hccl...) on a GPU
+_HOST_BACKENDS = frozenset({"gloo", "fake", "mpi"})
+
+
+def _gpu_timed(meta: dict[str, Any]) -> bool:
+    """Whether a dump's calls may have been timed on a GPU: its backend (``"nccl"``,
+    ``"cpu:gloo,cuda:nccl"``) names one that is not a CPU one."""
+    backend = meta.get("backend")
+    if not isinstance(backend, str) or not backend:
+        return False
+    return any(part.rpartition(":")[2].strip() not in _HOST_BACKENDS for part in backend.split(","))
 
 
 def _wall(meta: dict[str, Any]) -> tuple[float | None, bool]:
@@ -86,7 +105,9 @@ def clock_digest(view: RankView) -> ClockDigest:
     where they read the rank."""
     host = view.metadata.get("hostname")
     start, exact = _wall(view.metadata)
-    digest = ClockDigest(view.rank, host if isinstance(host, str) else None, start, exact)
+    digest = ClockDigest(view.rank, host if isinstance(host, str) else None, start, exact, gpu_timed=_gpu_timed(view.metadata))
+    if digest.gpu_timed:
+        return digest
     by_group: dict[str, list[tuple[int, float, float]]] = {}
     for e in view.events:
         if (e.seq is None or e.latency_s is None or e.start_s is None or e.in_flight or e.error is not None
@@ -145,9 +166,11 @@ class Clocks:
     clocks: list[HostClock] = field(default_factory=list)
     origin_wall_s: float | None = None
     calls: int = 0  # calls timed on two clocks or more that the alignment used
+    gpu_timed: tuple[int, ...] = ()  # ranks whose calls were timed on a GPU: none of them used
 
     def to_dict(self) -> dict[str, Any]:
         return {"method": self.method, "per": self.per, "origin_wall_s": self.origin_wall_s, "calls": self.calls,
+                "gpu_timed_ranks": list(self.gpu_timed),
                 "clocks": [c.to_dict() for c in self.clocks], "shift_s": {str(r): s for r, s in sorted(self.shift_s.items())}}
 
 
@@ -199,7 +222,8 @@ def align_clocks(digests: Iterable[ClockDigest]) -> Clocks:
                      None if k == 0 or not used[k] else high[k], used[k]) for k in range(len(clocks))]
     aligned = {d.rank: float(d.start_wall_s or 0.0) + offset[index[names[d.rank]]] for d in ranks}
     origin = min(aligned.values())
-    return Clocks({r: t - origin for r, t in aligned.items()}, "calls" if shared else "start times", per, out, origin, len(shared))
+    return Clocks({r: t - origin for r, t in aligned.items()}, "calls" if shared else "start times", per, out, origin, len(shared),
+                  tuple(d.rank for d in ranks if d.gpu_timed))
 
 
 def _host(ranks: list[ClockDigest], members: list[int]) -> str | None:

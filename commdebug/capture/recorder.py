@@ -402,7 +402,6 @@ class Recorder(Stepping, Timekeeping, FlightViews, TorchDispatchMode):
             if early is not None:
                 self._in_flight(early, spec, args, kwargs, out)
             if timer is not None:
-                timer.issued()
                 try:  # where the wait returns at once (NCCL), the clock stops before our own work (timing.py)
                     timer.stop_early(lambda: wait_until_finished(out, spec, args, kwargs))
                 except Exception as e:
@@ -416,7 +415,9 @@ class Recorder(Stepping, Timekeeping, FlightViews, TorchDispatchMode):
                     self._flight.failed(event.index, e)
                     raise
                 self._flight.finished(event.index)  # the mode's own wait goes around the wrapped ones
-                event = self.trace.update_event(event.index, latency_s=timer.seconds) or event
+                # on CPU the span is the timer's own, from its start (after the early record) to the wait's return
+                start = start_s if cuda else timer.host_start - self._t0
+                event = self.trace.update_event(event.index, latency_s=timer.seconds, start_s=start) or event
             elif stamp is not None:  # never waited for here: the end is read when it is done
                 seconds = self._events_issued(event.index, stamp, cuda, out, spec, group)
                 if seconds is not None:

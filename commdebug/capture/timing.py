@@ -10,8 +10,10 @@
   the program never waited for the call) stays unknown.
 - :class:`SyncTimer` waits for the collective and times it: CUDA events on CUDA tensors (the
   start event is recorded on the current stream before the collective, the end event after
-  waiting for it, so queued compute before the call is not counted), the host clock on CPU
-  (issuing plus waiting, without the recorder's own work in between).
+  waiting for it, so queued compute before the call is not counted), the host clock on CPU:
+  from just before the call to the wait's return, all of it, so that the call's span on its
+  rank's clock holds the moment it finished (``commdebug trace`` puts hosts on one clock by
+  that: no member ends a call before the last one began it).
   Waiting serialises communication with compute, as DeepSpeed's comms logger does.
   On an idle GPU an event's time is when the host recorded it, so the end event must be
   recorded before the recorder's own work, not after: on an H100 the recorder's work read as
@@ -63,22 +65,24 @@ def nvtx_label(op: str, input_bytes: int, group: Any, module: str) -> str:
 
 
 class SyncTimer:
-    """Times one collective by waiting for it, leaving out what the recorder does between
-    issuing it and waiting (the event is recorded before the wait, so that a collective that
-    hangs or raises in the wait is in the dump). With ``early`` (CUDA, where the wait returns at
-    once), :meth:`stop_early` stops the clock before the recorder's work instead.
+    """Times one collective by waiting for it (the event is recorded before the wait, so that a
+    collective that hangs or raises in the wait is in the dump). On CUDA the events leave out
+    what the recorder does between issuing and waiting; with ``early`` (where the wait returns
+    at once), :meth:`stop_early` stops the clock before the recorder's work. On CPU the clock
+    runs from :meth:`start` to the wait's return, whatever ran in between: a time that left out
+    a stretch could end before the call did (the recorder preempted between issuing and
+    waiting), and then before another rank began it.
 
     >>> timer = SyncTimer(on_cuda=False)
-    >>> timer.start(); out = issue(); timer.issued(); record(out); timer.wait(lambda: wait(out))  # doctest: +SKIP
+    >>> timer.start(); out = issue(); record(out); timer.wait(lambda: wait(out))  # doctest: +SKIP
     >>> timer.seconds                                                                             # doctest: +SKIP
     """
 
-    __slots__ = ("on_cuda", "early", "host_start", "seconds", "_issue_s", "_stopped", "_start", "_end")
+    __slots__ = ("on_cuda", "early", "host_start", "seconds", "_stopped", "_start", "_end")
 
     def __init__(self, on_cuda: bool, early: bool = False) -> None:
         self.on_cuda, self.early = on_cuda, early
         self.seconds: float | None = None
-        self._issue_s = 0.0
         self._stopped = False
         if on_cuda:
             self._start, self._end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -88,10 +92,6 @@ class SyncTimer:
         self.host_start = time.perf_counter()
         if self.on_cuda:
             self._start.record()  # on the current stream: queued compute before it is not counted
-
-    def issued(self) -> None:
-        """Just after the call that issued it returned."""
-        self._issue_s = time.perf_counter() - self.host_start
 
     def stop_early(self, wait: Callable[[], None]) -> None:
         """Right after :meth:`issued`: if ``early``, wait with ``wait()`` and stop the clock now."""
@@ -109,12 +109,11 @@ class SyncTimer:
     def stop(self, wait: Callable[[], None]) -> None:
         """Wait for the collective with ``wait()`` and stop the clock (on CUDA: record the end
         event on the current stream, which ``wait()`` made wait for the collective)."""
-        waited_from = time.perf_counter()
         wait()
         if self.on_cuda:
             self._end.record()
         else:
-            self.seconds = self._issue_s + (time.perf_counter() - waited_from)
+            self.seconds = time.perf_counter() - self.host_start
 
     def finish(self) -> float:
         """After :meth:`stop`: the latency in seconds (on CUDA, once the end event has happened)."""

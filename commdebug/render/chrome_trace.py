@@ -345,8 +345,13 @@ def clock_lines(clocks: Clocks) -> list[str]:
     if clocks.per == "host" and len(clocks.clocks) == 1:  # one host, one clock: the starts place every rank exactly
         return [f"clocks: one clock for all ranks: every rank on {_clock_name(clocks.clocks[0], 'host')}, placed by its start time"]
     if clocks.method == "start times":
+        if clocks.gpu_timed:
+            why = (f"the calls of {who(clocks.gpu_timed)} were timed on a GPU (their start is the host's issue, their "
+                   "length the kernel's, which may have run later), and such a span does not bound a host's clock")
+        else:
+            why = "record with --timing"
         return [f"clocks: each rank placed by {precise}; no blocking call was timed on two "
-                f"{'hosts' if clocks.per == 'host' else 'ranks'} to check or refine it (record with --timing)"]
+                f"{'hosts' if clocks.per == 'host' else 'ranks'} to check or refine it ({why})"]
     reference = clocks.clocks[0]
     lines = [f"clocks: one clock for all ranks: each rank placed by {precise}, each "
              f"{clocks.per}'s clock bounded and refined by {_n(clocks.calls, 'blocking call')} timed on several "
