@@ -285,6 +285,7 @@ def test_on_nccl_the_clock_stops_before_the_recorders_own_work(world, monkeypatc
             assert comm.in_flight() == [], backend  # not left in flight
         assert log == expected, backend
         assert comm.trace.events[0].latency_s == 1e-4
+        assert comm.trace.metadata["timed_on"] == ["gpu"]  # its span bounds no host's clock in `trace`
     monkeypatch.setattr(timing, "_backend_name", lambda pg: "nccl")
     monkeypatch.setenv("TORCH_NCCL_BLOCKING_WAIT", "1")  # NCCL's wait then blocks the host
     assert timing.waits_on_stream(None) is False
@@ -335,6 +336,7 @@ def test_on_cpu_a_calls_span_holds_its_end_however_long_the_recorder_took(world,
     (event,) = comm.trace.events
     assert event.start_s <= issued_at[0] and event.start_s + event.latency_s >= waited_at[-1], (event.start_s, event.latency_s, issued_at, waited_at)
     assert event.latency_s >= 0.02  # the stretch between issuing and waiting is in it
+    assert comm.trace.metadata["timed_on"] == ["host"]  # so `trace` may bound clocks by it
     assert event.start_s >= issued_at[0] - 0.01  # the recording before the issue is not (it took 20 ms)
 
 

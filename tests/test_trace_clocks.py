@@ -121,20 +121,25 @@ def test_calls_timed_on_a_gpu_bound_no_clock_and_the_line_says_why(tmp_path):
     """On NCCL a call's start is the host's issue and its length the kernel's, which may have
     run long after: its span need not hold the moment it finished, so it bounds nothing (a
     bound from it could contradict a true clock and read as a stepped one)."""
-    for backend in ("nccl", "cpu:gloo,cuda:nccl"):
+    # what the recorder says (metadata.timed_on), and for dumps from before it, a backend naming a GPU one
+    for meta in ({"timed_on": ["gpu"]}, {"timed_on": ["gpu", "host"], "backend": "gloo"}, {"backend": "nccl"},
+                 {"backend": "cpu:gloo,cuda:nccl"}):
         views = job({0: "a", 1: "a", 2: "b", 3: "b"}, {"a": 0.0, "b": 0.02})
         for v in views:
-            v.metadata["backend"] = backend
+            v.metadata.update(meta)
         trace, lines = render(views, tmp_path)
         clocks = trace["metadata"]["commdebug_clocks"]
-        assert (clocks["method"], clocks["calls"], clocks["gpu_timed_ranks"]) == ("start times", 0, [0, 1, 2, 3]), backend
+        assert (clocks["method"], clocks["calls"], clocks["gpu_timed_ranks"]) == ("start times", 0, [0, 1, 2, 3]), meta
         assert lines[1] == ("clocks: each rank placed by its start time; no blocking call was timed on two hosts to check or refine "
                             "it (the calls of ranks 0-3 were timed on a GPU (their start is the host's issue, their length the "
                             "kernel's, which may have run later), and such a span does not bound a host's clock)"), lines
-    views = job({0: "a", 1: "a", 2: "b", 3: "b"}, {"a": 0.0, "b": 0.02})
-    for v in views:
-        v.metadata["backend"] = "gloo"  # the host clock: bounded as before
-    assert render(views, tmp_path)[0]["metadata"]["commdebug_clocks"]["method"] == "calls"
+    # on the host clock: bounded as before ("undefined" is torch's backend left to the device: nothing says GPU)
+    for meta in ({"timed_on": ["host"], "backend": "cpu:gloo,cuda:nccl"}, {"backend": "gloo"}, {"backend": "undefined"}, {}):
+        views = job({0: "a", 1: "a", 2: "b", 3: "b"}, {"a": 0.0, "b": 0.02})
+        for v in views:
+            v.metadata.update(meta)
+        clocks = render(views, tmp_path)[0]["metadata"]["commdebug_clocks"]
+        assert (clocks["method"], clocks["gpu_timed_ranks"]) == ("calls", []), meta
 
 
 def test_a_rank_whose_times_contradict_the_others_is_said_and_bounds_no_one_else(tmp_path):

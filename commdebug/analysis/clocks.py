@@ -20,8 +20,9 @@ Each rank counts its events from its own start, and ranks start hundreds of mill
    other clock. That needs each call's span to hold the moment it finished on that rank:
    true of calls timed on the host clock (CPU backends, whose timer runs from the call to the
    wait's return), not of calls timed on a GPU (their start is the host's issue, their length
-   the kernel's: the kernel may have run long after the issue), so a rank whose backend is a
-   GPU one keeps no calls for this (``ClockDigest.gpu_timed``).
+   the kernel's: the kernel may have run long after the issue), so a rank whose calls were timed
+   on a GPU keeps no calls for this (``ClockDigest.gpu_timed``; ``metadata.timed_on`` says, and in
+   dumps from before it, a backend that names a GPU one).
 
 A *clock* is a host when every dump has ``start_wall_s`` (its ranks share it exactly), else a
 rank (each one's ``start_time`` is off by up to a millisecond). The first rank's clock is the
@@ -72,17 +73,22 @@ class ClockDigest:
     gpu_timed: bool = False
 
 
-# backends whose collectives are timed on the host clock; any other (nccl, xccl, hccl...) on a GPU
-_HOST_BACKENDS = frozenset({"gloo", "fake", "mpi"})
+# backends that run collectives on a GPU, for dumps from before metadata.timed_on
+_GPU_BACKENDS = frozenset({"nccl", "xccl", "hccl", "mccl"})
 
 
 def _gpu_timed(meta: dict[str, Any]) -> bool:
-    """Whether a dump's calls may have been timed on a GPU: its backend (``"nccl"``,
-    ``"cpu:gloo,cuda:nccl"``) names one that is not a CPU one."""
+    """Whether some of a dump's calls were timed on a GPU: ``metadata.timed_on`` holds
+    ``"gpu"``; in a dump from before it, its backend names a GPU one (``"nccl"``,
+    ``"cpu:gloo,cuda:nccl"``; ``"undefined"``, torch's word for a backend left to the device,
+    does not: nothing says a GPU was used)."""
+    timed_on = meta.get("timed_on")
+    if isinstance(timed_on, list):
+        return "gpu" in timed_on
     backend = meta.get("backend")
-    if not isinstance(backend, str) or not backend:
+    if not isinstance(backend, str):
         return False
-    return any(part.rpartition(":")[2].strip() not in _HOST_BACKENDS for part in backend.split(","))
+    return any(part.rpartition(":")[2].strip() in _GPU_BACKENDS for part in backend.split(","))
 
 
 def _wall(meta: dict[str, Any]) -> tuple[float | None, bool]:

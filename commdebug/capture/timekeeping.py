@@ -55,11 +55,19 @@ class Timekeeping:
         self._async = AsyncTimer(self._note) if timing == "async" else None
         self._events = EventTimer() if timing in ("events", "auto") else None
         self._timing_used: set[str] = set()
+        self._timed_on: set[str] = set()  # "host", "gpu": whose clock the timed calls were timed on
 
     def _timing_for(self, cuda: bool) -> str:
         """How this collective is timed: the option, with ``"auto"`` made ``"events"`` for CUDA
-        tensors and ``"sync"`` for CPU ones (said in ``metadata.timing``)."""
+        tensors and ``"sync"`` for CPU ones (said in ``metadata.timing``). ``metadata.timed_on``
+        says on whose clock the run's calls were timed: ``"host"``, ``"gpu"`` (a span from the
+        host's issue lasting the kernel's time, which may have run later) or both."""
         timing = self.options.timing
+        if timing != "off":
+            clock = "gpu" if cuda else "host"
+            if clock not in self._timed_on:
+                self._timed_on.add(clock)
+                self.trace.metadata["timed_on"] = sorted(self._timed_on)
         if timing != "auto":
             return timing
         timing = "events" if cuda else "sync"
