@@ -340,6 +340,19 @@ def test_on_cpu_a_calls_span_holds_its_end_however_long_the_recorder_took(world,
     assert event.start_s >= issued_at[0] - 0.01  # the recording before the issue is not (it took 20 ms)
 
 
+def test_a_recordings_wall_clock_origin_is_read_at_one_moment():
+    """A process preempted between reading its two clocks would put every recorded time off on
+    the wall clock by as long: the pair whose two wall-clock reads are close is kept."""
+    from commdebug.capture import timekeeping
+
+    walls = iter([100.0, 100.02, 200.0, 200.00001])  # preempted 20 ms in the first try
+    perfs = iter([5.0, 7.0])
+    assert timekeeping.clock_origin(wall=lambda: next(walls), perf_counter=lambda: next(perfs)) == (7.0, pytest.approx(200.000005))
+    walls = iter([100.0, 100.02, 200.0, 200.01])  # never close: the closest pair
+    perfs = iter([5.0, 7.0])
+    assert timekeeping.clock_origin(tries=2, wall=lambda: next(walls), perf_counter=lambda: next(perfs)) == (7.0, pytest.approx(200.005))
+
+
 def test_step_window_outside_runs_without_the_mode(world):
     from torch.utils._python_dispatch import _get_current_dispatch_mode
 

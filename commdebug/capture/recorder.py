@@ -29,7 +29,7 @@ from commdebug.capture.metadata import distributed_metadata, now, run_metadata
 from commdebug.capture.pipelining import PipelineTags, first_tensor
 from commdebug.capture.source import caller
 from commdebug.capture.stepping import Stepping, say_once
-from commdebug.capture.timekeeping import Timekeeping
+from commdebug.capture.timekeeping import Timekeeping, clock_origin
 from commdebug.capture.timing import SyncTimer, nvtx_label, on_cuda
 from commdebug.capture.tracker import ModuleTracker
 from commdebug.model.trace import BACKWARD, FORWARD, GLOBAL, CollectiveEvent, Trace
@@ -164,8 +164,7 @@ class Recorder(Stepping, Timekeeping, FlightViews, TorchDispatchMode):
         self._call_facts: dict[tuple[str, str], tuple] = {}  # (op, group name) -> count key, busbw factor, size rule
         self._record_source = self.options.record_source
         self._compiled_seen = False
-        self._t0 = time.perf_counter()
-        self._t0_wall = time.time()
+        self._t0, self._t0_wall = clock_origin()
         self._recorded_s = 0.0
         self._resumed_at = self._t0
 

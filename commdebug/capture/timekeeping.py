@@ -11,6 +11,8 @@ tensors call for, and ``metadata.timing`` says which way the run's were timed.
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -19,14 +21,12 @@ from commdebug.capture.inflight import SYNCED, work_of
 from commdebug.capture.timing import AsyncTimer, EventTimer
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from commdebug import ops as _ops
     from commdebug.capture.config import Options
     from commdebug.capture.groups import GroupResolver
     from commdebug.model.trace import CollectiveEvent, GroupInfo, Trace
 
-__all__ = ["AT_WAIT", "Timekeeping"]
+__all__ = ["AT_WAIT", "Timekeeping", "clock_origin"]
 
 log = logging.getLogger("commdebug")
 
@@ -35,6 +35,27 @@ AT_WAIT = ("timing events: calls whose end is not known when they return (functi
            "are timed from the call to the program's own wait for them: what the program did in between is in their "
            "latency, so their algbw and busbw are lower bounds (timing='sync' times each call alone; a profiled step, "
            "--profile-steps, gives the kernels' own time)")
+
+
+def clock_origin(tries: int = 5, within_s: float = 5e-5, wall: Callable[[], float] = time.time,
+                 perf_counter: Callable[[], float] = time.perf_counter) -> tuple[float, float]:
+    """(``perf_counter()``, ``time()``) read at one moment: the origin of a recording's
+    ``start_s`` and its ``start_wall_s``. A process preempted between the two reads would put
+    every time it records that much off on the wall clock (a rank whose calls then seem to end
+    before others began them, in ``commdebug trace``), so the wall clock is read on both sides
+    and the pair kept whose sides are within ``within_s``, at their middle (the closest of
+    ``tries`` otherwise)."""
+    best: tuple[float, float, float] | None = None
+    for _ in range(tries):
+        before = wall()
+        perf = perf_counter()
+        after = wall()
+        if best is None or after - before < best[0]:
+            best = (after - before, perf, (before + after) / 2)
+        if after - before <= within_s:
+            break
+    assert best is not None
+    return best[1], best[2]
 
 
 class Timekeeping:
