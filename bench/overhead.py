@@ -16,7 +16,9 @@ training steps with an optimizer, entered afresh each round, for bare, light cap
 full capture, and light with an ``ops`` filter that nothing in the step matches (every
 collective intercepted and every module call tracked, nothing recorded: the floor of light
 capture on this step), each step timed: the ratios compare each step position's best round
-(``envelope``). ``--dim 1024`` gives the case where compute dominates.
+(``envelope``). ``--dim 1024`` gives the case where compute dominates. Then one long context
+(``--long-steps``, bare and light) for what only a long run pays: the garbage collector's time
+per step and its full collections, with the events a light recording keeps alive.
 
 Last, what light capture adds per event, each measured against the same loop bare: per module
 call (forward and backward of a 151-module chain of small layers, no collective; again with the
@@ -24,7 +26,7 @@ module-call wrapper all in Python, as without the C++ extension), per eager
 c10d ``all_reduce`` and per functional ``all_reduce`` with its wait, also with the CPU's caches
 swept between calls, as a training step's own work sweeps them.
 
-    python bench/overhead.py [--rounds 15] [--layers 12] [--dim 64] [--run-steps 10]
+    python bench/overhead.py [--rounds 15] [--layers 12] [--dim 64] [--run-steps 10] [--long-steps 300]
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ def main() -> None:
     parser.add_argument("--world-size", type=int, default=8)
     parser.add_argument("--dim", type=int, default=64, help="model width (1024: compute dominates)")
     parser.add_argument("--run-steps", type=int, default=10, help="steps per whole-run context")
+    parser.add_argument("--long-steps", type=int, default=300, help="steps of the long context (garbage collection)")
     args = parser.parse_args()
 
     init_fake_world(args.world_size)
@@ -169,6 +172,7 @@ def main() -> None:
     # could be on this machine today
     print(f"floor: minimal/reference = {ratio('minimal', 'reference')}")
     whole_run(model, tokens, args.rounds, args.run_steps)
+    long_run(model, tokens, args.long_steps)
     per_event(args.rounds)
 
 
@@ -245,6 +249,43 @@ def whole_run(model: torch.nn.Module, tokens: torch.Tensor, rounds: int, steps: 
     print(f"light-detail10/bare = {ratio('run-light-detail10')}   target <= 1.06")
     print(f"full/bare      = {ratio('run-full')}")
     print(f"light-nothing/bare = {ratio('run-light-nothing')}   light recording nothing: its floor here")
+
+
+def long_run(model: torch.nn.Module, tokens: torch.Tensor, steps: int) -> None:
+    """The garbage collector's share of a long context, bare and light: its time per step (timed
+    with ``gc.callbacks``) and its full collections, which walk the whole heap. A light
+    recording keeps its last 20,000 events (``max_events``); where the collector tracked them,
+    they alone set off a full collection every few hundred steps."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
+    spent = {"s": 0.0, "t0": 0.0, "full": 0}
+
+    def on_gc(phase: str, info: dict) -> None:
+        if phase == "start":
+            spent["t0"] = time.perf_counter()
+        else:
+            spent["s"] += time.perf_counter() - spent["t0"]
+            spent["full"] += info["generation"] == 2
+
+    print(f"one context around {steps} steps (the garbage collector):")
+    results = {}
+    for name, make in [("bare", lambda: contextlib.nullcontext()), ("light", lambda: CommDebugMode(light=True))]:
+        gc.collect()
+        gc.callbacks.append(on_gc)
+        spent.update(s=0.0, full=0)
+        try:
+            t = time.perf_counter()
+            with make():
+                for _ in range(steps):
+                    model(tokens).sum().backward()
+                    optimizer.step()
+                    optimizer.zero_grad(set_to_none=True)
+            elapsed = time.perf_counter() - t
+        finally:
+            gc.callbacks.remove(on_gc)
+        results[name] = spent["s"]
+        print(f"{name:>18}: {elapsed / steps * 1e3:8.2f} ms/step, collector {spent['s'] / steps * 1e3:6.3f} ms/step, "
+              f"{spent['full']} full collections")
+    print(f"light adds {(results['light'] - results['bare']) / steps * 1e3:.3f} ms/step of collection")
 
 
 def per_event(rounds: int) -> None:

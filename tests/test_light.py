@@ -293,6 +293,50 @@ def test_collectives_recorded_in_cpp_are_the_events_the_python_handler_records(w
     assert in_cpp.in_flight() == in_python.in_flight() == []
 
 
+@pytest.mark.parametrize("workload", ["tp_sequence_parallel_transformer", "tp_sequence_parallel_checkpointed"])
+def test_the_cpp_kernel_reads_a_known_line_and_module_without_asking_python(workload, mesh, monkeypatch):
+    """Once a collective's line has been named and every file on the way classified, the C++
+    kernel finds the line (known_source) and, in forward and in a light step's backward, the
+    module (known_where) itself: Python's ``caller`` and ``where`` are asked only for what is
+    new (an op's first calls, a backward's first collective, checkpoint recomputation). That
+    the answers are the Python path's is the test above, on the same workloads."""
+    from commdebug.capture import light, recorder, tracker
+
+    if light._native is None:
+        pytest.skip("commdebug.capture._native is not built here")
+    asked = Counter()
+    caller, where = recorder.caller, tracker.ModuleTracker.where
+    # one frame deeper than asked: the spy's own frame is not the program's
+    monkeypatch.setattr(recorder, "caller", lambda depth=1: asked.update(["caller"]) or caller(depth + 1))
+    monkeypatch.setattr(tracker.ModuleTracker, "where", lambda self: asked.update(["where"]) or where(self))
+    make, body, _ = WORKLOADS[workload]
+    before = sum(light._native.counts())
+    comm, _ = _record(lambda: make(mesh), body or _train(2, _sequence_sharded(mesh)), light=True)
+    in_cpp = sum(light._native.counts()) - before
+    events = list(comm.trace.events)
+    assert in_cpp > len(events) // 2 and {e.phase for e in events} >= {"forward", "backward"}
+    assert all(e.source and "test_light.py" in e.source for e in events), {e.source for e in events}
+    assert asked["caller"] < in_cpp // 2, f"Python named the line of {asked['caller']} of {in_cpp} calls recorded in C++"
+    assert asked["where"] < in_cpp // 2, f"Python located {asked['where']} of {in_cpp} calls recorded in C++"
+
+
+@pytest.mark.parametrize("options", [{"light": True}, {}], ids=["light", "full"])
+def test_recorded_events_are_not_tracked_by_the_garbage_collector(mesh, options):
+    """An event can be in no reference cycle (it holds strings, numbers and tuples of them), so
+    the collector need not walk the 20,000 a long recording keeps: tracked, they alone set off
+    full collections of the whole heap every few hundred steps of a training loop."""
+    import gc
+
+    from commdebug.capture import light
+
+    if light._native is None:
+        pytest.skip("commdebug.capture._native is not built here")
+    comm, _ = _record(lambda: _tp_mlp(mesh), _train(2, lambda: torch.ones(4, 16, requires_grad=True)), **options)
+    events = list(comm.trace.events)
+    assert events and not any(gc.is_tracked(e) for e in events)
+    assert events[0].group.name and events[-1]._replace(latency_s=1.0).latency_s == 1.0  # still a plain event
+
+
 @pytest.mark.parametrize("in_cpp", [True, False])
 def test_a_collective_whose_backend_raises_is_recorded_failed_and_raises_unchanged(world, monkeypatch, in_cpp):
     """A call the backend fails (here a CPU kernel standing in for gloo's error) is in the

@@ -32,6 +32,8 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/Exceptions.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/graph_task.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/jit/python/pybind_utils.h>
@@ -237,6 +239,9 @@ struct Fast {
     PyObject *owner = nullptr;  // the state tuple set_recorder got: it holds every object below
     PyObject *recorder, *tracker, *where, *groups, *seqs, *facts, *trace, *add_collective, *add_event;
     PyObject *issued, *tensor_issued, *issued_work, *done, *failed, *caller, *event_type, *dtype_names, *state;
+    PyObject *frames;  // source.py's native_view(): what caller() reads, or None
+    PyObject *places;  // tracker.py's PLACES: (GLOBAL, (GLOBAL,), BACKWARD)
+    PyObject *rules[5] = {};  // ops.py's MESSAGE_SIZE rules, in RULES' order
     double t0 = 0;
     bool record_source = false;
 };
@@ -247,6 +252,10 @@ std::vector<FastOp> fast_ops;  // by kernel index; name null: the handler record
 std::vector<unsigned long long> recorded_here;  // by kernel index: calls record_fast recorded (for tests)
 c10::ClassTypePtr work_type;
 std::unordered_map<std::string, PyObject *> group_names;  // a group's name as a Python str, made once
+
+const char *RULES[] = {"in", "out", "in_x_n", "out_x_n", "zero"};
+
+PyObject *s_known, *s_paths, *s_stack, *s_ranges, *s_log, *s_forwards, *s_fw_phase, *s_task, *s_calls, *s_pinned, *s_find, *s_bw_found;
 
 PyObject *s_light_on, *s_plain, *s_step, *s_events_total, *s_unit, *s_size, *s_last_dtensor, *s_issue_listeners,
     *s_listeners, *s_inside, *zero, *one;
@@ -384,6 +393,100 @@ bool tell(const Fast &fast, PyObject *list_name, PyObject *event) {
     return ok;
 }
 
+/* source.py's caller(0) as a new (source, from DTensor, compiled) tuple, where every frame on the
+ * way is of a kind source.py has classified before and the user's line was named before (every
+ * call after an op's first few): the same walk, without a Python frame. Null, with no error
+ * set, for the rest, which caller() itself reads (a file or line met for the first time,
+ * compiled code, generated code). */
+PyObject *known_source(const Fast &fast) {
+    if (fast.frames == Py_None)
+        return nullptr;
+    PyObject *first_other = PyTuple_GET_ITEM(fast.frames, 0), *library = PyTuple_GET_ITEM(fast.frames, 1);
+    PyObject *kinds = PyTuple_GET_ITEM(fast.frames, 2), *sites = PyTuple_GET_ITEM(fast.frames, 3);
+    PyObject *user = PyTuple_GET_ITEM(fast.frames, 4), *dtensor = PyTuple_GET_ITEM(fast.frames, 5);
+    bool from_dtensor = false;
+    PyObject *source = nullptr;
+    py::object depth = py::reinterpret_steal<py::object>(PyLong_FromLong(0));  // from the innermost Python frame
+    while (depth) {
+        PyObject *walk_args[] = {depth.ptr(), library};
+        py::object found = py::reinterpret_steal<py::object>(PyObject_Vectorcall(first_other, walk_args, 2, nullptr));
+        if (!found || (found.ptr() != Py_None && (!PyTuple_Check(found.ptr()) || PyTuple_GET_SIZE(found.ptr()) != 3)))
+            break;
+        if (found.ptr() == Py_None) {  // the bottom of the stack: no user frame
+            source = Py_None;
+            break;
+        }
+        PyObject *code = PyTuple_GET_ITEM(found.ptr(), 0);
+        if (!PyCode_Check(code))
+            break;
+        PyObject *kind = PyDict_GetItemWithError(kinds, reinterpret_cast<PyCodeObject *>(code)->co_filename);
+        if (kind == user) {
+            py::object id = py::reinterpret_steal<py::object>(PyLong_FromVoidPtr(code));
+            py::object site = py::reinterpret_steal<py::object>(id ? PyTuple_Pack(2, id.ptr(), PyTuple_GET_ITEM(found.ptr(), 1)) : nullptr);
+            source = site ? PyDict_GetItemWithError(sites, site.ptr()) : nullptr;
+            break;
+        }
+        if (kind != dtensor)  // compiled code, or a file not classified yet
+            break;
+        from_dtensor = true;
+        depth = py::reinterpret_steal<py::object>(PyNumber_Add(PyTuple_GET_ITEM(found.ptr(), 2), one));
+    }
+    if (source == nullptr) {
+        PyErr_Clear();
+        return nullptr;
+    }
+    return PyTuple_Pack(3, source, from_dtensor ? Py_True : Py_False, Py_False);
+}
+
+/* tracker.where() as a new (fqn, phase, path) tuple in its common cases: forward (or the
+ * optimizer, or outside both), and backward in a light step once the graph task is known,
+ * where the running autograd node's number finds the module call that made it. Null, with no
+ * error set, for the rest (checkpoint recomputation, a new graph task, a node in no module
+ * call, a location pinned by backward_of), which where() itself reads. */
+PyObject *known_where(const Fast &fast) {
+    PyObject *global = PyTuple_GET_ITEM(fast.places, 0), *global_path = PyTuple_GET_ITEM(fast.places, 1);
+    PyObject *backward = PyTuple_GET_ITEM(fast.places, 2);
+    py::object stack = py::reinterpret_steal<py::object>(PyObject_GetAttr(fast.tracker, s_stack));
+    if (!stack || !PyList_Check(stack.ptr())) {
+        PyErr_Clear();
+        return nullptr;
+    }
+    Py_ssize_t depth = PyList_GET_SIZE(stack.ptr());
+    int task = torch::autograd::get_current_graph_task_id();
+    if (task == -1) {
+        py::object paths = py::reinterpret_steal<py::object>(PyObject_GetAttr(fast.tracker, s_paths));
+        py::object phase = py::reinterpret_steal<py::object>(PyObject_GetAttr(fast.tracker, s_fw_phase));
+        if (!paths || !phase || !PyList_Check(paths.ptr()) || phase.ptr() == backward) {
+            PyErr_Clear();
+            return nullptr;
+        }
+        Py_ssize_t n = PyList_GET_SIZE(paths.ptr());
+        return PyTuple_Pack(3, depth ? PyList_GET_ITEM(stack.ptr(), depth - 1) : global, phase.ptr(), n ? PyList_GET_ITEM(paths.ptr(), n - 1) : global_path);
+    }
+    if (depth)  // modules running in backward: checkpoint's recomputation
+        return nullptr;
+    py::object known = py::reinterpret_steal<py::object>(PyObject_GetAttr(fast.tracker, s_task));
+    py::object calls = py::reinterpret_steal<py::object>(PyObject_GetAttr(fast.tracker, s_calls));
+    py::object pinned = py::reinterpret_steal<py::object>(PyObject_GetAttr(fast.tracker, s_pinned));
+    if (!known || !calls || !pinned || !PyLong_Check(known.ptr()) || PyLong_AsLong(known.ptr()) != task || calls.ptr() != Py_True ||
+        PyObject_IsTrue(pinned.ptr()) != 0) {
+        PyErr_Clear();
+        return nullptr;
+    }
+    c10::intrusive_ptr<torch::autograd::Node> node = torch::autograd::get_current_node();
+    if (!node)
+        return nullptr;
+    py::object ranges = py::reinterpret_steal<py::object>(PyObject_GetAttr(fast.tracker, s_ranges));
+    py::object number = py::reinterpret_steal<py::object>(PyLong_FromUnsignedLongLong(node->sequence_nr()));
+    py::object found = py::reinterpret_steal<py::object>(ranges && number ? PyObject_CallMethodOneArg(ranges.ptr(), s_find, number.ptr()) : nullptr);
+    if (!found || !PyTuple_Check(found.ptr()) || PyTuple_GET_SIZE(found.ptr()) == 0 ||
+        PyObject_SetAttr(fast.tracker, s_bw_found, found.ptr()) < 0) {  // None: AccumulateGrad's, which where() finds
+        PyErr_Clear();
+        return nullptr;
+    }
+    return PyTuple_Pack(3, PyTuple_GET_ITEM(found.ptr(), PyTuple_GET_SIZE(found.ptr()) - 1), backward, found.ptr());
+}
+
 /* What the Python path knows at the call: where, the group and its facts, the source line. */
 struct Located {
     PyObject *info = nullptr, *facts = nullptr, *where = nullptr, *source = nullptr, *seq = nullptr;
@@ -397,6 +500,25 @@ struct Located {
         Py_XDECREF(seq);
     }
 };
+
+/* The message size by ops.py's MESSAGE_SIZE rule `rule` (new reference): its rules worked out
+ * here, any other one called. */
+PyObject *message_size(const Fast &fast, PyObject *rule, long long in, long long out, PyObject *in_bytes, PyObject *out_bytes, PyObject *group_size) {
+    if (rule == fast.rules[0])
+        return Py_NewRef(in_bytes);
+    if (rule == fast.rules[1])
+        return Py_NewRef(out_bytes);
+    if (rule == fast.rules[4])
+        return PyLong_FromLong(0);
+    if (rule == fast.rules[2] || rule == fast.rules[3]) {
+        long long n = PyLong_AsLongLong(group_size);
+        if (n == -1 && PyErr_Occurred())
+            return nullptr;
+        return PyLong_FromLongLong((rule == fast.rules[2] ? in : out) * n);
+    }
+    PyObject *rule_args[] = {in_bytes, out_bytes, group_size};
+    return PyObject_Vectorcall(rule, rule_args, 3, nullptr);
+}
 
 /* Count the collective and keep its event (the Python path's _record_collective): a new
  * reference, or null with a Python error. */
@@ -418,10 +540,8 @@ PyObject *record(const Fast &fast, const FastOp &spec, Located &at, const std::v
     PyObject *size = nullptr, *step = nullptr, *index = nullptr, *unit = nullptr, *event = nullptr;
     bool counted = false, kept = false;
     PyObject *fqn = PyTuple_GET_ITEM(at.where, 0), *phase = PyTuple_GET_ITEM(at.where, 1), *path = PyTuple_GET_ITEM(at.where, 2);
-    if (group_size && in_bytes && out_bytes) {
-        PyObject *rule_args[] = {in_bytes, out_bytes, group_size};
-        size = PyObject_Vectorcall(size_rule, rule_args, 3, nullptr);
-    }
+    if (group_size && in_bytes && out_bytes)
+        size = message_size(fast, size_rule, in.bytes, out.bytes, in_bytes, out_bytes, group_size);
     if (size != nullptr)
         counted = call(fast.add_collective, {path, phase, PyTuple_GET_ITEM(at.facts, 0), size});
     if (counted) {
@@ -445,6 +565,12 @@ PyObject *record(const Fast &fast, const FastOp &spec, Located &at, const std::v
         } else {
             for (int i = 0; i < EVENT_FIELDS; i++)
                 PyTuple_SET_ITEM(event, i, i == START_S ? start : Py_NewRef(items[i]));
+            PyObject_GC_UnTrack(event);  // see new_event
+            // An event holds only values that never point back at it (strings, numbers, tuples
+            // of them, the frozen GroupInfo), so it can be in no reference cycle: untracked, the
+            // thousands a long recording keeps cost the garbage collector nothing (tracked,
+            // they alone set off the full collections that walk the whole heap).
+            PyObject_GC_UnTrack(event);
             kept = call(fast.add_event, {event});
         }
     }
@@ -533,7 +659,9 @@ Fasted record_fast(const Fast &fast, const FastOp &spec, const c10::OperatorHand
     if ((spec.inputs >= 0 && !flatten((*stack)[base + spec.inputs], inputs)) ||
         (spec.outputs >= 0 && spec.outputs != spec.inputs && !flatten((*stack)[base + spec.outputs], outputs)))
         return Fasted::declined;
-    PyObject *found = PyObject_CallOneArg(fast.caller, zero);  // (source, from DTensor, compiled code)
+    PyObject *found = known_source(fast);  // (source, from DTensor, compiled code)
+    if (found == nullptr)
+        found = PyObject_CallOneArg(fast.caller, zero);
     if (found == nullptr || !PyTuple_Check(found) || PyTuple_GET_SIZE(found) != 3) {
         Py_XDECREF(found);
         PyErr_Clear();
@@ -545,7 +673,9 @@ Fasted record_fast(const Fast &fast, const FastOp &spec, const c10::OperatorHand
     Py_DECREF(found);
     if (compiled || (from_dtensor && flag(fast.recorder, s_last_dtensor)))  // said once, or a DTensor op to name: Python's
         return Fasted::declined;
-    at.where = PyObject_CallNoArgs(fast.where);
+    at.where = known_where(fast);
+    if (at.where == nullptr)
+        at.where = PyObject_CallNoArgs(fast.where);
     if (at.where == nullptr || !PyTuple_Check(at.where) || PyTuple_GET_SIZE(at.where) != 3) {
         PyErr_Clear();  // the Python path meets the same error, and reports it
         return Fasted::declined;
@@ -692,7 +822,6 @@ struct ModuleCalls {
     vectorcallfunc vectorcall;
 };
 
-PyObject *s_known, *s_paths, *s_stack, *s_ranges, *s_log, *s_forwards;
 
 /* original(mod, *args, **kwargs), without a tuple where there are no keyword arguments. */
 PyObject *call_original(PyObject *original, PyObject *mod, PyObject *args, PyObject *kwargs) {
@@ -946,11 +1075,19 @@ PyObject *set_recorder(PyObject *, PyObject *arg) {
     }
     Fast next;
     int record_source = 0;
-    if (!PyArg_ParseTuple(arg, "OOOO!O!O!OOOOOOOOOOOOdp:set_recorder", &next.recorder, &next.tracker, &next.where, &PyDict_Type,
+    PyObject *sizes;
+    if (!PyArg_ParseTuple(arg, "OOOO!O!O!OOOOOOOOOOOOdpOO!O!:set_recorder", &next.recorder, &next.tracker, &next.where, &PyDict_Type,
                           &next.groups, &PyDict_Type, &next.seqs, &PyDict_Type, &next.facts, &next.trace, &next.add_collective,
                           &next.add_event, &next.issued, &next.tensor_issued, &next.issued_work, &next.done, &next.failed, &next.caller,
-                          &next.event_type, &next.dtype_names, &next.state, &next.t0, &record_source))
+                          &next.event_type, &next.dtype_names, &next.state, &next.t0, &record_source, &next.frames, &PyTuple_Type,
+                          &next.places, &PyDict_Type, &sizes))
         return nullptr;
+    if (!(next.frames == Py_None || (PyTuple_Check(next.frames) && PyTuple_GET_SIZE(next.frames) == 6)) || PyTuple_GET_SIZE(next.places) != 3) {
+        PyErr_SetString(PyExc_TypeError, "set_recorder: the frames view takes 6 items, the places 3");
+        return nullptr;
+    }
+    for (int i = 0; i < 5; i++)  // borrowed: ops.py's table lives as long as the module
+        next.rules[i] = PyDict_GetItemString(sizes, RULES[i]);
     if (!PyType_Check(next.event_type) || !PyType_IsSubtype(reinterpret_cast<PyTypeObject *>(next.event_type), &PyTuple_Type)) {
         PyErr_SetString(PyExc_TypeError, "set_recorder: the event type must be a tuple type");
         return nullptr;
@@ -1027,7 +1164,29 @@ PyObject *set_handler(PyObject *, PyObject *fn) {
     Py_RETURN_NONE;
 }
 
+/* tuple.__new__(event_type, fields), untracked by the garbage collector. An event holds only
+ * values that never point back at it (strings, numbers, tuples of them, the GroupInfo tuple),
+ * so it can be in no reference cycle; tracked, the thousands a long recording keeps (a deque
+ * of 20,000 by default) set off full collections, which walk the whole heap, every few hundred
+ * steps. */
+PyObject *new_event(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyType_Check(args[0]) || !PyType_IsSubtype(reinterpret_cast<PyTypeObject *>(args[0]), &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "new_event(tuple type, fields)");
+        return nullptr;
+    }
+    PyObject *packed = PyTuple_Pack(1, args[1]);
+    if (packed == nullptr)
+        return nullptr;
+    PyObject *event = PyTuple_Type.tp_new(reinterpret_cast<PyTypeObject *>(args[0]), packed, nullptr);
+    Py_DECREF(packed);
+    if (event != nullptr)
+        PyObject_GC_UnTrack(event);
+    return event;
+}
+
 PyMethodDef methods[] = {
+    {"new_event", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(new_event)), METH_FASTCALL,
+     "new_event(event_type, fields): tuple.__new__(event_type, fields), not tracked by the garbage collector (it can be in no cycle)."},
     {"register", register_kernels, METH_VARARGS,
      "register(namespace, key, [(name, index), ...]) -> handle\n\n"
      "Register the kernel for each op `name` (\"allreduce_\", \"all_reduce.default\") of `namespace`\n"
@@ -1090,6 +1249,12 @@ PyMODINIT_FUNC PyInit__native(void) {
         {&s_ranges, "_ranges"},
         {&s_log, "log"},
         {&s_forwards, "forwards"},
+        {&s_fw_phase, "fw_phase"},
+        {&s_task, "task"},
+        {&s_calls, "calls"},
+        {&s_pinned, "_pinned"},
+        {&s_find, "find"},
+        {&s_bw_found, "_bw_found"},
         {&s_light_on, "_light_on"},
         {&s_plain, "_plain"},
         {&s_step, "step"},

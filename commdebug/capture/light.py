@@ -102,6 +102,10 @@ class _State(threading.local):
 
 
 _STATE = _State()
+
+# how the recorder makes an event: tuple.__new__, and where the C++ extension is built, not
+# tracked by the garbage collector (an event can be in no reference cycle: see _native.cpp)
+new_event: Callable[[type, tuple], Any] = getattr(_native, "new_event", None) or tuple.__new__
 _NATIVE_OPS: list[tuple[str, Any]] = []  # the C++ kernels' index -> (op name, spec)
 _NATIVE_INDEX: dict[str, int] = {}  # op name -> its index there
 _PLAIN_ENTRIES: list[Any] = []  # by that index: what the C++ kernel records itself (_plain_entry)

@@ -27,7 +27,7 @@ from commdebug.capture.groups import GroupResolver, peer_rank
 from commdebug.capture.inflight import FlightViews, InFlight, wait_until_finished, work_patch
 from commdebug.capture.metadata import distributed_metadata, now, run_metadata
 from commdebug.capture.pipelining import PipelineTags, first_tensor
-from commdebug.capture.source import caller
+from commdebug.capture.source import caller, native_view
 from commdebug.capture.stepping import Stepping, say_once
 from commdebug.capture.timekeeping import Timekeeping, clock_origin
 from commdebug.capture.timing import SyncTimer, nvtx_label, on_cuda
@@ -37,7 +37,7 @@ from commdebug.model.trace import BACKWARD, FORWARD, GLOBAL, CollectiveEvent, Tr
 __all__ = ["Recorder", "CONTEXT_EXIT"]
 
 _graph_task_id = torch._C._current_graph_task_id
-_new_tuple = tuple.__new__
+_new_tuple = light_capture.new_event  # tuple.__new__, the event untracked by the collector where built
 _HOP = torch._ops.HigherOrderOperator
 
 
@@ -312,7 +312,8 @@ class Recorder(Stepping, Timekeeping, FlightViews, TorchDispatchMode):
         trace, flight = self.trace, self._flight
         return (self, self._tracker, self._tracker.where, self._groups._by_name, self._seq, self._call_facts, trace,
                 trace.add_collective, trace.add_event, flight.issued, flight.tensor_issued, flight.work_issued, flight.done, flight.failed, caller,
-                CollectiveEvent, _ops._DTYPE_NAMES, light_capture._STATE, self._t0, bool(self._record_source))
+                CollectiveEvent, _ops._DTYPE_NAMES, light_capture._STATE, self._t0, bool(self._record_source), native_view(),
+                (GLOBAL, (GLOBAL,), BACKWARD), _ops.MESSAGE_SIZE)
 
     def _moved(self) -> None:
         # tracker callback, several per module call: only note it; the next op syncs

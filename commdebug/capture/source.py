@@ -31,7 +31,7 @@ try:
 except ImportError:  # not built (no C compiler at install time) or not this Python: frame objects
     _first_other = None
 
-__all__ = ["caller", "in_compiled_code"]
+__all__ = ["caller", "in_compiled_code", "native_view"]
 
 # DTensor lowers an op to collectives inside this file; a collective with it on the stack came
 # from the DTensor op seen last.
@@ -105,6 +105,17 @@ def _kind(frame: Any) -> str:
     if kind is _LIBRARY:
         _LIBRARY_FILES.add(code.co_filename)
     return kind
+
+
+def native_view() -> tuple | None:
+    """What light capture's C++ kernel reads to find a collective's line as :func:`caller` does,
+    where every frame on the way is classified and the line named already (commdebug/capture/
+    _native.cpp's known_source, which hands every other case to ``caller``): the C walker, the
+    library's files, the kinds by file, the named sites and the kinds it tells apart. None
+    where the walker is not built."""
+    if _first_other is None:
+        return None
+    return (_first_other, _LIBRARY_FILES, _KIND_BY_FILE, _SITES, _USER, _DTENSOR)
 
 
 def caller(depth: int = 1) -> tuple[str | None, bool, bool]:
