@@ -297,10 +297,13 @@ def test_collectives_recorded_in_cpp_are_the_events_the_python_handler_records(w
 def test_the_cpp_kernel_reads_a_known_line_and_module_without_asking_python(workload, mesh, monkeypatch):
     """Once a collective's line has been named and every file on the way classified, the C++
     kernel finds the line (known_source) and, in forward and in a light step's backward, the
-    module (known_where) itself: Python's ``caller`` and ``where`` are asked only for what is
-    new (an op's first calls, a backward's first collective, checkpoint recomputation). That
-    the answers are the Python path's is the test above, on the same workloads."""
-    from commdebug.capture import light, recorder, tracker
+    module (known_where, with the module calls' ranges searched in C++ once the forward's log
+    is folded) itself: Python's ``caller``, ``where`` and ``NodeRanges.find`` are asked only
+    for what is new (an op's first calls, a backward's first collective, checkpoint
+    recomputation). A functional collective's wait is told to the in-flight table in C++ too
+    (``_native.waited``), not by ``InFlight.tensor_waited``. That the answers are the Python
+    path's is the test above, on the same workloads."""
+    from commdebug.capture import calls, inflight, light, recorder, tracker
 
     if light._native is None:
         pytest.skip("commdebug.capture._native is not built here")
@@ -309,6 +312,10 @@ def test_the_cpp_kernel_reads_a_known_line_and_module_without_asking_python(work
     # one frame deeper than asked: the spy's own frame is not the program's
     monkeypatch.setattr(recorder, "caller", lambda depth=1: asked.update(["caller"]) or caller(depth + 1))
     monkeypatch.setattr(tracker.ModuleTracker, "where", lambda self: asked.update(["where"]) or where(self))
+    find = calls.NodeRanges.find
+    monkeypatch.setattr(calls.NodeRanges, "find", lambda self, number: asked.update(["find"]) or find(self, number))
+    told = inflight.InFlight.tensor_waited
+    monkeypatch.setattr(inflight.InFlight, "tensor_waited", lambda self, *a: asked.update(["told"]) or told(self, *a))
     make, body, _ = WORKLOADS[workload]
     before = sum(light._native.counts())
     comm, _ = _record(lambda: make(mesh), body or _train(2, _sequence_sharded(mesh)), light=True)
@@ -318,6 +325,10 @@ def test_the_cpp_kernel_reads_a_known_line_and_module_without_asking_python(work
     assert all(e.source and "test_light.py" in e.source for e in events), {e.source for e in events}
     assert asked["caller"] < in_cpp // 2, f"Python named the line of {asked['caller']} of {in_cpp} calls recorded in C++"
     assert asked["where"] < in_cpp // 2, f"Python located {asked['where']} of {in_cpp} calls recorded in C++"
+    backward = sum(e.phase == "backward" for e in events)
+    assert asked["find"] < backward // 2, f"Python searched the module calls for {asked['find']} of {backward} backward calls"
+    assert asked["told"] < in_cpp // 2, f"Python was told of {asked['told']} waits of {in_cpp} calls recorded in C++"
+    assert comm.in_flight() == []
 
 
 @pytest.mark.parametrize("options", [{"light": True}, {}], ids=["light", "full"])

@@ -39,6 +39,9 @@
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/library.h>
 
+#include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <exception>
 #include <initializer_list>
 #include <memory>
@@ -50,6 +53,8 @@ namespace py = pybind11;
 
 namespace {
 
+// attribute names, interned once (PyInit__native)
+PyObject *s_known, *s_paths, *s_stack, *s_ranges, *s_log, *s_forwards, *s_fw_phase, *s_task, *s_calls, *s_pinned, *s_find, *s_bw_found, *s_starts, *s_ends, *s_parents, *s_by_storage, *s_on_waited, *s_tensor_waited, *s_done;
 PyObject *handler = nullptr;  // light.py's _native_call(index, args, kwargs, call)
 thread_local bool inside = false;  // a collective is being recorded on this thread
 std::vector<std::unique_ptr<torch::Library>> libraries;  // by handle; null once unregistered
@@ -213,16 +218,59 @@ PyObject *storage_key(PyObject *, PyObject *obj) {
     END_HANDLE_TH_ERRORS
 }
 
+/* waited(flights, tensor): inflight.py's _tell for a wait that returned, every recording's
+ * InFlight told that the functional collective behind `tensor` finished. Its common case, a
+ * call in the InFlight's table of functional calls (_by_storage) with no one to tell but its
+ * group's finished sequence number (InFlight.done), is done here without a Python frame for
+ * the lookup; every other case (not in that table, an _on_waited listener: asynchronous
+ * timing) goes to InFlight.tensor_waited, which decides as before. */
+PyObject *waited(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "waited(flights: list, tensor)");
+        return nullptr;
+    }
+    PyObject *tensor = args[1];
+    py::object flights = py::reinterpret_steal<py::object>(PyList_GetSlice(args[0], 0, PyList_GET_SIZE(args[0])));  // another thread may end one
+    if (!flights)
+        return nullptr;
+    py::object key = py::reinterpret_steal<py::object>(THPVariable_Check(tensor) ? storage_key(nullptr, tensor) : nullptr);
+    PyErr_Clear();  // no key: tensor_waited reads the call
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(flights.ptr()); i++) {
+        PyObject *flight = PyList_GET_ITEM(flights.ptr(), i);
+        py::object table = py::reinterpret_steal<py::object>(key ? PyObject_GetAttr(flight, s_by_storage) : nullptr);
+        py::object listener = py::reinterpret_steal<py::object>(table ? PyObject_GetAttr(flight, s_on_waited) : nullptr);
+        PyObject *entry = listener && PyDict_Check(table.ptr()) && listener.ptr() == Py_None ? PyDict_GetItemWithError(table.ptr(), key.ptr()) : nullptr;
+        PyErr_Clear();
+        if (entry == nullptr || !PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) < 4) {
+            PyObject *result = PyObject_CallMethodOneArg(flight, s_tensor_waited, tensor);
+            if (result == nullptr)
+                return nullptr;
+            Py_DECREF(result);
+            continue;
+        }
+        py::object held = py::reinterpret_borrow<py::object>(entry);  // (index, issued at, group, seq, ...)
+        if (PyDict_DelItem(table.ptr(), key.ptr()) < 0)
+            return nullptr;
+        PyObject *done_args[] = {flight, PyTuple_GET_ITEM(entry, 2), PyTuple_GET_ITEM(entry, 3)};
+        PyObject *result = PyObject_VectorcallMethod(s_done, done_args, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr);
+        if (result == nullptr)
+            return nullptr;
+        Py_DECREF(result);
+    }
+    Py_RETURN_NONE;
+}
+
 /* The plain recording, in C++ (set_recorder, set_ops): a collective of the innermost light
  * recording while it records everything as it comes (no filter, no timer, no NVTX range:
  * Recorder._plain) is recorded here without the handler: the same event the Python path builds
  * (recorder.py's _collective and _record_collective), from facts the Python side worked out on
  * the op's first call on its group (the GroupInfo, the count key, the bus-bandwidth factor, the
- * size rule), which this path only reads. It calls back into Python for where the program is
- * (the tracker's `where`), the source line, the trace's counts and event list, the size rule,
- * the in-flight table and the listeners: each a Python function of its own, shared with the
- * Python path. Anything else, or any fact not known yet, declines before anything is recorded,
- * and the handler records as before. */
+ * size rule), which this path only reads. Where the program is and the source line it reads
+ * from the state the Python side keeps, in their common cases (known_where, known_source), and
+ * asks the tracker's `where` and source.py's `caller` for the rest; it calls back into Python
+ * for the trace's counts and event list, the in-flight table and the listeners: each a Python
+ * function of its own, shared with the Python path. Anything else, or any fact not known yet,
+ * declines before anything is recorded, and the handler records as before. */
 struct FastOp {
     PyObject *name;     // the op's name (interned, as the Python path has it)
     PyObject *op;       // its canonical name: all_reduce...
@@ -254,8 +302,6 @@ c10::ClassTypePtr work_type;
 std::unordered_map<std::string, PyObject *> group_names;  // a group's name as a Python str, made once
 
 const char *RULES[] = {"in", "out", "in_x_n", "out_x_n", "zero"};
-
-PyObject *s_known, *s_paths, *s_stack, *s_ranges, *s_log, *s_forwards, *s_fw_phase, *s_task, *s_calls, *s_pinned, *s_find, *s_bw_found;
 
 PyObject *s_light_on, *s_plain, *s_step, *s_events_total, *s_unit, *s_size, *s_last_dtensor, *s_issue_listeners,
     *s_listeners, *s_inside, *zero, *one;
@@ -438,6 +484,51 @@ PyObject *known_source(const Fast &fast) {
     return PyTuple_Pack(3, source, from_dtensor ? Py_True : Py_False, Py_False);
 }
 
+/* A Python int as a long long; one past the range (NodeRanges' open end, 1 << 64) reads as the
+ * largest. */
+long long as_number(PyObject *value) {
+    int overflow = 0;
+    long long n = PyLong_AsLongLongAndOverflow(value, &overflow);
+    return overflow > 0 ? LLONG_MAX : overflow < 0 ? LLONG_MIN : n;
+}
+
+/* calls.py's NodeRanges.find(number) where its log is folded already (every backward collective
+ * after the first): the path of the innermost module call that made node `number`, a new
+ * reference; Py_None where no call did. Null, with no error set, to ask find() itself. */
+PyObject *known_call(PyObject *ranges, long long number) {
+    py::object log = py::reinterpret_steal<py::object>(PyObject_GetAttr(ranges, s_log));
+    py::object starts = py::reinterpret_steal<py::object>(PyObject_GetAttr(ranges, s_starts));
+    py::object ends = py::reinterpret_steal<py::object>(PyObject_GetAttr(ranges, s_ends));
+    py::object parents = py::reinterpret_steal<py::object>(PyObject_GetAttr(ranges, s_parents));
+    py::object paths = py::reinterpret_steal<py::object>(PyObject_GetAttr(ranges, s_paths));
+    if (!log || !starts || !ends || !parents || !paths || !PyList_Check(log.ptr()) || !PyList_Check(starts.ptr()) || !PyList_Check(ends.ptr()) ||
+        !PyList_Check(parents.ptr()) || !PyList_Check(paths.ptr()) || PyList_GET_SIZE(log.ptr()) != 0) {
+        PyErr_Clear();
+        return nullptr;
+    }
+    Py_ssize_t lo = 0, hi = PyList_GET_SIZE(starts.ptr());  // bisect_right(starts, number)
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (number < as_number(PyList_GET_ITEM(starts.ptr(), mid)))
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    Py_ssize_t count = std::min({PyList_GET_SIZE(ends.ptr()), PyList_GET_SIZE(parents.ptr()), PyList_GET_SIZE(paths.ptr())});
+    // the calls that hold the number all enclose the latest call started before it
+    for (Py_ssize_t i = lo - 1; i >= 0;) {
+        if (i >= count)
+            return nullptr;
+        if (number < as_number(PyList_GET_ITEM(ends.ptr(), i)))
+            return Py_NewRef(PyList_GET_ITEM(paths.ptr(), i));
+        long long parent = as_number(PyList_GET_ITEM(parents.ptr(), i));
+        if (parent >= i)  // parents come before their children: anything else is not find()'s table
+            return nullptr;
+        i = static_cast<Py_ssize_t>(parent);
+    }
+    return Py_NewRef(Py_None);
+}
+
 /* tracker.where() as a new (fqn, phase, path) tuple in its common cases: forward (or the
  * optimizer, or outside both), and backward in a light step once the graph task is known,
  * where the running autograd node's number finds the module call that made it. Null, with no
@@ -476,9 +567,15 @@ PyObject *known_where(const Fast &fast) {
     c10::intrusive_ptr<torch::autograd::Node> node = torch::autograd::get_current_node();
     if (!node)
         return nullptr;
+    uint64_t sequence_nr = node->sequence_nr();
+    if (sequence_nr > static_cast<uint64_t>(LLONG_MAX))  // AccumulateGrad's: in no call, where() finds its module
+        return nullptr;
     py::object ranges = py::reinterpret_steal<py::object>(PyObject_GetAttr(fast.tracker, s_ranges));
-    py::object number = py::reinterpret_steal<py::object>(PyLong_FromUnsignedLongLong(node->sequence_nr()));
-    py::object found = py::reinterpret_steal<py::object>(ranges && number ? PyObject_CallMethodOneArg(ranges.ptr(), s_find, number.ptr()) : nullptr);
+    py::object found = py::reinterpret_steal<py::object>(ranges ? known_call(ranges.ptr(), static_cast<long long>(sequence_nr)) : nullptr);
+    if (!found && ranges) {  // the forward's log still to fold: find() does it
+        py::object number = py::reinterpret_steal<py::object>(PyLong_FromUnsignedLongLong(sequence_nr));
+        found = py::reinterpret_steal<py::object>(number ? PyObject_CallMethodOneArg(ranges.ptr(), s_find, number.ptr()) : nullptr);
+    }
     if (!found || !PyTuple_Check(found.ptr()) || PyTuple_GET_SIZE(found.ptr()) == 0 ||
         PyObject_SetAttr(fast.tracker, s_bw_found, found.ptr()) < 0) {  // None: AccumulateGrad's, which where() finds
         PyErr_Clear();
@@ -1185,6 +1282,8 @@ PyObject *new_event(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
 }
 
 PyMethodDef methods[] = {
+    {"waited", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(waited)), METH_FASTCALL,
+     "waited(flights, tensor): each InFlight in `flights` told that the functional collective behind `tensor` finished (inflight.py's _tell)."},
     {"new_event", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(new_event)), METH_FASTCALL,
      "new_event(event_type, fields): tuple.__new__(event_type, fields), not tracked by the garbage collector (it can be in no cycle)."},
     {"register", register_kernels, METH_VARARGS,
@@ -1255,6 +1354,13 @@ PyMODINIT_FUNC PyInit__native(void) {
         {&s_pinned, "_pinned"},
         {&s_find, "find"},
         {&s_bw_found, "_bw_found"},
+        {&s_starts, "starts"},
+        {&s_ends, "ends"},
+        {&s_parents, "parents"},
+        {&s_by_storage, "_by_storage"},
+        {&s_on_waited, "_on_waited"},
+        {&s_tensor_waited, "tensor_waited"},
+        {&s_done, "done"},
         {&s_light_on, "_light_on"},
         {&s_plain, "_plain"},
         {&s_step, "step"},

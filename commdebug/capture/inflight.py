@@ -392,7 +392,9 @@ def _wrap_wait(original: Any, patch: Any) -> Any:
 
 
 def _tell(flights: list[InFlight], tensor: torch.Tensor) -> None:
-    """Every recording's InFlight that ``tensor`` was waited for (mostly there is one)."""
+    """Every recording's InFlight that ``tensor`` was waited for (mostly there is one). Where
+    the C++ extension is built, its ``waited`` does this, the common case without a Python
+    frame (commdebug/capture/_native.cpp)."""
     if len(flights) == 1:
         flights[0].tensor_waited(tensor)
         return
@@ -400,8 +402,16 @@ def _tell(flights: list[InFlight], tensor: torch.Tensor) -> None:
         flight.tensor_waited(tensor)
 
 
+def _teller() -> Callable[[list[InFlight], torch.Tensor], None]:
+    from commdebug.capture import light
+
+    return getattr(light._native, "waited", None) or _tell
+
+
 def _wrap_trigger_wait(original: Any, patch: Any) -> Any:
     from commdebug.capture import light
+
+    tell = _teller()
 
     def trigger_wait(act: Any, *args: Any, **kwargs: Any) -> Any:
         first = not getattr(act, "completed", True)
@@ -416,7 +426,7 @@ def _wrap_trigger_wait(original: Any, patch: Any) -> Any:
             raise
         light.unskip(skipped)
         if first:
-            _tell(patch.users, act.elem)
+            tell(patch.users, act.elem)
         return result
 
     return trigger_wait
@@ -424,6 +434,8 @@ def _wrap_trigger_wait(original: Any, patch: Any) -> Any:
 
 def _wrap_act_wait(original: Any, patch: Any) -> Any:
     from commdebug.capture import light
+
+    tell = _teller()
 
     def wait(act: Any, *args: Any, **kwargs: Any) -> Any:
         skipped = light.skip()  # as in trigger_wait: this wrapper finishes the collective
@@ -434,7 +446,7 @@ def _wrap_act_wait(original: Any, patch: Any) -> Any:
             _unseen(e)
             raise
         light.unskip(skipped)
-        _tell(patch.users, act.elem)
+        tell(patch.users, act.elem)
         return result
 
     return wait
