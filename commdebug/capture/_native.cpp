@@ -288,7 +288,7 @@ struct Fast {
     PyObject *recorder, *tracker, *where, *groups, *seqs, *facts, *trace, *add_collective, *add_event;
     PyObject *issued, *tensor_issued, *issued_work, *done, *failed, *caller, *event_type, *dtype_names, *state;
     PyObject *frames;  // source.py's native_view(): what caller() reads, or None
-    PyObject *places;  // tracker.py's PLACES: (GLOBAL, (GLOBAL,), BACKWARD)
+    PyObject *places;  // (GLOBAL, (GLOBAL,), BACKWARD), trace.py's names of the places known_where gives
     PyObject *rules[5] = {};  // ops.py's MESSAGE_SIZE rules, in RULES' order
     double t0 = 0;
     bool record_source = false;
@@ -392,10 +392,8 @@ bool sized(const Fast &fast, const std::vector<at::Tensor> &tensors, Sized &out)
  * borrowed, or null where the group has no name to go by. */
 PyObject *group_name(const c10::IValue &value) {
     const std::string *name = nullptr;
-    std::string owned;
     if (value.isString()) {
-        owned = value.toStringRef();
-        name = &owned;
+        name = &value.toStringRef();  // the argument's own string: it outlives this call
     } else if (value.isCustomClass() && process_group_type && value.toObjectRef().type() == process_group_type) {
         name = &value.toCustomClass<c10d::ProcessGroup>()->getGroupName();
     }
@@ -662,12 +660,7 @@ PyObject *record(const Fast &fast, const FastOp &spec, Located &at, const std::v
         } else {
             for (int i = 0; i < EVENT_FIELDS; i++)
                 PyTuple_SET_ITEM(event, i, i == START_S ? start : Py_NewRef(items[i]));
-            PyObject_GC_UnTrack(event);  // see new_event
-            // An event holds only values that never point back at it (strings, numbers, tuples
-            // of them, the frozen GroupInfo), so it can be in no reference cycle: untracked, the
-            // thousands a long recording keeps cost the garbage collector nothing (tracked,
-            // they alone set off the full collections that walk the whole heap).
-            PyObject_GC_UnTrack(event);
+            PyObject_GC_UnTrack(event);  // it can be in no reference cycle: see new_event
             kept = call(fast.add_event, {event});
         }
     }
