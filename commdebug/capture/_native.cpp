@@ -268,7 +268,7 @@ PyObject *waited(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
  * size rule), which this path only reads. Where the program is and the source line it reads
  * from the state the Python side keeps, in their common cases (known_where, known_source), and
  * asks the tracker's `where` and source.py's `caller` for the rest; it calls back into Python
- * for the trace's counts and event list, the in-flight table and the listeners: each a Python
+ * for the size rule, the trace's counts and event list, the in-flight table and the listeners: each a Python
  * function of its own, shared with the Python path. Anything else, or any fact not known yet,
  * declines before anything is recorded, and the handler records as before. */
 struct FastOp {
@@ -289,7 +289,6 @@ struct Fast {
     PyObject *issued, *tensor_issued, *issued_work, *done, *failed, *caller, *event_type, *dtype_names, *state;
     PyObject *frames;  // source.py's native_view(): what caller() reads, or None
     PyObject *places;  // (GLOBAL, (GLOBAL,), BACKWARD), trace.py's names of the places known_where gives
-    PyObject *rules[5] = {};  // ops.py's MESSAGE_SIZE rules, in RULES' order
     double t0 = 0;
     bool record_source = false;
 };
@@ -300,8 +299,6 @@ std::vector<FastOp> fast_ops;  // by kernel index; name null: the handler record
 std::vector<unsigned long long> recorded_here;  // by kernel index: calls record_fast recorded (for tests)
 c10::ClassTypePtr work_type;
 std::unordered_map<std::string, PyObject *> group_names;  // a group's name as a Python str, made once
-
-const char *RULES[] = {"in", "out", "in_x_n", "out_x_n", "zero"};
 
 PyObject *s_light_on, *s_plain, *s_step, *s_events_total, *s_unit, *s_size, *s_last_dtensor, *s_issue_listeners,
     *s_listeners, *s_inside, *zero, *one;
@@ -596,25 +593,6 @@ struct Located {
     }
 };
 
-/* The message size by ops.py's MESSAGE_SIZE rule `rule` (new reference): its rules worked out
- * here, any other one called. */
-PyObject *message_size(const Fast &fast, PyObject *rule, long long in, long long out, PyObject *in_bytes, PyObject *out_bytes, PyObject *group_size) {
-    if (rule == fast.rules[0])
-        return Py_NewRef(in_bytes);
-    if (rule == fast.rules[1])
-        return Py_NewRef(out_bytes);
-    if (rule == fast.rules[4])
-        return PyLong_FromLong(0);
-    if (rule == fast.rules[2] || rule == fast.rules[3]) {
-        long long n = PyLong_AsLongLong(group_size);
-        if (n == -1 && PyErr_Occurred())
-            return nullptr;
-        return PyLong_FromLongLong((rule == fast.rules[2] ? in : out) * n);
-    }
-    PyObject *rule_args[] = {in_bytes, out_bytes, group_size};
-    return PyObject_Vectorcall(rule, rule_args, 3, nullptr);
-}
-
 /* Count the collective and keep its event (the Python path's _record_collective): a new
  * reference, or null with a Python error. */
 PyObject *record(const Fast &fast, const FastOp &spec, Located &at, const std::vector<at::Tensor> &inputs, const std::vector<at::Tensor> *outputs) {
@@ -635,8 +613,10 @@ PyObject *record(const Fast &fast, const FastOp &spec, Located &at, const std::v
     PyObject *size = nullptr, *step = nullptr, *index = nullptr, *unit = nullptr, *event = nullptr;
     bool counted = false, kept = false;
     PyObject *fqn = PyTuple_GET_ITEM(at.where, 0), *phase = PyTuple_GET_ITEM(at.where, 1), *path = PyTuple_GET_ITEM(at.where, 2);
-    if (group_size && in_bytes && out_bytes)
-        size = message_size(fast, size_rule, in.bytes, out.bytes, in_bytes, out_bytes, group_size);
+    if (group_size && in_bytes && out_bytes) {
+        PyObject *rule_args[] = {in_bytes, out_bytes, group_size};
+        size = PyObject_Vectorcall(size_rule, rule_args, 3, nullptr);
+    }
     if (size != nullptr)
         counted = call(fast.add_collective, {path, phase, PyTuple_GET_ITEM(at.facts, 0), size});
     if (counted) {
@@ -1165,19 +1145,16 @@ PyObject *set_recorder(PyObject *, PyObject *arg) {
     }
     Fast next;
     int record_source = 0;
-    PyObject *sizes;
-    if (!PyArg_ParseTuple(arg, "OOOO!O!O!OOOOOOOOOOOOdpOO!O!:set_recorder", &next.recorder, &next.tracker, &next.where, &PyDict_Type,
+    if (!PyArg_ParseTuple(arg, "OOOO!O!O!OOOOOOOOOOOOdpOO!:set_recorder", &next.recorder, &next.tracker, &next.where, &PyDict_Type,
                           &next.groups, &PyDict_Type, &next.seqs, &PyDict_Type, &next.facts, &next.trace, &next.add_collective,
                           &next.add_event, &next.issued, &next.tensor_issued, &next.issued_work, &next.done, &next.failed, &next.caller,
                           &next.event_type, &next.dtype_names, &next.state, &next.t0, &record_source, &next.frames, &PyTuple_Type,
-                          &next.places, &PyDict_Type, &sizes))
+                          &next.places))
         return nullptr;
     if (!(next.frames == Py_None || (PyTuple_Check(next.frames) && PyTuple_GET_SIZE(next.frames) == 6)) || PyTuple_GET_SIZE(next.places) != 3) {
         PyErr_SetString(PyExc_TypeError, "set_recorder: the frames view takes 6 items, the places 3");
         return nullptr;
     }
-    for (int i = 0; i < 5; i++)  // borrowed: ops.py's table lives as long as the module
-        next.rules[i] = PyDict_GetItemString(sizes, RULES[i]);
     if (!PyType_Check(next.event_type) || !PyType_IsSubtype(reinterpret_cast<PyTypeObject *>(next.event_type), &PyTuple_Type)) {
         PyErr_SetString(PyExc_TypeError, "set_recorder: the event type must be a tuple type");
         return nullptr;

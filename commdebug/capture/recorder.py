@@ -313,7 +313,7 @@ class Recorder(Stepping, Timekeeping, FlightViews, TorchDispatchMode):
         return (self, self._tracker, self._tracker.where, self._groups._by_name, self._seq, self._call_facts, trace,
                 trace.add_collective, trace.add_event, flight.issued, flight.tensor_issued, flight.work_issued, flight.done, flight.failed, caller,
                 CollectiveEvent, _ops._DTYPE_NAMES, light_capture._STATE, self._t0, bool(self._record_source), native_view(),
-                (GLOBAL, (GLOBAL,), BACKWARD), _ops.MESSAGE_SIZE)
+                (GLOBAL, (GLOBAL,), BACKWARD))
 
     def _moved(self) -> None:
         # tracker callback, several per module call: only note it; the next op syncs

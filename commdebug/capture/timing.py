@@ -94,7 +94,7 @@ class SyncTimer:
             self._start.record()  # on the current stream: queued compute before it is not counted
 
     def stop_early(self, wait: Callable[[], None]) -> None:
-        """Right after :meth:`issued`: if ``early``, wait with ``wait()`` and stop the clock now."""
+        """Right after the call returned: if ``early``, wait with ``wait()`` and stop the clock now."""
         if self.early:
             self.stop(wait)
             self._stopped = True
