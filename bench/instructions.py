@@ -14,7 +14,8 @@ Cachegrind simulates a first-level instruction cache, a first-level data cache a
 level, sized here as this machine's per-core L2 (``--ll``): its misses are what goes out to the
 shared L3 or to memory. A miss costs tens of instructions' time, so the capture's cost on a
 step is mostly in its misses, not its instructions: read the four rows together. Garbage
-collection is off in the child (it would land in some runs and not others).
+collection is off in the child (it would land in some runs and not others), and so is
+address-space randomisation where ``setarch`` is there (hashes of ids would differ).
 
     python bench/instructions.py [--variants bare,light] [--steps 5 25] [--layers 12] [--dim 64]
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -99,7 +101,11 @@ def child(variant: str, steps: int, layers: int, dim: int) -> None:
 
 def measure(variant: str, steps: int, args: argparse.Namespace) -> dict[str, int]:
     with tempfile.TemporaryDirectory() as tmp:
-        command = ["valgrind", "--tool=cachegrind", "--cache-sim=yes", f"--LL={args.ll}",
+        # address-space randomisation off: dicts keyed by ids and addresses then hash alike in
+        # every run, and two runs of one program count the same to a few hundred instructions
+        # (with it on, the bare step's count moved by 1.6% from one run to the next)
+        fixed = ["setarch", platform.machine(), "-R"] if shutil.which("setarch") else []
+        command = [*fixed, "valgrind", "--tool=cachegrind", "--cache-sim=yes", f"--LL={args.ll}",
                    f"--cachegrind-out-file={os.path.join(tmp, 'out')}", sys.executable, __file__,
                    "--child", variant, str(steps), "--layers", str(args.layers), "--dim", str(args.dim)]
         # one thread (no pool spinning a varying number of times) and one hash seed: the counts

@@ -62,6 +62,8 @@ BUSBW_FACTORS: dict[str, Callable[[int], float]] = {
 
 
 # Message size S from a call's input and output bytes and group size n, by a spec's ``size``.
+# Pure functions of those three numbers: light capture's C++ kernel remembers their answers
+# (_native.cpp's message_size).
 MESSAGE_SIZE: dict[str, Callable[[int, int, int], int]] = {
     "in": lambda i, o, n: i,
     "out": lambda i, o, n: o,

@@ -510,6 +510,52 @@ def test_module_calls_pass_every_argument_and_unwind_after_an_error(world, monke
     assert [e.module for e in comm.trace.events] == ["_Parent.many", "_Parent.many", "_Parent"] * 3
 
 
+class _Raises(torch.nn.Module):
+    def forward(self, x):
+        raise ValueError("bad batch")
+
+
+class _Calls(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = _Raises()
+
+    def forward(self, x):
+        return self.inner(x)
+
+
+@pytest.mark.parametrize("in_c", [True, False])
+def test_an_error_in_a_module_has_the_traceback_it_has_without_commdebug(world, monkeypatch, in_c):
+    """A light step wraps every module call; an error raised in a module's forward still carries
+    the traceback the program has without commdebug (docs/ranks.md: what ``commdebug run``
+    prints): torch's own frames, none of the wrapper's, on a module's first call (the Python
+    wrapper) and on later ones (the C side)."""
+    import traceback
+
+    from commdebug.capture import calls
+
+    if in_c and calls._native is None:
+        pytest.skip("commdebug.capture._native is not built here")
+    if not in_c:
+        monkeypatch.setattr(calls, "_native", None)
+    model = _Calls()
+
+    def frames() -> list[tuple[str, str]]:
+        try:
+            model(torch.ones(2))
+        except ValueError as e:
+            return [(Path(f.filename).name, f.name) for f in traceback.extract_tb(e.__traceback__)]
+        raise AssertionError("the module did not raise")
+
+    bare = frames()
+    assert bare[-1] == ("test_light.py", "forward") and ("module.py", "_call_impl") in bare
+    with CommDebugMode(light=True) as comm:
+        recorded = [frames() for _ in range(2)]
+        assert comm._tracker.stack == []
+    assert recorded == [bare, bare]
+
+
+
 def test_light_with_an_ops_filter_records_what_full_does_and_locates_no_other(world, monkeypatch):
     """``ops`` keeps the same collectives under light as under full; the ones it leaves out are
     run without being located (the cheapest a light recording can be)."""

@@ -29,6 +29,7 @@
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/GradMode.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/Exceptions.h>
@@ -593,6 +594,38 @@ struct Located {
     }
 };
 
+/* size_rule(in_bytes, out_bytes, group_size), remembered: the rules (ops.py's MESSAGE_SIZE) are
+ * pure functions of their three numbers, and a training step repeats the same few calls, so a
+ * repeat answers from here without a Python frame. A new reference, or null with an error. */
+struct SizeMemo {
+    PyObject *rule = nullptr, *size = nullptr;  // strong references; rule null: empty slot
+    long long in = 0, out = 0, group = 0;
+};
+SizeMemo size_memo[64];
+
+PyObject *message_size(PyObject *rule, long long in, long long out, PyObject *group_size) {
+    long long group = PyLong_Check(group_size) ? as_number(group_size) : LLONG_MIN;
+    size_t slot = (reinterpret_cast<uintptr_t>(rule) / 16 ^ static_cast<size_t>(in) * 31 ^ static_cast<size_t>(out) * 7 ^ static_cast<size_t>(group)) % 64;
+    SizeMemo &memo = size_memo[slot];
+    if (memo.rule == rule && memo.in == in && memo.out == out && memo.group == group && group != LLONG_MIN)
+        return Py_NewRef(memo.size);
+    PyObject *in_bytes = PyLong_FromLongLong(in), *out_bytes = PyLong_FromLongLong(out);
+    PyObject *size = nullptr;
+    if (in_bytes && out_bytes) {
+        PyObject *rule_args[] = {in_bytes, out_bytes, group_size};
+        size = PyObject_Vectorcall(rule, rule_args, 3, nullptr);
+    }
+    Py_XDECREF(in_bytes);
+    Py_XDECREF(out_bytes);
+    if (size != nullptr && group != LLONG_MIN) {
+        PyObject *old_rule = memo.rule, *old_size = memo.size;
+        memo = SizeMemo{Py_NewRef(rule), Py_NewRef(size), in, out, group};
+        Py_XDECREF(old_rule);
+        Py_XDECREF(old_size);
+    }
+    return size;
+}
+
 /* Count the collective and keep its event (the Python path's _record_collective): a new
  * reference, or null with a Python error. */
 PyObject *record(const Fast &fast, const FastOp &spec, Located &at, const std::vector<at::Tensor> &inputs, const std::vector<at::Tensor> *outputs) {
@@ -613,10 +646,8 @@ PyObject *record(const Fast &fast, const FastOp &spec, Located &at, const std::v
     PyObject *size = nullptr, *step = nullptr, *index = nullptr, *unit = nullptr, *event = nullptr;
     bool counted = false, kept = false;
     PyObject *fqn = PyTuple_GET_ITEM(at.where, 0), *phase = PyTuple_GET_ITEM(at.where, 1), *path = PyTuple_GET_ITEM(at.where, 2);
-    if (group_size && in_bytes && out_bytes) {
-        PyObject *rule_args[] = {in_bytes, out_bytes, group_size};
-        size = PyObject_Vectorcall(size_rule, rule_args, 3, nullptr);
-    }
+    if (group_size && in_bytes && out_bytes)
+        size = message_size(size_rule, in.bytes, out.bytes, group_size);
     if (size != nullptr)
         counted = call(fast.add_collective, {path, phase, PyTuple_GET_ITEM(at.facts, 0), size});
     if (counted) {
@@ -1251,11 +1282,33 @@ PyObject *new_event(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
     return event;
 }
 
+/* light.py's skip(): let this thread's calls go past the kernels until unskip(token), for a
+ * call whose collectives need no recording (a DTensor's wait, which the wrapper around it tells
+ * the in-flight table of). The token: whether BackendSelect was excluded already, or None where
+ * no kernel is registered. In C, because a DTensor program runs it for every wait. */
+PyObject *skip(PyObject *, PyObject *) {
+    if (std::none_of(libraries.begin(), libraries.end(), [](const auto &library) { return library != nullptr; }))
+        Py_RETURN_NONE;
+    bool before = c10::impl::tls_is_dispatch_key_excluded(c10::DispatchKey::BackendSelect);
+    c10::impl::tls_set_dispatch_key_excluded(c10::DispatchKey::BackendSelect, true);
+    return PyBool_FromLong(before);
+}
+
+/* light.py's unskip(token): the thread's exclusion as skip() found it. */
+PyObject *unskip(PyObject *, PyObject *token) {
+    if (token != Py_None)
+        c10::impl::tls_set_dispatch_key_excluded(c10::DispatchKey::BackendSelect, token == Py_True);
+    Py_RETURN_NONE;
+}
+
 PyMethodDef methods[] = {
     {"waited", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(waited)), METH_FASTCALL,
      "waited(flights, tensor): each InFlight in `flights` told that the functional collective behind `tensor` finished (inflight.py's _tell)."},
     {"new_event", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(new_event)), METH_FASTCALL,
      "new_event(event_type, fields): tuple.__new__(event_type, fields), not tracked by the garbage collector (it can be in no cycle)."},
+    {"skip", skip, METH_NOARGS,
+     "skip() -> token: this thread's calls go past the kernels until unskip(token); None where none is registered."},
+    {"unskip", unskip, METH_O, "unskip(token): the thread's exclusion of the kernels' key as skip() found it."},
     {"register", register_kernels, METH_VARARGS,
      "register(namespace, key, [(name, index), ...]) -> handle\n\n"
      "Register the kernel for each op `name` (\"allreduce_\", \"all_reduce.default\") of `namespace`\n"

@@ -37,7 +37,7 @@ import weakref
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from types import ModuleType
+from types import CodeType, ModuleType
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -281,18 +281,39 @@ def _module_call(original: Callable, patch: ClassPatch) -> Callable:
             return users[0]._call(original, mod, args, kwargs)
         return nested_call(list(users), original, mod, args, kwargs)
 
-    if _native is None:
-        return lambda mod, *args, **kwargs: tracked(mod, args, kwargs)
     # the common case of CallTracking._call in C, the rest in ``tracked``. Dynamo traces this
     # function (not a C object it cannot read), and reads the first line as true.
-    native = _native.ModuleCalls(original, users, tracked, LOG_CAP)
+    native = _native.ModuleCalls(original, users, tracked, LOG_CAP) if _native is not None else None
 
     def __call__(mod: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
         if _dynamo_compiling() or _compiler._is_compiling_flag:
             return original(mod, *args, **kwargs)
-        return native(mod, args, kwargs)
+        try:
+            return native(mod, args, kwargs) if native is not None else tracked(mod, args, kwargs)
+        except BaseException as e:
+            _unseen(e)
+            raise
 
+    _WRAPPERS.update((tracked.__code__, __call__.__code__))
     return __call__
+
+
+def _unseen(error: BaseException) -> None:
+    """Take the module-call wrapper's frames out of ``error``'s traceback before it is raised on:
+    the program's traceback reads as it would without commdebug (docs/ranks.md), torch's own
+    ``Module`` frames and all. Every wrapper the error passes does this for its frames (a bare
+    ``raise`` then adds none, Python 3.11+), so it costs the length of the traceback per module
+    it leaves, and only when one raises."""
+    tb = error.__traceback__
+    while tb is not None and tb.tb_frame.f_code in _WRAPPERS:
+        tb = tb.tb_next
+    error.__traceback__ = tb
+    while tb is not None:
+        following = tb.tb_next
+        while following is not None and following.tb_frame.f_code in _WRAPPERS:
+            following = following.tb_next
+        tb.tb_next = following
+        tb = following
 
 
 def nested_call(trackers: list, call: Callable, mod: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
@@ -302,6 +323,10 @@ def nested_call(trackers: list, call: Callable, mod: torch.nn.Module, args: tupl
     head, rest = trackers[0], trackers[1:]
     return head._call(lambda m, *a, **k: nested_call(rest, call, m, a, k), mod, args, kwargs)
 
+
+# the code of the frames a module call runs in commdebug (see _unseen)
+_WRAPPERS: set[CodeType] = {CallTracking._call.__code__, nested_call.__code__,
+                            *(c for c in nested_call.__code__.co_consts if isinstance(c, CodeType))}
 
 MODULE_CALL = ClassPatch("torch.nn.modules.module", "Module", {"__call__": _module_call})
 

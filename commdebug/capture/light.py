@@ -150,12 +150,12 @@ def installed() -> bool:
     return bool(_LIBRARIES)
 
 
-def skip() -> bool | None:
+def _skip() -> bool | None:
     """Let calls on this thread go past the kernels until :func:`unskip`, for a call whose
     collectives need no recording (its arguments must hold a tensor: dispatch then needs no
     ``BackendSelect`` to find the backend). Returns what ``unskip`` needs: None when no kernel
-    is registered. Two calls into C, where a guard object costs several times more: this runs
-    for every wait of a DTensor program.
+    is registered. This runs for every wait of a DTensor program: where the C++ extension is
+    built, ``skip`` and ``unskip`` are C (``_native``), which spares each wait two Python frames.
 
     >>> token = skip()
     >>> try:
@@ -170,10 +170,16 @@ def skip() -> bool | None:
     return before
 
 
-def unskip(token: bool | None) -> None:
-    """End what :func:`skip` started (the thread's exclusion as it was before)."""
+def _unskip(token: bool | None) -> None:
+    """End what :func:`skip` started (the thread's exclusion as it was before); ``_native.unskip``
+    where the extension is built."""
     if token is not None:
         _set_excluded(_BACKEND_SELECT, token)
+
+
+# set by _install to the pair that knows the kernels it registers
+skip: Callable[[], bool | None] = _skip
+unskip: Callable[[bool | None], None] = _unskip
 
 
 def _ops_in(eager: bool) -> Iterator[tuple[str, str, Any]]:
@@ -285,6 +291,7 @@ def _native_call(index: int, args: tuple, kwargs: dict, call: Callable[..., Any]
 
 
 def _install() -> None:
+    global skip, unskip
     # A functional collective's implementation issues its c10d op through the dispatcher. At
     # BackendSelect, that nested call would pass through a second Python kernel, the dearest
     # one (it boxes the ProcessGroup and ReduceOp objects), only to be let through. Functional
@@ -294,7 +301,9 @@ def _install() -> None:
     # too: while it is on, the eager ops also get kernels at BackendSelect (INFERENCE_MODE).
     if _native is not None:
         _native.set_handler(_native_call)
+        skip, unskip = _native.skip, _native.unskip
     else:
+        skip, unskip = _skip, _unskip
         say_once("native", "light capture records through Python kernels: its C++ kernel (commdebug.capture._native) is not "
                  "built here (it needs torch at build time: pip install --no-build-isolation), which costs a few us more per collective")
     _register(_LIBRARIES, False, KEY, _BELOW, None)
