@@ -603,20 +603,14 @@ struct SizeMemo {
 };
 SizeMemo size_memo[64];
 
-PyObject *message_size(PyObject *rule, long long in, long long out, PyObject *group_size) {
-    long long group = PyLong_Check(group_size) ? as_number(group_size) : LLONG_MIN;
+PyObject *message_size(PyObject *rule, PyObject *in_bytes, PyObject *out_bytes, PyObject *group_size) {
+    long long in = as_number(in_bytes), out = as_number(out_bytes), group = PyLong_Check(group_size) ? as_number(group_size) : LLONG_MIN;
     size_t slot = (reinterpret_cast<uintptr_t>(rule) / 16 ^ static_cast<size_t>(in) * 31 ^ static_cast<size_t>(out) * 7 ^ static_cast<size_t>(group)) % 64;
     SizeMemo &memo = size_memo[slot];
     if (memo.rule == rule && memo.in == in && memo.out == out && memo.group == group && group != LLONG_MIN)
         return Py_NewRef(memo.size);
-    PyObject *in_bytes = PyLong_FromLongLong(in), *out_bytes = PyLong_FromLongLong(out);
-    PyObject *size = nullptr;
-    if (in_bytes && out_bytes) {
-        PyObject *rule_args[] = {in_bytes, out_bytes, group_size};
-        size = PyObject_Vectorcall(rule, rule_args, 3, nullptr);
-    }
-    Py_XDECREF(in_bytes);
-    Py_XDECREF(out_bytes);
+    PyObject *rule_args[] = {in_bytes, out_bytes, group_size};
+    PyObject *size = PyObject_Vectorcall(rule, rule_args, 3, nullptr);
     if (size != nullptr && group != LLONG_MIN) {
         PyObject *old_rule = memo.rule, *old_size = memo.size;
         memo = SizeMemo{Py_NewRef(rule), Py_NewRef(size), in, out, group};
@@ -647,7 +641,7 @@ PyObject *record(const Fast &fast, const FastOp &spec, Located &at, const std::v
     bool counted = false, kept = false;
     PyObject *fqn = PyTuple_GET_ITEM(at.where, 0), *phase = PyTuple_GET_ITEM(at.where, 1), *path = PyTuple_GET_ITEM(at.where, 2);
     if (group_size && in_bytes && out_bytes)
-        size = message_size(size_rule, in.bytes, out.bytes, group_size);
+        size = message_size(size_rule, in_bytes, out_bytes, group_size);
     if (size != nullptr)
         counted = call(fast.add_collective, {path, phase, PyTuple_GET_ITEM(at.facts, 0), size});
     if (counted) {

@@ -281,15 +281,16 @@ def _module_call(original: Callable, patch: ClassPatch) -> Callable:
             return users[0]._call(original, mod, args, kwargs)
         return nested_call(list(users), original, mod, args, kwargs)
 
-    # the common case of CallTracking._call in C, the rest in ``tracked``. Dynamo traces this
-    # function (not a C object it cannot read), and reads the first line as true.
-    native = _native.ModuleCalls(original, users, tracked, LOG_CAP) if _native is not None else None
+    # where the extension is built, the common case of CallTracking._call in C and the rest in
+    # ``tracked``; else all in ``tracked``. Dynamo traces __call__ (not a C object it cannot
+    # read), and reads its first line as true.
+    inner = _native.ModuleCalls(original, users, tracked, LOG_CAP) if _native is not None else tracked
 
     def __call__(mod: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
         if _dynamo_compiling() or _compiler._is_compiling_flag:
             return original(mod, *args, **kwargs)
         try:
-            return native(mod, args, kwargs) if native is not None else tracked(mod, args, kwargs)
+            return inner(mod, args, kwargs)
         except BaseException as e:
             _unseen(e)
             raise
