@@ -156,37 +156,3 @@ def test_sigterm_while_python_code_runs_leaves_end_times(tmp_path):
     finally:
         if job.poll() is None:
             _stop(job, tmp_path)
-
-
-GROUP_TORN_DOWN = """
-import glob, sys, time
-from commdebug import CommDebugMode  # where programs import it: before they make a group
-import torch, torch.distributed as dist
-import torch.distributed._functional_collectives as fc
-
-dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=0, world_size=1)
-with CommDebugMode():
-    fc.wait_tensor(fc.all_reduce(torch.ones(4), "sum", dist.group.WORLD))  # imports torch._dynamo
-dist.destroy_process_group()
-deadline = time.monotonic() + 30
-while True:
-    threads = sorted({open(p).read().strip() for p in glob.glob("/proc/self/task/*/comm")})
-    if "pt_gloo_runloop" not in threads or time.monotonic() > deadline:
-        break
-    time.sleep(0.05)
-print(threads)
-"""
-
-
-def test_destroy_process_group_ends_gloo_threads_after_functional_collectives(tmp_path):
-    # torch.distributed.nn, imported by torch._dynamo on the first functional collective, binds
-    # the default group into its functions' defaults; imported with the recorder, before the group
-    # exists, it binds None, so destroy_process_group can free the group and join gloo's worker
-    # threads. Left running, they race the interpreter's teardown (docs/ranks.md).
-    program = tmp_path / "job.py"
-    program.write_text(GROUP_TORN_DOWN)
-    proc = subprocess.run([sys.executable, str(program), str(tmp_path / "store")], capture_output=True,
-                          text=True, env=_env(), timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    threads = proc.stdout.strip().splitlines()[-1]
-    assert "pt_gloo_runloop" not in threads and "gloo_tcp_loop" not in threads, threads

@@ -9,15 +9,6 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 import torch
 import torch.distributed as dist
 
-# Imported with the recorder, so before the program makes its groups: when it is first imported,
-# torch.distributed.nn.functional takes the default group as the default argument of ten
-# functions. Imported after init_process_group (torch._dynamo imports it on a program's first
-# functional collective or DTensor op), those defaults keep the group alive past
-# destroy_process_group, so gloo's worker threads run on into the interpreter's teardown, where
-# torch 2.13 can abort the process (docs/ranks.md). Imported before, they are None, which torch
-# reads as the default group.
-import torch.distributed.nn  # noqa: F401
-
 from commdebug.model.trace import UNKNOWN_GROUP, GroupInfo
 
 if TYPE_CHECKING:

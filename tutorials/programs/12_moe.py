@@ -133,6 +133,11 @@ def main() -> None:
                                              "token_bytes": HIDDEN * 4}) + f"\nmoe done rank {rank}\n")
     sys.stdout.flush()
     dist.destroy_process_group()
+    # Leave without the interpreter's teardown. Once functional collectives have run, torch 2.13
+    # keeps a gloo group alive past destroy_process_group, and a gloo worker thread that frees a
+    # finished call while the interpreter is torn down aborts the process ("terminate called
+    # without an active exception" after "moe done": docs/ranks.md). All this rank writes is written.
+    os._exit(0)
 
 
 if __name__ == "__main__":
