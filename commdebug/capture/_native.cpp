@@ -192,6 +192,31 @@ PyObject *work_key(PyObject *, PyObject *obj) {
     END_HANDLE_TH_ERRORS
 }
 
+/* work_failed(work): whether a Work held here, or a Python c10d Work, finished with an error.
+ * A failed Work reads completed too (a peer closed the connection); the in-flight table must not
+ * take it for a call every member finished. Asked of c10d itself: the Python binding's
+ * is_success warns on every call that it is deprecated. False for anything else (a stand-in). */
+PyObject *work_failed(PyObject *, PyObject *obj) {
+    HANDLE_TH_ERRORS
+    c10d::Work *work = nullptr;
+    if (Py_TYPE(obj) == &HeldWorkType) {
+        work = reinterpret_cast<HeldWork *>(obj)->work.get();
+    } else {
+        try {
+            work = &py::cast<c10d::Work &>(py::handle(obj));
+        } catch (const py::cast_error &) {
+            Py_RETURN_FALSE;
+        }
+    }
+    bool failed;
+    {
+        py::gil_scoped_release released;
+        failed = work->isCompleted() && !work->isSuccess();
+    }
+    return PyBool_FromLong(failed);
+    END_HANDLE_TH_ERRORS
+}
+
 /* A tensor's key in the in-flight table (inflight.py's _storage_key): its storage's address,
  * or the Python tensor's id where it has none. New reference. */
 PyObject *storage_key_of(const at::Tensor &t, PyObject *python) {
@@ -1316,6 +1341,7 @@ PyMethodDef methods[] = {
      "set_recorder(state or None): the innermost light recording's plain path, recorded in C++ (see\n"
      "Recorder._native_state); None: every call goes to the handler."},
     {"storage_key", storage_key, METH_O, "storage_key(tensor) -> int: its storage's address, or its id without one (the in-flight table's key)."},
+    {"work_failed", work_failed, METH_O, "work_failed(work) -> bool: the Work (held, or a Python c10d Work) finished with an error."},
     {"work_key", work_key, METH_O, "work_key(work) -> int: the address of a Python c10d Work's Work (the in-flight table's key)."},
     {"counts", counts, METH_NOARGS,
      "counts() -> [n, ...]: by kernel index, the calls the kernel recorded itself (for tests)."},

@@ -5,7 +5,7 @@ A collective counts as finished when any of these happened:
 
 - its ``Work.wait()`` returned (``Work.wait`` is wrapped while a recording is active; the
   synchronous c10d calls wait through it too),
-- its ``Work`` reads ``is_completed()``,
+- its ``Work`` reads ``is_completed()`` and did not fail,
 - its output, or a view of it, was waited for (functional collectives: ``wait_tensor``, also
   when ``AsyncCollectiveTensor`` waits from inside another op's dispatch, where no dispatch
   mode sees it: its ``trigger_wait``/``wait`` are wrapped too),
@@ -278,10 +278,30 @@ def _storage_key(t: torch.Tensor) -> int:
 
 
 def _completed(work: Any) -> bool:
+    """``work`` finished, and without an error. A Work that failed (a peer closed the connection)
+    reads completed as well, but its call did not complete on every member, and ``check`` takes a
+    finished call as proof that every member issued it: a failed call stays in flight until its
+    wait raises and says how it failed."""
     try:
-        return bool(work.is_completed())
+        return bool(work.is_completed()) and not _failed(work)
     except Exception:
         return False
+
+
+def _failed_by_future(work: Any) -> bool:
+    """Without the extension: the Work's future holds its error (the binding's ``is_success``
+    warns on every call that it is deprecated)."""
+    try:
+        future = work.get_future()
+    except Exception:  # no future (a stand-in, a backend without one): nothing says it failed
+        return False
+    if not future.done():
+        return False
+    try:
+        future.value()
+    except Exception:
+        return True
+    return False
 
 
 def _describe(error: BaseException) -> str:
@@ -303,10 +323,15 @@ SYNCED = object()
 # Either way the Python Work a wait gets, or the tensor it waits on, gives its call's key.
 _work_key: Callable[[Any], int]
 _native_storage_key: Callable[[torch.Tensor], int] | None
+_failed: Callable[[Any], bool]
 try:
-    from commdebug.capture._native import storage_key as _native_storage_key, work_key as _work_key
+    from commdebug.capture._native import (
+        storage_key as _native_storage_key,
+        work_failed as _failed,
+        work_key as _work_key,
+    )
 except ImportError:
-    _work_key, _native_storage_key = id, None
+    _work_key, _native_storage_key, _failed = id, None, _failed_by_future
 
 
 def _unbox(item: Any) -> Any:
