@@ -195,7 +195,7 @@ PyObject *work_key(PyObject *, PyObject *obj) {
 /* work_failed(work): whether a Work held here, or a Python c10d Work, finished with an error.
  * A failed Work reads completed too (a peer closed the connection); the in-flight table must not
  * take it for a call every member finished. Asked of c10d itself: the Python binding's
- * is_success warns on every call that it is deprecated. False for anything else (a stand-in). */
+ * exception() warns on every call that it is deprecated. False for anything else (a stand-in). */
 PyObject *work_failed(PyObject *, PyObject *obj) {
     HANDLE_TH_ERRORS
     c10d::Work *work = nullptr;
@@ -208,10 +208,15 @@ PyObject *work_failed(PyObject *, PyObject *obj) {
             Py_RETURN_FALSE;
         }
     }
-    bool failed;
+    bool failed = false;
     {
         py::gil_scoped_release released;
-        failed = work->isCompleted() && !work->isSuccess();
+        try {
+            // exception(), not isSuccess(): NCCL's Work throws from isSuccess (deprecated)
+            failed = work->isCompleted() && work->exception() != nullptr;
+        } catch (const std::exception &) {
+            failed = false;  // a backend that cannot say: nothing says it failed
+        }
     }
     return PyBool_FromLong(failed);
     END_HANDLE_TH_ERRORS

@@ -289,8 +289,9 @@ def _completed(work: Any) -> bool:
 
 
 def _failed_by_future(work: Any) -> bool:
-    """Without the extension: the Work's future holds its error (the binding's ``is_success``
-    warns on every call that it is deprecated)."""
+    """Without the extension: the Work's future holds its error (the binding's ``exception``
+    and ``is_success`` warn on every call that they are deprecated; NCCL's ``is_success``
+    raises)."""
     try:
         future = work.get_future()
     except Exception:  # no future (a stand-in, a backend without one): nothing says it failed
