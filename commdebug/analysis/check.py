@@ -422,8 +422,8 @@ class _Checker:
                 msg = (f"group {g.label} seq {stop}: {who(waiting)} {'waits' if len(waiting) == 1 else 'wait'} in it (unfinished); "
                        + "; ".join(parts))
             else:
-                msg = f"group {g.label} seq {stop}: " + "; ".join(parts) + (f"; the other {len(ahead)} did" if not unknown
-                                                                           else f"; the other {len(ahead)} issued it")
+                msg = f"group {g.label} seq {stop}: " + "; ".join(parts) + (f"; {who(ahead)} did" if not unknown
+                                                                           else f"; {who(ahead)} issued it")
             sides = [side]
             for r in missing:  # what each short rank did last on this group: its own record of it
                 last_call = g.last_of.get(r)
