@@ -326,3 +326,26 @@ def test_a_raising_program_prints_the_traceback_python_prints_with_the_same_stat
         theirs = [line for line in run.stderr.splitlines() if not line.startswith("commdebug:")]
         assert theirs == python.stderr.splitlines(), run.stderr
         assert "The above exception was the direct cause" in python.stderr and "commdebug" not in "\n".join(theirs)
+
+
+@pytest.mark.timeout(DEADLINE_S + 30)
+def test_a_program_that_leaves_with_os_exit_still_leaves_its_dump(tmp_path):
+    # os._exit runs no exit handler: the recording writes the dump first, from its own process
+    # only (a forked child leaving the same way writes nothing), and says how the program ended
+    import commdebug
+
+    (tmp_path / "solo").mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SPAWNED_OUT": str(tmp_path / "solo")}
+    proc = subprocess.run([sys.executable, "-m", "commdebug", "run", "--out", "solo", "--", str(SPAWNED), "solo-exit"],
+                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=DEADLINE_S)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "dumps after the child left: []" in proc.stdout, proc.stdout
+    assert commdebug_lines(proc.stderr)[-1] == "commdebug: program ended by os._exit(0); dump complete: solo/rank0.json"
+    trace = commdebug.load(tmp_path / "solo" / "rank0.json")
+    assert trace.metadata["ended_by"] == "os._exit(0)"
+    assert [e.op for e in trace.events] == ["all_reduce", "broadcast", "barrier"]
+    check = cli("check", str(tmp_path / "solo"))
+    assert check.returncode == 0 and check.stdout.startswith("consistent: "), check.stdout
+    assert "rank 0: ended by os._exit(0); last barrier" in check.stdout, check.stdout
+    watch = cli("watch", str(tmp_path / "solo"), "--once")
+    assert watch.returncode == 0, watch.stdout + watch.stderr

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 from commdebug.analysis.check_digest import completed_seqs, process_alive
 from commdebug.analysis.died_in import Candidate, DiedIn, died_in
 from commdebug.model.aggregates import older_of
-from commdebug.model.fault import ending_note
+from commdebug.model.fault import NORMAL_ENDINGS, ending_note
 from commdebug.model.presence import Placement, absence, placement_of
 from commdebug.model.rank_view import RankView
 from commdebug.model.stream import STREAM_SUFFIX
@@ -65,7 +65,6 @@ RECENT_STEPS = 3  # steps whose communication is shown
 # sign of life, after other ranks finished, it is gone
 GONE_AFTER_S = 10.0
 # how a rank's final dump says it ended well (commdebug run's reasons, a context's own exit)
-NORMAL_ENDINGS = frozenset({"exit", "sys.exit(0)", "sys.exit(None)", "context exit"})
 
 
 @dataclass

@@ -58,7 +58,8 @@ def run_program(target: list[str], module: bool, out_dir: str, *, hang_timeout: 
         children.close()
         theirs = {pid: _as_given(path, session.out) for pid, path in children.dumps.items()}
         _explain_death(ended.error, theirs)
-        how = "by SIGTERM" if session.reason == "SIGTERM" else None
+        # SIGTERM and os._exit end the program past the finally below: the status there is not theirs
+        how = f"by {session.reason}" if session.reason == "SIGTERM" or session.reason.startswith("os._exit(") else None
         say(_ending(ended.status, own, list(theirs.values()), session.out, how))
 
     session.on_finish = done

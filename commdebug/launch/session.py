@@ -2,7 +2,7 @@
 
 A :class:`RecordingSession` enters a CommDebugMode for a whole program (``commdebug run`` or the
 start-up hook) and writes ``<out>/rank<R>.json`` once, when the program ends normally, raises,
-calls ``sys.exit``, or receives SIGTERM (the handler writes the dump, then lets the signal do
+calls ``sys.exit`` or ``os._exit`` (from the thread that records), or receives SIGTERM (the handler writes the dump, then lets the signal do
 what it would have done). Meanwhile it streams what it records to ``<out>/rank<R>.jsonl``
 (:mod:`commdebug.launch.stream`), which the final dump replaces: a rank killed with SIGKILL
 leaves its stream. It also serves the live state when asked (Prometheus metrics, torch's
@@ -31,7 +31,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from commdebug.capture.config import SESSION_OPTIONS, check_option as _check_option
 from commdebug.debug_mode import CommDebugMode
@@ -42,6 +42,7 @@ from commdebug.launch.profiling import StepProfiler
 from commdebug.launch.services import Services
 from commdebug.launch.stream import Streamer
 from commdebug.model.dump import dump_text
+from commdebug.model.fault import NORMAL_ENDINGS
 
 __all__ = ["RecordingSession", "rank_of", "say"]
 
@@ -119,6 +120,8 @@ class RecordingSession:
         self._previous_sigterm: Any = None
         self._hang_reported: tuple[int, ...] = ()
         self._owner: int | None = None
+        self._pid = os.getpid()
+        self._os_exit: Callable[[int], NoReturn] | None = None  # os._exit as it was, while ours is installed
         self._finishing: int | None = None
         self._pending_signal = False
         self._announced = False
@@ -132,6 +135,10 @@ class RecordingSession:
         SIGTERM handler and, with a hang timeout, the watchdog."""
         self.mode.__enter__()
         self._owner = threading.get_ident()
+        # a program that leaves with os._exit (past the interpreter's teardown, docs/ranks.md)
+        # runs no atexit handler: ours writes the dump first
+        self._os_exit = os._exit
+        os._exit = self._leave
         self.faults.arm(_launcher_rank(), None)
         self.mode.add_step_listener(self._at_step)
         if threading.current_thread() is threading.main_thread():
@@ -153,6 +160,8 @@ class RecordingSession:
                 return self.written
             self._finished = True
             self._finishing = threading.get_ident()
+            if self._os_exit is not None and os._exit == self._leave:
+                os._exit = self._os_exit  # type: ignore[assignment]  # the same function, typed less exactly
             self._stop.set()
             self.reason = reason
             self.mode.remove_step_listener(self._at_step)
@@ -179,6 +188,17 @@ class RecordingSession:
                 self._finishing = None
                 if self._pending_signal:
                     self._on_sigterm(signal.SIGTERM, None)
+
+    def _leave(self, status: int) -> NoReturn:
+        """``os._exit`` while recording: the dump first, when the thread that records in this
+        process leaves; a forked child or another thread leaves at once, as os._exit does."""
+        leave: Callable[[int], NoReturn] = self._os_exit or os.__dict__["_exit"]
+        if os.getpid() == self._pid and threading.get_ident() == self._owner:
+            try:
+                self.finish(f"os._exit({status})")
+            except BaseException:  # nothing of ours keeps a process from leaving
+                pass
+        leave(status)
 
     @property
     def recorded(self) -> bool:
@@ -290,7 +310,7 @@ class RecordingSession:
         self._arm_faults()
         # a hang that then ended in the backend's timeout error: its Work reads "completed", but
         # the dump should still say where the program was stuck
-        hung = self._hang_reported if final and self.reason not in ("exit", "sys.exit(0)", "sys.exit(None)") else ()
+        hung = self._hang_reported if final and self.reason not in NORMAL_ENDINGS else ()
         stuck = self.mode.mark_in_flight(also=hung)
         # every collective of this dump not flagged in_flight had finished: `check` takes a
         # finished call as proof that every member of its group issued it

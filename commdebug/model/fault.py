@@ -32,7 +32,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["FAULT_SUFFIX", "FAULT_VERSION", "CAUSE_NOT_RECORDED", "SIGNALS", "Frame", "FaultRecord", "header_text",
+__all__ = ["FAULT_SUFFIX", "FAULT_VERSION", "CAUSE_NOT_RECORDED", "NORMAL_ENDINGS", "SIGNALS", "Frame", "FaultRecord", "header_text",
            "parse_fault", "fault_words", "fault_line", "program_frame", "is_program", "ending_note"]
 
 FAULT_SUFFIX = ".fault"
@@ -41,6 +41,9 @@ _MAGIC = "commdebug fault record"
 
 # what to say of a rank whose process ended without a final dump and without a record: the
 # usual causes, none of them named as the cause
+# metadata.ended_by of a program that ended as it meant to (os._exit(0): one that leaves past the
+# interpreter's teardown, docs/ranks.md); any other ending is a failure
+NORMAL_ENDINGS = frozenset({"exit", "sys.exit(0)", "sys.exit(None)", "os._exit(0)", "context exit"})
 CAUSE_NOT_RECORDED = ("the cause was not recorded (SIGKILL, the OOM killer, a lost node or a native crash "
                       "are the usual ones)")
 

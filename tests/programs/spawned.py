@@ -9,7 +9,8 @@ MODE: ``spawn`` (2 spawned ranks, the default), ``solo`` (this process alone, a 
 ``none`` (never touches torch.distributed), ``quiet`` (a world of 1 that initialises
 torch.distributed and destroys its process group without a collective); with ``-abort`` appended (``spawn-abort``,
 ``solo-abort``) every rank aborts (SIGABRT) in its interpreter's teardown after the program has
-finished, as torch 2.13's gloo teardown sometimes does.
+finished, as torch 2.13's gloo teardown sometimes does; with ``-exit`` (``solo-exit``) it leaves
+with ``os._exit(0)``, past the teardown, after a child it forks has left with ``os._exit(7)``.
 """
 
 import os
@@ -34,14 +35,22 @@ def abort_at_teardown() -> None:
     sys.modules[keeper.__name__] = keeper
 
 
-def work(rank: int, world: int, abort: bool) -> None:
+def work(rank: int, world: int, ending: str) -> None:
     dist.init_process_group("gloo", rank=rank, world_size=world)
     dist.all_reduce(torch.ones(4) * rank)
     dist.broadcast(torch.ones(8), src=0)
     dist.barrier()
     dist.destroy_process_group()
-    if abort:
+    if ending == "abort":
         abort_at_teardown()
+    if ending == "exit":
+        child = os.fork()
+        if child == 0:
+            os._exit(7)  # a forked helper leaving: its parent's recording is not its to write
+        os.waitpid(child, 0)
+        dumps = [name for name in os.listdir(os.environ.get("SPAWNED_OUT", ".")) if name.endswith(".json")]
+        print(f"dumps after the child left: {dumps}", flush=True)
+        os._exit(0)
 
 
 def free_port() -> int:
@@ -53,13 +62,13 @@ def free_port() -> int:
 
 
 if __name__ == "__main__":
-    mode, _, abort = (sys.argv[1] if len(sys.argv) > 1 else "spawn").partition("-")
+    mode, _, ending = (sys.argv[1] if len(sys.argv) > 1 else "spawn").partition("-")
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(free_port())
     if mode == "spawn":
-        mp.spawn(work, args=(2, bool(abort)), nprocs=2, join=True)
+        mp.spawn(work, args=(2, ending), nprocs=2, join=True)
     elif mode == "solo":
-        work(0, 1, bool(abort))
+        work(0, 1, ending)
     elif mode == "quiet":
         dist.init_process_group("gloo", rank=0, world_size=1)
         print(f"a world of {dist.get_world_size()}, no collective")
