@@ -2,8 +2,8 @@
 
 A :class:`RecordingSession` enters a CommDebugMode for a whole program (``commdebug run`` or the
 start-up hook) and writes ``<out>/rank<R>.json`` once, when the program ends normally, raises,
-calls ``sys.exit`` or ``os._exit`` (from the thread that records), or receives SIGTERM (the handler writes the dump, then lets the signal do
-what it would have done). Meanwhile it streams what it records to ``<out>/rank<R>.jsonl``
+calls ``sys.exit`` or ``os._exit`` (from the thread that records), or receives SIGTERM (the
+handler writes the dump, then lets the signal do what it would have done). Meanwhile it streams what it records to ``<out>/rank<R>.jsonl``
 (:mod:`commdebug.launch.stream`), which the final dump replaces: a rank killed with SIGKILL
 leaves its stream. It also serves the live state when asked (Prometheus metrics, torch's
 debug server: :mod:`commdebug.launch.services`). With a hang timeout, a watchdog thread writes the dump as soon as a
