@@ -121,7 +121,7 @@ class RecordingSession:
         self._hang_reported: tuple[int, ...] = ()
         self._owner: int | None = None
         self._pid = os.getpid()
-        self._os_exit: Callable[[int], NoReturn] | None = None  # os._exit as it was, while ours is installed
+        self._os_exit: Callable[[int], NoReturn] = os._exit  # as it was before ours (start) replaced it
         self._finishing: int | None = None
         self._pending_signal = False
         self._announced = False
@@ -137,7 +137,6 @@ class RecordingSession:
         self._owner = threading.get_ident()
         # a program that leaves with os._exit (past the interpreter's teardown, docs/ranks.md)
         # runs no atexit handler: ours writes the dump first
-        self._os_exit = os._exit
         os._exit = self._leave
         self.faults.arm(_launcher_rank(), None)
         self.mode.add_step_listener(self._at_step)
@@ -160,7 +159,7 @@ class RecordingSession:
                 return self.written
             self._finished = True
             self._finishing = threading.get_ident()
-            if self._os_exit is not None and os._exit == self._leave:
+            if os._exit == self._leave:
                 os._exit = self._os_exit  # type: ignore[assignment]  # the same function, typed less exactly
             self._stop.set()
             self.reason = reason
@@ -192,13 +191,12 @@ class RecordingSession:
     def _leave(self, status: int) -> NoReturn:
         """``os._exit`` while recording: the dump first, when the thread that records in this
         process leaves; a forked child or another thread leaves at once, as os._exit does."""
-        leave: Callable[[int], NoReturn] = self._os_exit or os.__dict__["_exit"]
         if os.getpid() == self._pid and threading.get_ident() == self._owner:
             try:
                 self.finish(f"os._exit({status})")
             except BaseException:  # nothing of ours keeps a process from leaving
                 pass
-        leave(status)
+        self._os_exit(status)
 
     @property
     def recorded(self) -> bool:
