@@ -211,7 +211,7 @@ def _parser(verb_only: str | None = None) -> argparse.ArgumentParser:
     _out_option(run, "commdebug_traces", "folder for the per-rank dumps (default ./commdebug_traces)")
     _noise_level_option(run, 3, "noise level of what the dump keeps, 0-3 (default 3: everything)")
     run.add_argument("--timing", nargs="?", const="auto", default=None, choices=("auto", "events", "sync", "async"),
-                     help="time each collective: events (CUDA events read once done, never waiting; on CPU the host clock from the call to the program's own wait), sync (waits for each collective: serialises communication with compute, so the overlap you see is not the program's), async (NCCL's completion hook, opt-in); bare --timing (auto): events for CUDA collectives, sync for CPU ones (default off)")
+                     help="time each collective: events (CUDA events read once done, never waiting; on CPU the host clock from the call to the program's own wait), sync (waits for each collective: serialises communication with compute, so the overlap you see is not the program's), async (NCCL's completion hook, opt-in); bare --timing (auto): sync for blocking CPU calls (async_op=False), which wait anyway; events for the rest, never waited for (default off)")
     run.add_argument("--start-step", type=step_number, default=None, help="first step to record, >= 0 (default: from the start)")
     run.add_argument("--end-step", type=step_number, default=None, help="step to stop recording at, exclusive (default: to the end)")
     run.add_argument("--hang-timeout", type=seconds, default=None, help="write the dump when a collective is stuck this many seconds, > 0 (default off)")

@@ -57,9 +57,10 @@ class CommDebugMode(Recorder):
             and read once done, never waiting (on CPU, the host clock from the call to the end
             of the program's own wait); ``"sync"``: wait for each collective and record its
             latency (CUDA events on CUDA), which serialises communication with compute, so it
-            measures collectives, not whole steps; ``True``/``"auto"``: ``"events"`` for CUDA
-            collectives, ``"sync"`` for CPU ones; ``"async"``: NCCL's own kernel timings,
-            without waiting (other backends record none and say so once).
+            measures collectives, not whole steps; ``True``/``"auto"``: ``"sync"`` for blocking
+            CPU calls (``async_op=False``, which wait anyway), ``"events"`` for the rest;
+            ``"async"``: NCCL's own kernel timings, without waiting (other backends record none
+            and say so once).
         auto_step: let ``optimizer.step()`` mark step boundaries; ``step()`` marks them by
             hand (both together count one boundary).
         ops: record only these collectives (``["all_reduce", "all_gather"]``; torch's and

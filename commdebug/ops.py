@@ -16,7 +16,7 @@ of those names ask :func:`canonical_op` / :func:`aliases`; ``commdebug check`` a
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 if TYPE_CHECKING:
@@ -102,6 +102,8 @@ class CollectiveSpec:
     peer: int | None = None
     returns_done: bool = False
     splits: tuple[int, int] | Literal["tensors", "even"] | None = None
+    # eager c10d ops: the argument index of ``async_op`` (set by :func:`lookup` from the schema)
+    async_flag: int | None = None
     # point-to-point: only two ranks of the group take part, so no collective sequence (a
     # field, not a property: the capture path reads it for every collective)
     is_p2p: bool = field(init=False)
@@ -234,8 +236,19 @@ def lookup(packet: Any) -> CollectiveSpec | None:
     if spec is None and name.startswith("c10d.") and name not in _NOT_COLLECTIVE_C10D:
         spec = CollectiveSpec(op=name.split(".", 1)[1].rstrip("_"), compat_key=name, inputs=None, outputs=None,
                               group=None, size="zero", factor="zero")
+    if spec is not None and name.startswith("c10d."):
+        flag = _async_flag(packet)
+        if flag is not None:
+            spec = replace(spec, async_flag=flag)
     _by_packet[packet] = spec
     return spec
+
+
+def _async_flag(packet: Any) -> int | None:
+    try:  # the schema torch keeps; a test's stand-in packet has none
+        return next((i for i, a in enumerate(packet.default._schema.arguments) if a.name == "async_op"), None)
+    except (AttributeError, RuntimeError):
+        return None
 
 
 _packet_cache: dict[str, Any] = {}

@@ -2,7 +2,8 @@
 start and end events are read once done, at step boundaries, reads and exit; nothing on the
 collective's path synchronises. Tested on the fake backend with a stand-in for CUDA's events (a
 GPU clock the test moves), and on CPU, where it is the host clock from the call to the
-program's own wait. What ``timing=True`` means: events for CUDA collectives, sync for CPU ones."""
+program's own wait. What ``timing=True`` means: sync for the CPU calls the program waits for at
+once (``async_op=False``), events for the rest."""
 
 from __future__ import annotations
 
@@ -162,7 +163,7 @@ def test_a_folder_says_a_note_its_ranks_wrote_alike_holds_each_ranks_own_count(w
     assert f"note: ranks 0-1, each: {AT_WAIT}" in lines
 
 
-def test_timing_true_means_events_for_cuda_collectives_and_sync_for_cpu_ones(world, monkeypatch):
+def test_timing_true_waits_only_for_cpu_calls_the_program_waits_for_at_once(world, monkeypatch):
     monkeypatch.setenv("COMMDEBUG_TIMING", "1")
     assert Options.resolve({}).timing == "auto"
     monkeypatch.delenv("COMMDEBUG_TIMING")
@@ -173,6 +174,25 @@ def test_timing_true_means_events_for_cuda_collectives_and_sync_for_cpu_ones(wor
     assert comm.trace.metadata["timing"] == "sync"  # gloo-like CPU calls: waited for, as before
     assert comm.trace.events[0].latency_s is not None
     assert AT_WAIT not in comm.trace.metadata.get("timing_notes", [])  # each call timed alone
+
+    # a call the program waits for later (async_op=True, a functional collective) is not waited
+    # for at the call: its time runs to the program's own wait
+    waits: list[str] = []
+    wait = timing_module.SyncTimer.wait
+    monkeypatch.setattr(timing_module.SyncTimer, "wait", lambda timer, fn: (waits.append("sync"), wait(timer, fn))[1])
+    with CommDebugMode(timing=True) as comm:
+        work = dist.all_reduce(t, async_op=True)
+        out = funcol.all_reduce(t, "sum", dist.group.WORLD)
+        assert waits == []
+        time.sleep(0.05)
+        work.wait()
+        out.wait()
+        dist.all_reduce(t)  # blocking: waited for, as it waits anyway
+        assert waits == ["sync"]
+    latencies = [e.latency_s for e in comm.trace.events]
+    assert latencies[0] >= 0.05 and latencies[1] >= 0.05 and latencies[2] < 0.05, latencies
+    assert comm.trace.metadata["timing"] == "auto" and AT_WAIT in comm.trace.metadata["timing_notes"]
+    assert any("async_op=False" in note for note in comm.trace.metadata["timing_notes"])
 
     stand_in = StandInCuda()
     monkeypatch.setattr(timing_module, "CudaEvents", lambda: stand_in)

@@ -32,7 +32,7 @@ def _marked(marker: str) -> int:
     return next(number for number, text in enumerate(JOB.read_text().splitlines(), 1) if marker in text)
 
 
-ASYNC_LINE, A2A_LINE = _marked("ASYNC_ALL_REDUCE"), _marked("UNEVEN_ALL_TO_ALL")
+ASYNC_LINE, A2A_LINE, UNMATCHED_LINE = _marked("ASYNC_ALL_REDUCE"), _marked("UNEVEN_ALL_TO_ALL"), _marked("UNMATCHED_ALL_REDUCE")
 
 
 def _env(bad: str) -> dict[str, str]:
@@ -72,6 +72,42 @@ def uneven(tmp_path_factory) -> Path:
     assert (traces / "rank0.jsonl").is_file() and (traces / "rank0.fault").is_file(), proc.stderr[-3000:]
     assert not (traces / "rank0.json").exists()
     return traces
+
+
+@pytest.fixture(scope="module")
+def unmatched(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    """Two gloo ranks under torchrun and `commdebug run --light --timing` (auto: CPU calls);
+    rank 1 issues an all_reduce with async_op=True that rank 0 never issues, then SIGKILLs
+    itself."""
+    cwd = tmp_path_factory.mktemp("unmatched")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+           "-m", "commdebug", "run", "--light", "--timing", "--out", "traces", "--", str(JOB)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=_env("unmatched"), timeout=DEADLINE_S)
+    return proc, cwd / "traces"
+
+
+@pytest.mark.proc
+@pytest.mark.timeout(DEADLINE_S + 60)
+def test_timing_waits_for_no_call_the_program_does_not_wait_for_so_a_rank_dies_as_it_would_without_us(unmatched):
+    # Waiting for rank 1's unmatched async call (timing="sync") would hold it there, short of
+    # its own SIGKILL, and the job would hang or fail some other way: it must die as without
+    # commdebug, and its stream keep the call
+    proc, traces = unmatched
+    assert proc.returncode != 0
+    assert "exitcode  : -9" in proc.stderr and "local_rank: 1" in proc.stderr, proc.stderr[-3000:]
+    lost = commdebug.load(traces / "rank1.jsonl")
+    last = lost.events[-1]
+    assert (last.op, last.step, last.input_bytes, last.source) == ("all_reduce", 1, 64, f"{JOB}:{UNMATCHED_LINE}")
+    assert last.latency_s is None  # never waited for: no time, not a guessed one
+    # the gradients' blocking all_reduces are timed by waiting, as they wait anyway (those of
+    # step 1 in rank 1's stream too, but the SIGKILL came before the stream wrote their times)
+    survivor = commdebug.load(traces / "rank0.json")
+    assert survivor.metadata["timing"] == "sync"
+    assert [e.latency_s is not None for e in survivor.events] == [True] * 4 + [False]  # its step-2 call failed
+    assert all(e.latency_s is not None for e in lost.events if e.step == 0)
+    check = cli("check", str(traces))
+    assert check.returncode == 1
+    assert f"last all_reduce #4 on default_pg[2] at {JOB}:{UNMATCHED_LINE}" in check.stdout, check.stdout
 
 
 @pytest.mark.proc

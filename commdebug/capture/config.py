@@ -21,7 +21,7 @@ from commdebug.errors import CommDebugError
 __all__ = ["Options", "ConfigError", "ENV_PREFIX", "NCCL_HOOK_ENV", "TIMING_MODES", "SESSION_OPTIONS", "canonical_ops", "check_option"]
 
 ENV_PREFIX = "COMMDEBUG_"
-# "auto" (what True means): "events" for CUDA collectives, "sync" for CPU ones (timekeeping.py)
+# "auto" (what True means): "sync" for blocking CPU calls, "events" for the rest (timekeeping.py)
 TIMING_MODES = ("off", "auto", "events", "sync", "async")
 
 

@@ -29,7 +29,7 @@ from commdebug.capture.metadata import distributed_metadata, now, run_metadata
 from commdebug.capture.pipelining import PipelineTags, first_tensor
 from commdebug.capture.source import caller, native_view
 from commdebug.capture.stepping import Stepping, say_once
-from commdebug.capture.timekeeping import Timekeeping, clock_origin
+from commdebug.capture.timekeeping import Timekeeping, clock_origin, waited_at_once
 from commdebug.capture.timing import SyncTimer, nvtx_label, on_cuda
 from commdebug.capture.tracker import ModuleTracker
 from commdebug.model.trace import BACKWARD, FORWARD, GLOBAL, CollectiveEvent, Trace
@@ -374,7 +374,7 @@ class Recorder(Stepping, Timekeeping, FlightViews, TorchDispatchMode):
         fqn, phase = self._where
         timer = stamp = None
         cuda = (options.timing != "off" or options.nvtx) and on_cuda(args)
-        timing = self._timing_for(cuda)
+        timing = self._timing_for(cuda, waited_at_once(spec, args, kwargs))
         if timing == "sync":
             if spec.is_p2p:
                 # Waiting on a send before its matching receive is posted deadlocks rings

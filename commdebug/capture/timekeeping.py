@@ -4,8 +4,12 @@ means), and how the times reach its events. A part of
 is; the timers themselves are in :mod:`commdebug.capture.timing`.
 
 ``timing=True`` (``"auto"``) times CUDA collectives with events, never waiting for them, and
-CPU ones by waiting (gloo's blocking calls wait anyway): each collective is timed the way its
-tensors call for, and ``metadata.timing`` says which way the run's were timed.
+CPU ones by waiting only where the program waits at once anyway (a blocking c10d call,
+``async_op=False``); a CPU call the program may wait for later (``async_op=True``, functional
+collectives, send/recv) is timed by events too. Waiting for such a call would change the
+program: its communication would no longer overlap its compute, and a rank that issues a call
+its peers never match, then fails, would hang in commdebug's wait instead. ``metadata.timing``
+says which way the run's were timed.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ if TYPE_CHECKING:
     from commdebug.capture.groups import GroupResolver
     from commdebug.model.trace import CollectiveEvent, GroupInfo, Trace
 
-__all__ = ["AT_WAIT", "Timekeeping", "clock_origin"]
+__all__ = ["AT_WAIT", "Timekeeping", "clock_origin", "waited_at_once"]
 
 log = logging.getLogger("commdebug")
 
@@ -58,6 +62,21 @@ def clock_origin(tries: int = 5, within_s: float = 5e-5, wall: Callable[[], floa
     return best[1], best[2]
 
 
+def waited_at_once(spec: _ops.CollectiveSpec, args: tuple, kwargs: dict) -> bool:
+    """Whether the program waits for this call as soon as it returns: an eager c10d op called
+    with ``async_op=False`` (``dist.all_reduce(t)``, whose wrapper waits for the Work at once).
+    Calls made with ``async_op=True``, functional collectives and send/recv return to a program
+    that may wait for them later, or never.
+
+    >>> waited_at_once(lookup(torch.ops.c10d.allreduce_), (tensors, pg, op, None, False), {})   # doctest: +SKIP
+    True
+    """
+    flag = spec.async_flag
+    if flag is None:
+        return False
+    return (args[flag] if flag < len(args) else kwargs.get("async_op", True)) is False
+
+
 class Timekeeping:
     """Timing state and its glue, for the Recorder (whose ``trace``, ``options``, ``_groups``
     and ``_listeners`` it reads)."""
@@ -78,11 +97,12 @@ class Timekeeping:
         self._timing_used: set[str] = set()
         self._timed_on: set[str] = set()  # "host", "gpu": whose clock the timed calls were timed on
 
-    def _timing_for(self, cuda: bool) -> str:
-        """How this collective is timed: the option, with ``"auto"`` made ``"events"`` for CUDA
-        tensors and ``"sync"`` for CPU ones (said in ``metadata.timing``). ``metadata.timed_on``
-        says on whose clock the run's calls were timed: ``"host"``, ``"gpu"`` (a span from the
-        host's issue lasting the kernel's time, which may have run later) or both."""
+    def _timing_for(self, cuda: bool, waited_at_once: bool) -> str:
+        """How this collective is timed: the option, with ``"auto"`` made ``"sync"`` for a CPU
+        call the program waits for as soon as it returns (:func:`waited_at_once`) and
+        ``"events"`` for the rest (said in ``metadata.timing``). ``metadata.timed_on`` says on
+        whose clock the run's calls were timed: ``"host"``, ``"gpu"`` (a span from the host's
+        issue lasting the kernel's time, which may have run later) or both."""
         timing = self.options.timing
         if timing != "off":
             clock = "gpu" if cuda else "host"
@@ -91,13 +111,14 @@ class Timekeeping:
                 self.trace.metadata["timed_on"] = sorted(self._timed_on)
         if timing != "auto":
             return timing
-        timing = "events" if cuda else "sync"
+        timing = "sync" if waited_at_once and not cuda else "events"
         used = self._timing_used
         if timing not in used:
             used.add(timing)
             self.trace.metadata["timing"] = timing if len(used) == 1 else "auto"
             if len(used) == 2:
-                self._note("auto", "timing: CUDA collectives timed by events (never waited for), CPU ones by waiting for each (sync)")
+                self._note("auto", "timing: blocking CPU calls (async_op=False) timed by waiting for each (sync), the others "
+                           "(CUDA collectives, async_op=True, functional collectives, send/recv) by events, never waited for")
         return timing
 
     def _events_issued(self, index: int, stamp: Any, cuda: bool, out: Any, spec: _ops.CollectiveSpec, group: GroupInfo) -> float | None:

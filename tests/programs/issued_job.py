@@ -3,6 +3,9 @@
     ISSUED_BAD=kill    one gloo rank (a world of 1, no launcher needed): step 0 all_reduces its
                        two gradients; step 1 all_reduces them again, issues a third all_reduce
                        with async_op=True and SIGKILLs itself before waiting for it
+    ISSUED_BAD=unmatched  two gloo ranks under torchrun: in step 1 rank 1 issues an all_reduce
+                       with async_op=True that rank 0 never issues, and SIGKILLs itself before
+                       waiting for it; rank 0 goes on to step 2
     ISSUED_BAD=uneven  two gloo ranks under torchrun: step 1 ends with an all_to_all_single whose
                        splits disagree (rank 1 sends 6 rows to rank 0, which expects 4); gloo
                        aborts rank 0 in native code (SIGABRT: "Received data size doesn't match
@@ -33,6 +36,9 @@ for step in range(3):
         dist.all_reduce(p.grad)  # GRAD_ALL_REDUCE
     if step == 1 and bad == "kill":
         work = dist.all_reduce(torch.ones(16), async_op=True)  # ASYNC_ALL_REDUCE
+        os.kill(os.getpid(), signal.SIGKILL)
+    if step == 1 and bad == "unmatched" and rank == 1:
+        work = dist.all_reduce(torch.ones(16), async_op=True)  # UNMATCHED_ALL_REDUCE
         os.kill(os.getpid(), signal.SIGKILL)
     if step == 1 and bad == "uneven":
         rows = 8 if rank == 0 else 10
