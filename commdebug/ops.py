@@ -236,8 +236,7 @@ def lookup(packet: Any) -> CollectiveSpec | None:
     if spec is None and name.startswith("c10d.") and name not in _NOT_COLLECTIVE_C10D:
         spec = CollectiveSpec(op=name.split(".", 1)[1].rstrip("_"), compat_key=name, inputs=None, outputs=None,
                               group=None, size="zero", factor="zero")
-    flag = _async_flag(packet) if spec is not None else None
-    if flag is not None:
+    if spec is not None and (flag := _async_flag(packet)) is not None:
         spec = replace(spec, async_flag=flag)
     _by_packet[packet] = spec
     return spec
