@@ -225,3 +225,34 @@ def test_async_tp_fused_ops_are_collectives_with_their_message_size():
     assert (scatter.op, scatter.returns_done) == ("reduce_scatter", True)
     out_bytes = ops.tensor_bytes(ops.pick(scatter.outputs, (a, a, "sum", 0, "0"), {}, a))[0]
     assert ops.MESSAGE_SIZE[scatter.size](0, out_bytes, 4) == 512
+
+
+def test_the_dispatch_mode_leaves_dynamos_frame_callback_alone_unless_compiled_code_set_one(monkeypatch):
+    """Outside code that torch.compile runs, no Dynamo frame callback is set, and the full
+    capture's ``__torch_dispatch__`` runs without torch's disabling wrapper (two
+    ``set_eval_frame`` calls per op, 5% of a tensor-parallel step); where one is set, the
+    wrapper clears it for the call, so Dynamo never traces the mode."""
+    import torch._dynamo.eval_frame as eval_frame
+
+    from commdebug.capture import loaded
+
+    callbacks_seen: list[object] = []
+    cleared: list[object] = []
+    set_eval_frame = eval_frame.set_eval_frame
+
+    def counted(callback):
+        cleared.append(callback)
+        return set_eval_frame(callback)
+
+    def dispatch(x):
+        callbacks_seen.append(torch._C._dynamo.eval_frame.get_eval_frame_callback())
+        return x + 1
+
+    monkeypatch.setattr(eval_frame, "set_eval_frame", counted)
+    assert loaded.skip_dynamo_lazily(dispatch)(1) == 2
+    assert cleared == [] and callbacks_seen == [None]
+
+    # a thread inside compiled code, as the getter reports it
+    monkeypatch.setattr(loaded, "_callback_getter", lambda: lambda: "a callback")
+    assert loaded.skip_dynamo_lazily(dispatch)(1) == 2
+    assert None in cleared and callbacks_seen == [None, None]
