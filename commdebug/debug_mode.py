@@ -54,8 +54,8 @@ class CommDebugMode(Recorder):
         record_source: record the user's ``file:line`` of each collective (turn off to keep
             file paths out of dumps you share).
         timing: ``False``/``"off"``; ``"events"``: CUDA events recorded around each collective
-            and read once done, never waiting (on CPU, the host clock from the call to the end
-            of the program's own wait); ``"sync"``: wait for each collective and record its
+            and read once done, never waiting (on CPU, the host clock from the call to its
+            Work's completion, or to the end of the program's own wait where there is no Work); ``"sync"``: wait for each collective and record its
             latency (CUDA events on CUDA), which serialises communication with compute, so it
             measures collectives, not whole steps; ``True``/``"auto"``: ``"sync"`` for blocking
             CPU calls (``async_op=False``, which wait anyway), ``"events"`` for the rest;

@@ -1,12 +1,14 @@
 """timing="events" (docs/summary.md): each collective timed without waiting for it. On CUDA its
 start and end events are read once done, at step boundaries, reads and exit; nothing on the
 collective's path synchronises. Tested on the fake backend with a stand-in for CUDA's events (a
-GPU clock the test moves), and on CPU, where it is the host clock from the call to the
+GPU clock the test moves), and on CPU, where it is the host clock from the call to its Work's
+completion (a callback on the Work's future stamps it), or, for a functional collective, to the
 program's own wait. What ``timing=True`` means: sync for the CPU calls the program waits for at
 once (``async_op=False``), events for the rest."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -102,7 +104,7 @@ def test_cuda_events_are_read_when_done_and_never_synchronised_on_the_collective
     assert [e.latency_s for e in comm.trace.events] == [0.001, 0.003, 0.001, None]
     assert comm.trace.metadata["timing"] == "events"
     notes = comm.trace.metadata["timing_notes"]
-    assert any("1 collective(s) have no latency: the program never waited for them" in n for n in notes), notes
+    assert any("1 collective(s) have no latency: they never finished, the program never waited for them" in n for n in notes), notes
 
 
 def test_an_nccl_work_gets_its_end_at_the_call_on_a_stream_that_waits_for_it(world, cuda, monkeypatch):
@@ -122,41 +124,81 @@ def test_an_nccl_work_gets_its_end_at_the_call_on_a_stream_that_waits_for_it(wor
     assert cuda.waits == [2.0, 4.0, 6.0, 8.0]  # read at exit, each once
 
 
-def test_events_on_cpu_time_from_the_call_to_the_programs_own_wait_without_adding_one(world, monkeypatch):
+def test_events_on_cpu_time_a_work_to_its_completion_and_a_functional_call_to_the_programs_wait(world, monkeypatch):
     def no_wait(*args, **kwargs):
         raise AssertionError("timing='events' waited for a collective")
 
     monkeypatch.setattr(recorder_module, "wait_until_finished", no_wait)
     t = torch.ones(8)
     with CommDebugMode(timing="events") as comm:
-        before = time.perf_counter()
+        # a Work whose backend completes its future (the fake backend's, at once; gloo's when the
+        # peers are done): timed to that completion, whoever waits for it, or if nobody does
         work = dist.all_reduce(t, async_op=True)
-        issued = time.perf_counter()
-        torch.randn(200, 200) @ torch.randn(200, 200)  # the program's own work before it waits
-        waiting = time.perf_counter()
-        assert comm.trace.events[0].latency_s is None  # not known before the program waits
+        time.sleep(0.05)  # the program's own work: not the collective's
         work.wait()
+        dist.isend(torch.ones(2), dst=1)  # never waited for by the program
+        # a functional collective has no Work to ask: timed from the call to the program's wait
+        before = time.perf_counter()
+        out = funcol.all_reduce(t, "sum", dist.group.WORLD)
+        issued = time.perf_counter()
+        torch.randn(200, 200) @ torch.randn(200, 200)
+        waiting = time.perf_counter()
+        assert comm.trace.events[2].latency_s is None  # not known before the program waits
+        out.wait()
         after = time.perf_counter()
-        dist.isend(torch.ones(2), dst=1)  # never waited for
-    latency = comm.trace.events[0].latency_s
-    assert latency is not None and waiting - issued <= latency <= after - before
-    assert comm.trace.events[1].latency_s is None
+    latencies = [e.latency_s for e in comm.trace.events]
+    assert latencies[0] is not None and latencies[0] < 0.05, latencies
+    assert latencies[1] is not None and latencies[1] < 0.05, latencies
+    assert latencies[2] is not None and waiting - issued <= latencies[2] <= after - before, latencies
     assert comm.trace.metadata["timing"] == "events"
-    # the latency holds the program's matmul: said, in the dump and where its bandwidth is shown
+    # the functional call's latency holds the program's matmul: said, in the dump and where its bandwidth is shown
     assert AT_WAIT in comm.trace.metadata["timing_notes"]
     assert f"note: {AT_WAIT}" in render_summary(summarize(comm.trace)).splitlines()
+
+
+def test_a_cpu_work_is_timed_when_its_future_completes_read_later_without_a_wait():
+    """The stamp comes from a callback on the Work's future, on the thread that completes it (the
+    backend's), and is read at the next read; a Work that never completes has no time."""
+    from torch._C._distributed_c10d import _create_work_from_future
+
+    from commdebug.capture import light
+
+    if light._native is None:
+        pytest.skip("commdebug.capture._native is not built here")
+    timer = timing_module.EventTimer()
+    futures = [torch.futures.Future(), torch.futures.Future()]
+    starts = []
+    for index, future in enumerate(futures):
+        starts.append(timer.start(on_cuda=False))
+        completion = timing_module.completion_of(_create_work_from_future(future))
+        assert completion is not None and timer.issued(index, starts[-1], done=False, completion=completion) is None
+    time.sleep(0.02)
+    read: dict[int, float] = {}
+    assert timer.collect(read.__setitem__) == 0 and timer.waited(0) is None  # not completed yet
+    completing = threading.Thread(target=futures[0].set_result, args=(None,))  # as a backend's thread does
+    before = time.perf_counter()
+    completing.start()
+    completing.join()
+    completed = time.perf_counter()
+    time.sleep(0.03)  # read later: the time is the completion's, not the read's
+    assert timer.collect(read.__setitem__) == 1
+    assert before - starts[0] <= read[0] <= completed - starts[0], read
+    timer.collect(read.__setitem__, final=True)
+    assert list(read) == [0] and timer.unknown == 1 and timer.at_wait == 0
 
 
 def test_a_folder_says_a_note_its_ranks_wrote_alike_holds_each_ranks_own_count(world):
     """Two ranks, each with 1 of its 2 calls never waited for: the job's summary must not read as
     if the job had 1 such call."""
-    traces = []
+    traces, unwaited = [], []
     for rank in (0, 1):
         with CommDebugMode(timing="events") as comm:
-            dist.all_reduce(torch.ones(2), async_op=True).wait()
-            dist.isend(torch.ones(2), dst=1)  # never waited for
+            funcol.all_reduce(torch.ones(2), "sum", dist.group.WORLD).wait()
+            unwaited.append(funcol.all_reduce(torch.ones(2), "sum", dist.group.WORLD))  # not waited for while recorded
         comm.trace.metadata["rank"] = rank
         traces.append(comm.trace)
+    for out in unwaited:
+        out.wait()
     lines = render_summary(summarize_ranks(traces)).splitlines()
     untimed = [line for line in lines if "have no latency" in line]
     assert untimed and all(line.startswith("note: ranks 0-1, each: timing='events': 1 collective(s)") for line in untimed), lines
@@ -176,7 +218,8 @@ def test_timing_true_waits_only_for_cpu_calls_the_program_waits_for_at_once(worl
     assert AT_WAIT not in comm.trace.metadata.get("timing_notes", [])  # each call timed alone
 
     # a call the program waits for later (async_op=True, a functional collective) is not waited
-    # for at the call: its time runs to the program's own wait
+    # for at the call: a Work's time runs to its completion (the fake backend's, at once), a
+    # functional collective's to the program's own wait
     waits: list[str] = []
     wait = timing_module.SyncTimer.wait
     monkeypatch.setattr(timing_module.SyncTimer, "wait", lambda timer, fn: (waits.append("sync"), wait(timer, fn))[1])
@@ -190,7 +233,7 @@ def test_timing_true_waits_only_for_cpu_calls_the_program_waits_for_at_once(worl
         dist.all_reduce(t)  # blocking: waited for, as it waits anyway
         assert waits == ["sync"]
     latencies = [e.latency_s for e in comm.trace.events]
-    assert latencies[0] >= 0.05 and latencies[1] >= 0.05 and latencies[2] < 0.05, latencies
+    assert latencies[0] < 0.05 and latencies[1] >= 0.05 and latencies[2] < 0.05, latencies
     assert comm.trace.metadata["timing"] == "auto" and AT_WAIT in comm.trace.metadata["timing_notes"]
     assert any("async_op=False" in note for note in comm.trace.metadata["timing_notes"])
 

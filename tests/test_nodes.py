@@ -2,8 +2,9 @@
 hosts"): two torchrun agents on this machine, each in its own UTS namespace (`unshare -u`, host
 names node0 and node1), `--nnodes 2 --nproc-per-node 2` with static rendezvous on loopback,
 running a DDP loop on gloo whose rank 3 (on node1) arrives late at step 3, under `commdebug run
---out run/node<k> --timing sync --profile-steps 1` (DDP's buckets return before they finish:
-bare `--timing` would time them to the program's wait, and their waits would name no rank). One job for the module (about 30 s); every verb
+--out run/node<k> --timing --profile-steps 1` (DDP's buckets return before they finish, and DDP
+waits for them in C++: bare `--timing` times each from the call to its Work's completion, which
+gloo's future reports, so their waits name the late rank). One job for the module (about 30 s); every verb
 reads its folders in this process, writing nothing into them."""
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def run(tmp_path_factory) -> Path:
         cmd = ["unshare", "-u", "sh", "-c", 'hostname "$0" && exec "$@"', f"node{node}",
                sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "2", "--node-rank", str(node),
                "--master-addr", "127.0.0.1", "--master-port", str(port),
-               "-m", "commdebug", "run", "--out", str(root / f"node{node}"), "--timing", "sync", "--profile-steps", "1", "--", str(JOB)]
+               "-m", "commdebug", "run", "--out", str(root / f"node{node}"), "--timing", "--profile-steps", "1", "--", str(JOB)]
         agents.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     outputs = []
     try:

@@ -41,6 +41,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdint>
 #include <exception>
@@ -219,6 +220,87 @@ PyObject *work_failed(PyObject *, PyObject *obj) {
         }
     }
     return PyBool_FromLong(failed);
+    END_HANDLE_TH_ERRORS
+}
+
+/* When a CPU collective timed by events finished (timing.py's EventTimer): a callback on its
+ * Work's future stamps the host clock (time.perf_counter's) when the backend completes the
+ * future, on the backend's thread and without the GIL; the recorder reads the stamp later (the
+ * program's wait, step boundaries, exit). Nothing waits for it: a call the program waits for in
+ * C++ (DDP's gradient buckets, whose waits Python never sees) gets its time all the same, and a
+ * call that never finishes never gets one. */
+struct Stamp {
+    std::atomic<int> state{0};  // PENDING, then DONE or FAILED
+    double at = 0;              // written before state becomes DONE
+};
+constexpr int PENDING = 0, DONE = 1, FAILED = 2;
+
+struct Completion {
+    PyObject_HEAD
+    std::shared_ptr<Stamp> stamp;
+};
+
+PyObject *completion_done_at(PyObject *self, PyObject *) {
+    const Stamp &stamp = *reinterpret_cast<Completion *>(self)->stamp;
+    if (stamp.state.load(std::memory_order_acquire) != DONE)
+        Py_RETURN_NONE;
+    return PyFloat_FromDouble(stamp.at);
+}
+
+PyObject *completion_failed(PyObject *self, PyObject *) {
+    return PyBool_FromLong(reinterpret_cast<Completion *>(self)->stamp->state.load(std::memory_order_acquire) == FAILED);
+}
+
+void completion_dealloc(PyObject *self) {
+    reinterpret_cast<Completion *>(self)->stamp.~shared_ptr();
+    Py_TYPE(self)->tp_free(self);
+}
+
+PyMethodDef completion_methods[] = {
+    {"done_at", completion_done_at, METH_NOARGS, "done_at() -> float | None: time.perf_counter() when the Work completed; None before, or if it failed."},
+    {"failed", completion_failed, METH_NOARGS, "failed() -> bool: the Work completed with an error."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyTypeObject CompletionType = {PyVarObject_HEAD_INIT(nullptr, 0) "commdebug.capture._native.Completion"};
+
+/* on_completion(work) -> Completion | None: a stamp of when a Python c10d Work (or one held
+ * here) completes; None where its backend has no future to tell (or it is not a Work). */
+PyObject *on_completion(PyObject *, PyObject *obj) {
+    HANDLE_TH_ERRORS
+    c10d::Work *work = nullptr;
+    if (Py_TYPE(obj) == &HeldWorkType) {
+        work = reinterpret_cast<HeldWork *>(obj)->work.get();
+    } else {
+        try {
+            work = &py::cast<c10d::Work &>(py::handle(obj));
+        } catch (const py::cast_error &) {
+            Py_RETURN_NONE;
+        }
+    }
+    c10::intrusive_ptr<c10::ivalue::Future> future;
+    try {
+        future = work->getFuture();
+    } catch (const std::exception &) {  // c10d's Work has no future unless its backend made one
+        Py_RETURN_NONE;
+    }
+    if (!future)
+        Py_RETURN_NONE;
+    auto *completion = PyObject_New(Completion, &CompletionType);
+    if (completion == nullptr)
+        return nullptr;
+    new (&completion->stamp) std::shared_ptr<Stamp>(std::make_shared<Stamp>());
+    std::shared_ptr<Stamp> stamp = completion->stamp;
+    // runs at once, here, if the Work is done already; else on the thread that completes it
+    future->addCallback([stamp](c10::ivalue::Future &done) {
+        if (done.hasError()) {
+            stamp->state.store(FAILED, std::memory_order_release);
+            return;
+        }
+        stamp->at = _PyTime_AsSecondsDouble(_PyTime_GetPerfCounter());  // plain C: no GIL needed
+        stamp->state.store(DONE, std::memory_order_release);
+    });
+    return reinterpret_cast<PyObject *>(completion);
     END_HANDLE_TH_ERRORS
 }
 
@@ -1347,6 +1429,8 @@ PyMethodDef methods[] = {
      "Recorder._native_state); None: every call goes to the handler."},
     {"storage_key", storage_key, METH_O, "storage_key(tensor) -> int: its storage's address, or its id without one (the in-flight table's key)."},
     {"work_failed", work_failed, METH_O, "work_failed(work) -> bool: the Work (held, or a Python c10d Work) finished with an error."},
+    {"on_completion", on_completion, METH_O,
+     "on_completion(work) -> Completion | None: when the Work completes, stamped by a callback on its future (None: no future)."},
     {"work_key", work_key, METH_O, "work_key(work) -> int: the address of a Python c10d Work's Work (the in-flight table's key)."},
     {"counts", counts, METH_NOARGS,
      "counts() -> [n, ...]: by kernel index, the calls the kernel recorded itself (for tests)."},
@@ -1372,6 +1456,8 @@ PyMODINIT_FUNC PyInit__native(void) {
     CallType.tp_call = call_run;
     HeldWorkType.tp_dealloc = held_dealloc;
     HeldWorkType.tp_methods = held_methods;
+    CompletionType.tp_dealloc = completion_dealloc;
+    CompletionType.tp_methods = completion_methods;
     ModuleCallsType.tp_flags = Py_TPFLAGS_HAVE_VECTORCALL;
     ModuleCallsType.tp_vectorcall_offset = offsetof(ModuleCalls, vectorcall);
     ModuleCallsType.tp_call = PyVectorcall_Call;
@@ -1379,6 +1465,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     ModuleCallsType.tp_dealloc = module_calls_dealloc;
     if (!ready(CallType, sizeof(Call), "A collective's call, run once by light capture's handler.") ||
         !ready(HeldWorkType, sizeof(HeldWork), "A c10d Work held for the in-flight table (is_completed only).") ||
+        !ready(CompletionType, sizeof(Completion), "When a c10d Work completed, stamped by a callback on its future (on_completion).") ||
         !ready(ModuleCallsType, sizeof(ModuleCalls),
                "ModuleCalls(original, users, fallback, log_cap): light steps' Module.__call__, called as (mod, args, kwargs)."))
         return nullptr;

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from commdebug.capture.inflight import SYNCED, work_of
-from commdebug.capture.timing import AsyncTimer, EventTimer
+from commdebug.capture.timing import AsyncTimer, EventTimer, completion_of
 
 if TYPE_CHECKING:
     from commdebug import ops as _ops
@@ -35,8 +35,8 @@ __all__ = ["AT_WAIT", "Timekeeping", "clock_origin", "waited_at_once"]
 log = logging.getLogger("commdebug")
 
 # said once a run has a latency taken this way (dumps keep it in metadata.timing_notes)
-AT_WAIT = ("timing events: calls whose end is not known when they return (functional collectives; on CPU, calls that return a Work) "
-           "are timed from the call to the program's own wait for them: what the program did in between is in their "
+AT_WAIT = ("timing events: calls whose end is not known when they return (functional collectives; on CPU, a Work whose backend "
+           "does not say when it completed) are timed from the call to the program's own wait for them: what the program did in between is in their "
            "latency, so their algbw and busbw are lower bounds (timing='sync' times each call alone; a profiled step, "
            "--profile-steps, gives the kernels' own time)")
 
@@ -128,7 +128,8 @@ class Timekeeping:
         work = None if isinstance(out, torch.Tensor) else work_of(out)
         done = spec.returns_done or work is SYNCED
         after = work if cuda and not done and work is not None and self._groups.waits_on_stream(group.name) else None
-        return self._events.issued(index, stamp, done, after)
+        completion = completion_of(work) if not cuda and not done and work is not None else None
+        return self._events.issued(index, stamp, done, after, completion)
 
     def _waited(self, index: int) -> None:
         """InFlight's callback: the program's own wait for collective ``index`` returned (on any
@@ -171,8 +172,8 @@ class Timekeeping:
         if self._events is not None:
             self._events.collect(self._latency, final=True)  # the last ones, waited for here only
             if self._events.unknown:
-                self._note("events:unknown", f"timing='events': {self._events.unknown} collective(s) have no latency: the program "
-                           "never waited for them, or ended first (a time is never guessed)")
+                self._note("events:unknown", f"timing='events': {self._events.unknown} collective(s) have no latency: they never "
+                           "finished, the program never waited for them, or it ended first (a time is never guessed)")
         if self._async is None:
             return
         for index in self._async.close(self._timed):  # never timed (not reported by NCCL): logged without a time

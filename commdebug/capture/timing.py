@@ -6,8 +6,11 @@
   read when they are done, with ``query()``, at step boundaries, on reads of the trace and at
   exit, where the last ones are waited for. Nothing on the collective's path synchronises, so
   the CPU runs ahead of the GPU as it does without commdebug. On CPU it is the host clock from
-  the call to the end of the program's own wait. A time never read (the process died first, or
-  the program never waited for the call) stays unknown.
+  the call to the moment the backend completed its Work (:func:`completion_of`: a callback on
+  the Work's future, gloo's included, stamps it), read later; a call with no such future
+  (functional collectives, or without the C++ extension) runs to the end of the program's own
+  wait. A time never read (the process died first, the call never finished, or the program
+  never waited for a call timed at its wait) stays unknown.
 - :class:`SyncTimer` waits for the collective and times it: CUDA events on CUDA tensors (the
   start event is recorded on the current stream before the collective, the end event after
   waiting for it, so queued compute before the call is not counted), the host clock on CPU:
@@ -45,7 +48,7 @@ import torch
 
 from commdebug.capture.config import NCCL_HOOK_ENV
 
-__all__ = ["SyncTimer", "AsyncTimer", "EventTimer", "CudaEvents", "WorkDone", "nvtx_label", "on_cuda", "waits_on_stream"]
+__all__ = ["SyncTimer", "AsyncTimer", "EventTimer", "CudaEvents", "WorkDone", "completion_of", "nvtx_label", "on_cuda", "waits_on_stream"]
 
 log = logging.getLogger("commdebug")
 
@@ -124,6 +127,23 @@ class SyncTimer:
         return self.seconds
 
 
+def completion_of(work: Any) -> Any:
+    """A stamp of when a CPU collective's Work completes (``done_at()``: its
+    ``time.perf_counter()``, None before then or if it failed), taken by a C++ callback on the
+    Work's future on the thread that completes it, with no GIL and no wait; None where the
+    backend's Work has no future or the C++ extension is not built (then the call is timed to
+    the program's own wait).
+
+    >>> done = completion_of(dist.all_reduce(t, async_op=True))   # doctest: +SKIP
+    >>> done.done_at()                                              # doctest: +SKIP
+    """
+    try:
+        from commdebug.capture import _native
+    except ImportError:
+        return None
+    return _native.on_completion(work)
+
+
 class CudaEvents:
     """What :class:`EventTimer` asks of CUDA; a stand-in with the same methods times the
     bookkeeping on a machine without a GPU (tests/test_timing.py). Events are reused once read:
@@ -183,6 +203,11 @@ class EventTimer:
     wait returns, on the current stream, which its wait made wait for the collective: that end
     also waits for what the program queued on the stream between the call and its wait.
 
+    On CPU, a call whose Work stamps its completion (``completion``, :func:`completion_of`) is
+    timed from the call to that stamp, read at the program's wait or at the next collect: the
+    collective alone, whoever waits for it (DDP waits for its buckets in C++). Other calls run to
+    the program's own wait.
+
     >>> timer = EventTimer()
     >>> stamp = timer.start(on_cuda=False); out = issue()            # doctest: +SKIP
     >>> timer.issued(index, stamp, done=False); ...; timer.waited(index)   # the latency, on CPU  # doctest: +SKIP
@@ -195,6 +220,7 @@ class EventTimer:
         # index -> [start, end (None until recorded)] on CUDA; index -> host start on CPU
         self.pending: dict[int, list[Any]] = {}
         self.host: dict[int, float] = {}
+        self.completing: dict[int, tuple[float, Any]] = {}  # index -> (host start, its Work's completion stamp), on CPU
         self.unknown = 0  # never read: the program never waited, or the pair was dropped
         self.at_wait = 0  # ends taken where the program's own wait returned (see waited)
 
@@ -206,9 +232,10 @@ class EventTimer:
         self.cuda.record(event)
         return event
 
-    def issued(self, index: int, stamp: Any, done: bool, work: Any = None) -> float | None:
+    def issued(self, index: int, stamp: Any, done: bool, work: Any = None, completion: Any = None) -> float | None:
         """Just after the call returned. ``done``: it returned with the collective done (on
-        CUDA: the current stream waits for it); ``work``: an NCCL Work to record the end after.
+        CUDA: the current stream waits for it); ``work``: an NCCL Work to record the end after;
+        ``completion``: on CPU, the stamp its Work's completion will leave (:func:`completion_of`).
         Returns the latency where it is known now (CPU, done)."""
         if not isinstance(stamp, float):  # CUDA
             end = None
@@ -222,12 +249,24 @@ class EventTimer:
             return None
         if done:
             return time.perf_counter() - stamp
-        self._keep(self.host, index, stamp)
+        if completion is not None:
+            self._keep(self.completing, index, (stamp, completion))
+        else:
+            self._keep(self.host, index, stamp)
         return None
 
     def waited(self, index: int) -> float | None:
         """The program's own wait for collective ``index`` returned: on CPU its latency, now;
         on CUDA the end event goes on the current stream (unless it is there already)."""
+        completing = self.completing.get(index)
+        if completing is not None:
+            # done by now, but its callback may run a moment after the wait returns: then the
+            # next collect reads it
+            at = completing[1].done_at()
+            if at is None:
+                return None
+            del self.completing[index]
+            return at - completing[0]
         start = self.host.pop(index, None)
         if start is not None:
             self.at_wait += 1
@@ -260,9 +299,16 @@ class EventTimer:
             apply(index, cuda.seconds(start, end))
             cuda.release(start, end)
             read += 1
-        if final:
-            self.unknown += len(self.host)
+        for index, (start_s, completion) in list(self.completing.items()):
+            at = completion.done_at()
+            if at is not None:
+                del self.completing[index]
+                apply(index, at - start_s)
+                read += 1
+        if final:  # what is still running is not waited for: a hung call would hang the exit
+            self.unknown += len(self.host) + len(self.completing)
             self.host.clear()
+            self.completing.clear()
         return read
 
     def _keep(self, table: dict[int, Any], index: int, value: Any) -> None:
