@@ -384,6 +384,63 @@ def test_a_collective_whose_backend_raises_is_recorded_failed_and_raises_unchang
         assert (sum(light._native.counts()) - before > 0) == in_cpp
 
 
+@pytest.mark.parametrize("options", [{"light": True}, {"light": True, "timing": "sync"}, {}, {"timing": "sync"}],
+                         ids=["light", "light-sync", "full", "full-sync"])
+def test_an_error_torch_raises_in_a_collective_reaches_the_program_without_commdebugs_frames(world, monkeypatch, options):
+    """The program's traceback of a failed collective has no frame of commdebug's, whichever
+    path recorded the call (light's C++ kernel or its Python handler, the dispatch mode), and
+    where the mode's own ``timing='sync'`` wait is what raised. Under light capture it is the
+    traceback the program has without commdebug; a dispatch mode adds torch's ``OpOverload``
+    frame it calls the op through."""
+    import traceback
+
+    from commdebug.capture import recorder as recorder_module
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("[gloo] connection closed by peer")
+
+    def frames(call) -> list[tuple[str, str]]:
+        try:
+            call()
+        except RuntimeError as e:
+            return [(f.filename, f.name) for f in traceback.extract_tb(e.__traceback__)]
+        raise AssertionError("the collective did not raise")
+
+    def failing_call() -> list[tuple[str, str]]:
+        backend = torch.library.Library("c10d", "IMPL")
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # replacing torch's kernel warns
+                backend.impl("allreduce_", refuse, "CPU")
+            return frames(lambda: dist.all_reduce(torch.ones(3)))
+        finally:
+            backend._destroy()
+
+    package = str(ROOT / "commdebug")
+    bare = failing_call()
+    assert bare[-1][1] == "refuse" and any(name == "all_reduce" for _, name in bare)
+    with CommDebugMode(**options) as comm:
+        dist.all_reduce(torch.ones(2))  # the op's first call on its group
+        recorded = failing_call()
+    if options.get("light"):
+        assert recorded == bare
+    else:
+        assert [f for f in recorded if not f[0].endswith("torch/_ops.py")] == bare, recorded
+    assert comm.trace.events[-1].error == "RuntimeError: [gloo] connection closed by peer"
+    if options.get("timing") != "sync":
+        return
+
+    def broken_wait(*args, **kwargs):  # torch's wait raising, as gloo's does when a peer dies
+        raise RuntimeError("[gloo] connection closed by peer")
+
+    monkeypatch.setattr(recorder_module, "wait_until_finished", broken_wait)
+    with CommDebugMode(**options) as comm:
+        waited = frames(lambda: dist.all_reduce(torch.ones(2)))
+    assert not [f for f in waited if f[0].startswith(package) and f[1] != "broken_wait"], waited
+    assert waited[-1][1] == "broken_wait" and waited[-2][1] == "all_reduce", waited
+    assert comm.trace.events[-1].error == "RuntimeError: [gloo] connection closed by peer"
+
+
 @pytest.mark.parametrize("in_cpp", [True, False])
 def test_a_call_not_waited_for_shows_in_flight_until_its_wait(world, monkeypatch, in_cpp):
     """What `watch` and `check` read at a hang: a functional collective and an eager one issued

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from commdebug.capture import unseen
 from commdebug.model.trace import CollectiveEvent, Trace
 
 __all__ = ["FlightViews", "InFlight", "SYNCED", "work_of", "tensors", "wait_until_finished", "work_patch"]
@@ -127,12 +128,16 @@ class InFlight:
 
     def work_waited(self, work: Any, error: BaseException | None = None) -> None:
         """``work.wait()`` returned (or raised ``error``)."""
+        if error is not None:
+            unseen.mark(error)
         entry = self._by_work.pop(_work_key(work), None)
         if entry is not None:
             self._ended(entry, error)
 
     def tensor_waited(self, tensor: Any, error: BaseException | None = None) -> None:
         """``wait_tensor(tensor)`` returned (or raised ``error``)."""
+        if error is not None:
+            unseen.mark(error)
         key = _storage_key(tensor)
         entry = self._by_storage.pop(key, None)
         if entry is None and self._others_by_tensor:
@@ -150,7 +155,8 @@ class InFlight:
             self.done(entry[2], entry[3])
 
     def failed(self, index: int, error: BaseException) -> None:
-        """The collective raised where the mode itself waited for it (``timing='sync'``)."""
+        """The collective raised ``error`` (in its call, or where the mode itself waited for it)."""
+        unseen.mark(error)
         with self._lock:
             entry = self._drop(index)
         if entry is not None:

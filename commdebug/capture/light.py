@@ -62,6 +62,7 @@ from typing import Any
 import torch
 
 from commdebug import ops as _ops
+from commdebug.capture import unseen
 from commdebug.capture.patches import ClassPatch
 from commdebug.capture.stepping import say_once
 
@@ -286,6 +287,9 @@ def _native_call(index: int, args: tuple, kwargs: dict, call: Callable[..., Any]
     state.inside = True
     try:
         return recorder._light_call(call, name, spec, args, kwargs)
+    except BaseException as e:
+        unseen.strip(e)
+        raise
     finally:
         state.inside = False
 
@@ -335,14 +339,22 @@ def _kernel(op: Any, spec: Any, below: Any, guard: Any) -> Callable[..., Any]:
         if not keys.raw_repr():  # no tensor to take the backend from: let the dispatcher skip us
             with torch._C._ExcludeDispatchKeyGuard(_OURS):
                 return op(*args, **kwargs)
-        return _through(redispatch, keys, name, spec, args, kwargs)
+        try:
+            return _through(redispatch, keys, name, spec, args, kwargs)
+        except BaseException as e:
+            unseen.strip(e)
+            raise
 
     if guard is None:
         return kernel
 
     def below_autograd(keys: Any, *args: Any, **kwargs: Any) -> Any:
-        with guard():  # what the autograd fallback this kernel replaces does
-            return kernel(keys, *args, **kwargs)
+        try:
+            with guard():  # what the autograd fallback this kernel replaces does
+                return kernel(keys, *args, **kwargs)
+        except BaseException as e:
+            unseen.strip(e)
+            raise
 
     return below_autograd
 
@@ -365,7 +377,11 @@ def _redispatch(op: Any, spec: Any) -> Callable[..., Any]:
     def recorded(keys: Any, *args: Any, **kwargs: Any) -> Any:
         if keys.highestPriorityTypeId() != _BACKEND_SELECT:
             return redispatch(keys, *args, **kwargs)
-        return _through(redispatch, keys - _OURS, name, spec, args, kwargs)
+        try:
+            return _through(redispatch, keys - _OURS, name, spec, args, kwargs)
+        except BaseException as e:
+            unseen.strip(e)
+            raise
 
     return recorded
 

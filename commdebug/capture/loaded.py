@@ -16,6 +16,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from commdebug.capture import unseen
+
 __all__ = ["dtensor", "skip_dynamo_lazily"]
 
 _DTENSOR: list[Any] = [None]
@@ -38,23 +40,29 @@ def skip_dynamo_lazily(fn: Callable[..., Any]) -> Callable[..., Any]:
     call goes through ``torch._dynamo.disable``, which clears the callback for it. Anywhere
     else that wrapper would clear a callback that is not set, and it costs 5% of a
     tensor-parallel step under the full capture (two ``set_eval_frame`` calls and two Python
-    frames for each of the step's ops), so the call goes straight to ``fn``."""
+    frames for each of the step's ops), so the call goes straight to ``fn``. An error torch
+    raised in a collective the mode ran leaves without the mode's frames
+    (:mod:`commdebug.capture.unseen`)."""
     disabled: list[Callable[..., Any] | None] = [None]
     callback: list[Callable[[], Any] | None] = [None]
 
     @functools.wraps(fn)
     def inner(*args: Any, **kwargs: Any) -> Any:
-        call = disabled[0]
-        if call is None:
-            dynamo = sys.modules.get("torch._dynamo")
-            if dynamo is None:
+        try:
+            call = disabled[0]
+            if call is None:
+                dynamo = sys.modules.get("torch._dynamo")
+                if dynamo is None:
+                    return fn(*args, **kwargs)
+                call = disabled[0] = dynamo.disable(fn, recursive=True, wrapping=False)
+                callback[0] = _callback_getter()
+            get = callback[0]
+            if get is not None and get() is None:
                 return fn(*args, **kwargs)
-            call = disabled[0] = dynamo.disable(fn, recursive=True, wrapping=False)
-            callback[0] = _callback_getter()
-        get = callback[0]
-        if get is not None and get() is None:
-            return fn(*args, **kwargs)
-        return call(*args, **kwargs)
+            return call(*args, **kwargs)
+        except BaseException as e:
+            unseen.strip(e)  # an error torch raised in a collective: the program's traceback is its own
+            raise
 
     return inner
 
