@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from timeline import SOURCE, pair_then_world, simulate, world_only, write_views
+from timeline import SOURCE, Slot, pair_then_world, simulate, world_group, world_only, write_views
 
 import commdebug.analysis.late_digest as late_digest_module
 import commdebug.analysis.late_tally as late_tally_module
@@ -92,13 +92,34 @@ def test_a_balanced_job_lists_no_late_rank_and_its_start_up_apart(way):
     data = rep.to_dict()
     assert data["late_ranks"] == [] and data["startup_skew"] == [
         {"rank": 2, "group": "default_pg[4]", "seq": 0, "op": "all_reduce", "source": f"{SOURCE}:20", "step": 0,
-         "skew_s": skew.skew_s, "after_rank": 0}]
+         "skew_s": skew.skew_s, "after_rank": 0, "first_call": True}]
     text = render_report(rep)
     assert "late ranks: none (no rank waited over 50.0 ms and 10% of the step's median communication time for another at one call, " \
            "start-up apart" in text
     assert f"start-up: rank 2 reached the first collective 420 ms after rank 0 (all_reduce #0 on default_pg[4] at {SOURCE}:20)" in text
     assert "since its recording started" not in text
     assert "late rank" not in render_check(check(simulate(world_only(4), 4, 6, starts=STARTS)))
+
+
+def test_ranks_that_met_only_at_broadcasts_before_are_still_starting_up_at_their_first_meeting(way):
+    """A model's parameters broadcast from rank 0 first: receivers do not wait for each other, so
+    a rank that started late, and whose first forward took longer too, comes last to the first
+    call that makes the ranks meet. Its longer gap there runs from a call the others left long
+    before it: start-up, named at that call, never a late rank."""
+    world = world_group(4)
+    prelude = [Slot(lambda r: world, "broadcast", 10 + k) for k in range(4)]
+    views = simulate(world_only(4), 4, 6, starts=STARTS, prelude=prelude, delays={(2, 0, 0): 0.1})
+    late = report(views).late
+    assert late is not None and late.entries == [], [(e.step, e.rank) for e in late.entries]
+    [skew] = late.startup
+    assert (skew.rank, skew.group, skew.seq, skew.op, skew.source, skew.first_call) == (2, "default_pg[4]", 4, "all_reduce", f"{SOURCE}:20", False)
+    assert skew.skew_s == pytest.approx(0.52, abs=0.01)
+    assert all(r.caused_wait_s is not None and r.caused_wait_s < 0.001 for r in report(views).ranks)
+    text = render_report(report(views))
+    assert f"start-up: rank 2 reached the first call that made them meet 520 ms after rank 0 (all_reduce #4 on default_pg[4] at {SOURCE}:20)" in text, text
+    # the same wait after the ranks have met once is rank 2's own: a late rank
+    late = report(simulate(world_only(4), 4, 6, starts=STARTS, prelude=prelude, delays={(2, 1, 0): 0.1})).late
+    assert late is not None and [(e.step, e.rank) for e in late.entries] == [(1, 2)]
 
 
 def test_start_up_carried_into_another_groups_call_is_start_up_too(way):

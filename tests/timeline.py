@@ -5,7 +5,9 @@ Every rank runs the same steps; a step is a list of :class:`Slot` (one collectiv
 group each rank calls it on, its op and source line). Before each call a rank works a little
 (``work``, plus anything in ``delays``); a group's call ends when its last member arrived plus the
 transfer time, and each member's latency is from its own arrival to that end (so the members
-that came early hold the wait). Each rank's process starts at its own moment (``starts``), and
+that came early hold the wait). A broadcast (rooted at the group's first member) meets nobody:
+its root ends on its own, a receiver once both it and the root arrived, as gloo's small
+broadcasts do. Each rank's process starts at its own moment (``starts``), and
 its recording clock counts from there, as `commdebug run` records it: clocks are not shared.
 
 >>> views = simulate(pair_then_world(), ranks=4, steps=6, delays={(3, 3, 0): 0.5})   # doctest: +SKIP
@@ -17,7 +19,7 @@ import json
 import os
 import pathlib
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,31 +61,34 @@ def pair_then_world(ranks: int = 4) -> list[Slot]:
 
 def simulate(step: list[Slot], ranks: int, steps: int, *, starts: dict[int, float] | None = None,
              delays: dict[tuple[int, int, int], float] | None = None, work: float = 1e-3, transfer: float = 1e-4,
-             seed: int = 0, first_index: int = 0) -> list[RankView]:
+             seed: int = 0, first_index: int = 0, prelude: Sequence[Slot] = ()) -> list[RankView]:
     """Each rank's view of the job (see the module docstring). `starts`: rank -> when its process
     started (seconds; default 0); `delays`: (rank, step, slot) -> extra work before that call;
     `work` and `transfer`: per call, each varied by up to 5% per rank and call (seed `seed`);
-    `first_index`: the first event's index (more than 0: the events before were dropped)."""
+    `first_index`: the first event's index (more than 0: the events before were dropped);
+    `prelude`: calls made once, in step 0 before its slots (a model's parameters broadcast)."""
     rng = random.Random(seed)
     starts = starts or {}
     delays = delays or {}
     now = {r: starts.get(r, 0.0) for r in range(ranks)}  # each rank's global time
     seqs: dict[str, int] = {}
     events: dict[int, list[CollectiveEvent]] = {r: [] for r in range(ranks)}
-    for s in range(steps):
-        for k, slot in enumerate(step):
-            calls: dict[GroupInfo, list[int]] = {}
-            for r in range(ranks):
-                calls.setdefault(slot.group_of(r), []).append(r)
-            for group, members in calls.items():
-                seq = seqs.get(group.name, 0)
-                seqs[group.name] = seq + 1
-                arrive = {r: now[r] + work * rng.uniform(0.95, 1.05) + delays.get((r, s, k), 0.0) for r in members}
-                end = max(arrive.values()) + transfer * rng.uniform(0.95, 1.05)
-                for r in members:
-                    events[r].append(_event(first_index + len(events[r]), slot, s, group, seq, arrive[r] - starts.get(r, 0.0),
-                                            end - arrive[r]))
-                    now[r] = end
+    plan = [(0, -1 - k, slot) for k, slot in enumerate(prelude)] + [(s, k, slot) for s in range(steps) for k, slot in enumerate(step)]
+    for s, k, slot in plan:
+        calls: dict[GroupInfo, list[int]] = {}
+        for r in range(ranks):
+            calls.setdefault(slot.group_of(r), []).append(r)
+        for group, members in calls.items():
+            seq = seqs.get(group.name, 0)
+            seqs[group.name] = seq + 1
+            arrive = {r: now[r] + work * rng.uniform(0.95, 1.05) + delays.get((r, s, k), 0.0) for r in members}
+            moved = transfer * rng.uniform(0.95, 1.05)
+            for r in members:
+                # a broadcast's member goes once it and the root came; any other call once all came
+                end = (max(arrive[r], arrive[members[0]]) if slot.op == "broadcast" else max(arrive.values())) + moved
+                events[r].append(_event(first_index + len(events[r]), slot, s, group, seq, arrive[r] - starts.get(r, 0.0),
+                                        end - arrive[r]))
+                now[r] = end
     return [RankView(r, pathlib.Path(f"rank{r}.json"), _metadata(r, ranks), {e.group.name: e.group for e in events[r]}, events[r])
             for r in range(ranks)]
 

@@ -27,7 +27,9 @@ root is where the walk stops: the rank whose own work made it late, at its own c
 are listed; the waits passed on are counted to them (``chain_caused_s``, ``through``).
 
 Start-up. A walk that ends at a rank's first recorded call (no call of its own before it: no
-gap) ends in the processes' start: they reach their first collective at different moments.
+gap), or at a call before which it met nobody (its calls before were broadcasts, which a member
+may leave before the others come: ops.needs_all), ends in the processes' start: they reach their
+first collective, and their first meeting, at different moments.
 That wait is *start-up skew* (:class:`StartupSkew`, listed on its own where someone waited over
 the threshold), never a late rank, and it is in no rank's wait caused.
 
@@ -204,7 +206,10 @@ class LateRank:
 class StartupSkew:
     """The processes reaching their first collective at different moments: `rank` came last to
     its first recorded call, `skew_s` after rank `after` (the longest wait at that call, or at a
-    call the wait was carried into, and the rank that waited it)."""
+    call the wait was carried into, and the rank that waited it). ``first_call`` false: the call
+    named is not `rank`'s first but the first that made it meet the others (its calls before were
+    broadcasts, whose members need not meet), or one its start-up was carried into where nobody
+    waited long at its first."""
 
     rank: int
     group: str  # label
@@ -214,10 +219,11 @@ class StartupSkew:
     step: int
     skew_s: float
     after: int  # the rank that waited longest: it came first
+    first_call: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         return {"rank": self.rank, "group": self.group, "seq": self.seq, "op": self.op, "source": self.source, "step": self.step,
-                "skew_s": self.skew_s, "after_rank": self.after}
+                "skew_s": self.skew_s, "after_rank": self.after, "first_call": self.first_call}
 
 
 @dataclass

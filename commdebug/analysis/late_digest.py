@@ -16,7 +16,7 @@ from array import array
 from bisect import bisect_right
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from itertools import compress, repeat
+from itertools import compress, count, repeat
 from operator import (
     add as _add,
     and_ as _and,
@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 from commdebug.analysis.divergence import Interner
 from commdebug.model.columns import GROUP_NAME, IS_NOT_NONE, LATENCY, OP, SEQ, SPLITS, START, STEP
 from commdebug.model.trace import CollectiveEvent
+from commdebug.ops import needs_all
 
 try:  # the passes in C: optional (setup.py), the same digest without it
     import commdebug.analysis._late as _late
@@ -95,6 +96,7 @@ class LateDigest:
     step_times: array
     timed: bool  # some call timed
     whole: bool = True  # its first event is its process's first collective, as far as known: its first call's wait is start-up
+    first_meeting: int = 0  # the place of its first call that made it meet the others (ops.needs_all) among its events
 
 
 def step_times(t_steps: list[int], t_lats: list[float]) -> tuple[array, array]:
@@ -163,6 +165,8 @@ def late_digest(rank: int, events: list[CollectiveEvent], *, times: tuple[array,
     # the recording began with the process where its first event is its first and the first call
     # on its group (a Flight Recorder ring that wrapped, or a profile of later steps, does not)
     digest.whole = not events or (events[0].index == 0 and events[0].seq in (None, 0))
+    # before it the rank met nobody (broadcasts): a wait for it there is still its start's
+    digest.first_meeting = next(compress(count(), map(needs_all, map(OP, events))), len(events))
     return digest
 
 

@@ -7,8 +7,10 @@ threshold's seconds, or among its late rank's first calls (a :class:`Record`, ma
 group settles), and the least latency of any call (the merge keeps that for every call). From a
 record, with L its late rank and P the call L made before it (on any group):
 
-- no P (L's first recorded call): the walk ends in *start-up* (where L's recording began with its
-  process; else nowhere: :data:`CUT`);
+- no P (L's first recorded call), or no call before it that made L meet anyone (every one of them
+  a broadcast, whose members need not meet: L came as it started, and its gap there runs from
+  a call the others left at other moments): the walk ends in *start-up* (where L's recording
+  began with its process; else nowhere: :data:`CUT`);
 - a wait shorter than the threshold's seconds goes no further back (jitter is passed on by
   nobody), but for start-up carried on (the last point);
 - L *waited in* P (its latency there minus P's least is at least the threshold at P's step): the
@@ -18,8 +20,10 @@ record, with L its late rank and P the call L made before it (on any group):
 - else, L came last at P too, and someone waited the threshold's seconds for it there: L was
   already late, the walk goes on at P;
 - else the walk ends here, for want of a cause; but among L's first calls, where P was L's first
-  call or P's walk ends in start-up, the wait is start-up carried on (the rank's start made it
-  late), and so is every wait whose walk ended here.
+  call or P's walk ends in start-up, and L and the others did not leave P together (P's group
+  lacks some of them, or P's op lets a member finish before all arrived: a rooted broadcast),
+  the wait is start-up carried on (the rank's start made it late), and so is every wait whose
+  walk ended here.
 
 Each record's walk is followed once: a walk that meets a record already walked takes its root.
 
@@ -34,6 +38,7 @@ from collections.abc import Callable, Collection, Mapping
 from typing import NamedTuple
 
 from commdebug.analysis.late import LateCall
+from commdebug.ops import needs_all
 
 __all__ = ["Record", "walk", "LATE", "STARTUP", "CUT"]
 
@@ -58,6 +63,7 @@ class Record(NamedTuple):
     most_rank: int  # the member that waited longest (it came first)
     first: bool  # the late rank had no call before this one
     ordinal: int  # the call's place among the late rank's calls (0: its first)
+    met: bool = True  # the late rank made a call before this one that made its members meet (ops.needs_all)
 
 
 def walk(records: list[Record], least_at: Callable[[str, int], float | None], limit: Callable[[int], float],
@@ -80,7 +86,7 @@ def walk(records: list[Record], least_at: Callable[[str, int], float | None], li
         """The record the walk goes on to from record `k`, or None, how it ends, and whether it
         ended for want of a cause (no wait passed on, no long gap of its own, not late before)."""
         r = records[k]
-        if r.first:
+        if r.first or not r.met:
             return None, CUT if r.rank in cut else STARTUP, False
         p = before(r)
         if r.longest < floor:
@@ -135,7 +141,12 @@ def _carry_start_up(records: list[Record], ends: list[tuple[str, int, int] | Non
     changes (each change turns a late root into start-up, so it ends)."""
 
     def together(r: Record) -> bool:
-        """Whether every member of `r`'s call was in the call before it too (its late rank's)."""
+        """Whether every member of `r`'s call left the call before it (its late rank's) together:
+        that call's group holds every member of this one, and no member's call of its op can end
+        before all arrived (ops.needs_all). A broadcast's root and its receivers need not meet:
+        a rank that started late finds its data there and goes on as late as it came."""
+        if r.call.after is not None and not needs_all(r.call.after.op):
+            return False
         if r.prev_group == r.group:
             return True
         mine, theirs = members.get(r.group), members.get(r.prev_group or "")
@@ -178,4 +189,4 @@ def _first_call(r: Record) -> Record:
     assert after is not None
     call = LateCall(after.group or "?", after.seq if after.seq is not None else -1, after.op, 0.0, 0.0, 0, after.module, after.source,
                     None, None, None, after)
-    return Record(r.step, r.rank, 0.0, r.prev_group or "?", r.prev_seq, 0.0, call, None, -1, -1.0, -1, True, 0)
+    return Record(r.step, r.rank, 0.0, r.prev_group or "?", r.prev_seq, 0.0, call, None, -1, -1.0, -1, True, 0, False)

@@ -179,6 +179,7 @@ class LateTally:
         self._summed = 0  # the groups summed so far, the first ones of ``groups``
         self._result: LateRanks | None = None
         self._ints: list[int] = []  # 0, 1, 2...: the ranks' numbers, one object each for every (step, rank) key
+        self.first_meeting: dict[int, int] = {}  # rank -> LateDigest.first_meeting
 
     def add(self, d: LateDigest) -> None:
         """One rank's digest: its calls compared with its group members' before it at once, its
@@ -195,6 +196,7 @@ class LateTally:
             self.gaps_known = False
         if not d.whole:
             self.cut.add(d.rank)
+        self.first_meeting[d.rank] = d.first_meeting
         here = array("i", self.sites.many(d.table))  # the rank's site ids -> ours
         gids = array("i", self.group_ids.many(p.name for p in d.groups))  # its group indices -> our group ids
         complete = []
@@ -438,8 +440,9 @@ class LateTally:
                 # the longest wait at the first call or at a call it was carried into, and who waited it
                 at = max(chain, key=lambda x: x[0].longest)[0]
                 if at.longest >= limit(at.step):
-                    out.startup.append(StartupSkew(r.rank, r.call.group, r.seq, r.call.op, r.call.source, r.step, at.longest,
-                                                   at.most_rank))
+                    shown = r if r.longest >= limit(r.step) else at  # where the skew showed
+                    out.startup.append(StartupSkew(shown.rank, shown.call.group, shown.seq, shown.call.op, shown.call.source, shown.step,
+                                                   at.longest, at.most_rank, shown.first))
                 continue
             if not any(f.longest >= limit(f.step) for f, _ in chain):
                 continue
@@ -535,7 +538,7 @@ class LateTally:
         prev_group = c.prev_group[i]
         return Record(c.step[i], c.rank[i], caused, name, c.base + i, c.most[i] - c.least[i], self._call(name, i, caused),
                       None if prev_group < 0 else self.group_ids.values[prev_group], c.prev_seq[i], c.prev_lat[i], c.most_rank[i],
-                      c.prev_site[i] < 0, c.ordinal[i])
+                      c.prev_site[i] < 0, c.ordinal[i], c.ordinal[i] > self.first_meeting.get(c.rank[i], 0))
     def _call(self, name: str, i: int, caused: float) -> LateCall:
         c = self._calls[name]
         sites = self.sites.values
