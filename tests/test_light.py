@@ -384,12 +384,13 @@ def test_a_collective_whose_backend_raises_is_recorded_failed_and_raises_unchang
         assert (sum(light._native.counts()) - before > 0) == in_cpp
 
 
-@pytest.mark.parametrize("options", [{"light": True}, {"light": True, "timing": "sync"}, {}, {"timing": "sync"}],
-                         ids=["light", "light-sync", "full", "full-sync"])
+@pytest.mark.parametrize("options", [{"light": True}, {"light": True, "timing": "sync"}, {}, {"timing": "sync"}, {"detail_every": 1}],
+                         ids=["light", "light-sync", "full", "full-sync", "detail-step"])
 def test_an_error_torch_raises_in_a_collective_reaches_the_program_without_commdebugs_frames(world, monkeypatch, options):
     """The program's traceback of a failed collective has no frame of commdebug's, whichever
-    path recorded the call (light's C++ kernel or its Python handler, the dispatch mode), and
-    where the mode's own ``timing='sync'`` wait is what raised. Under light capture it is the
+    path recorded the call (light's C++ kernel or its Python handler, the dispatch mode, a detail
+    step's dispatch mode under light's kernels), and where the mode's own ``timing='sync'`` wait
+    is what raised. Under light capture it is the
     traceback the program has without commdebug; a dispatch mode adds torch's ``OpOverload``
     frame it calls the op through."""
     import traceback
@@ -424,7 +425,8 @@ def test_an_error_torch_raises_in_a_collective_reaches_the_program_without_commd
         recorded = failing_call()
     if options.get("light"):
         assert recorded == bare
-    else:
+    else:  # a dispatch mode: on a detail step, under light's kernels too
+        assert comm.trace.metadata.get("detail_steps", [0]) == [0]
         assert [f for f in recorded if not f[0].endswith("torch/_ops.py")] == bare, recorded
     assert comm.trace.events[-1].error == "RuntimeError: [gloo] connection closed by peer"
     if options.get("timing") != "sync":

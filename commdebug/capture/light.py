@@ -276,22 +276,25 @@ def _plain_entry(op: Any, op_name: str, spec: Any) -> tuple[str, str, str, int, 
 
 def _native_call(index: int, args: tuple, kwargs: dict, call: Callable[..., Any]) -> Any:
     """The C++ kernel's handler: ``call()`` runs the op; recorded by the innermost light
-    recording (the kernel already let through calls on meta tensors and nested ones)."""
-    if not _ACTIVE or _STATE.inside:
-        return call()
-    recorder = _ACTIVE[-1]
-    if not recorder._light_on:
-        return call()
-    name, spec = _NATIVE_OPS[index]
-    state = _STATE
-    state.inside = True
+    recording (the kernel already let through calls on meta tensors and nested ones). An error
+    torch raises in the call leaves without this frame, however it was recorded (a detail step's
+    dispatch mode records the call inside ``call()``)."""
     try:
-        return recorder._light_call(call, name, spec, args, kwargs)
+        if not _ACTIVE or _STATE.inside:
+            return call()
+        recorder = _ACTIVE[-1]
+        if not recorder._light_on:
+            return call()
+        name, spec = _NATIVE_OPS[index]
+        state = _STATE
+        state.inside = True
+        try:
+            return recorder._light_call(call, name, spec, args, kwargs)
+        finally:
+            state.inside = False
     except BaseException as e:
         unseen.strip(e)
         raise
-    finally:
-        state.inside = False
 
 
 def _install() -> None:
@@ -335,11 +338,11 @@ def _kernel(op: Any, spec: Any, below: Any, guard: Any) -> Callable[..., Any]:
     # registered with_keyset: the dispatcher hands over the call's key set, so the kernel need
     # not look for the tensor that decides the backend
     def kernel(keys: Any, *args: Any, **kwargs: Any) -> Any:
-        keys = keys & below
-        if not keys.raw_repr():  # no tensor to take the backend from: let the dispatcher skip us
-            with torch._C._ExcludeDispatchKeyGuard(_OURS):
-                return op(*args, **kwargs)
         try:
+            keys = keys & below
+            if not keys.raw_repr():  # no tensor to take the backend from: let the dispatcher skip us
+                with torch._C._ExcludeDispatchKeyGuard(_OURS):
+                    return op(*args, **kwargs)
             return _through(redispatch, keys, name, spec, args, kwargs)
         except BaseException as e:
             unseen.strip(e)
@@ -375,9 +378,9 @@ def _redispatch(op: Any, spec: Any) -> Callable[..., Any]:
     redispatch = op._handle.redispatch_boxed
 
     def recorded(keys: Any, *args: Any, **kwargs: Any) -> Any:
-        if keys.highestPriorityTypeId() != _BACKEND_SELECT:
-            return redispatch(keys, *args, **kwargs)
         try:
+            if keys.highestPriorityTypeId() != _BACKEND_SELECT:
+                return redispatch(keys, *args, **kwargs)
             return _through(redispatch, keys - _OURS, name, spec, args, kwargs)
         except BaseException as e:
             unseen.strip(e)
