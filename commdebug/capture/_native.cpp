@@ -964,6 +964,13 @@ struct Kernel final : c10::OperatorKernel {
         struct Outside {
             ~Outside() { inside = false; }
         } outside;
+        if (current.owner != nullptr && !flag(current.recorder, s_light_on)) {
+            // the innermost recording records nothing here now (a detail step's dispatch mode
+            // records the call below us; outside its step window): what the handler would do
+            py::gil_scoped_release released;
+            redispatch(op, below, autograd, stack);
+            return;
+        }
         if (current.owner != nullptr && static_cast<size_t>(index) < fast_ops.size() && fast_ops[index].name != nullptr) {
             // copies: while the op runs (without the GIL) another thread may end the recording,
             // or register the kernels again (set_ops); the op's names live in light.py's table
