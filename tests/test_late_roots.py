@@ -116,7 +116,8 @@ def test_ranks_that_met_only_at_broadcasts_before_are_still_starting_up_at_their
     assert skew.skew_s == pytest.approx(0.52, abs=0.01)
     assert all(r.caused_wait_s is not None and r.caused_wait_s < 0.001 for r in report(views).ranks)
     text = render_report(report(views))
-    assert f"start-up: rank 2 reached the first call that made them meet 520 ms after rank 0 (all_reduce #4 on default_pg[4] at {SOURCE}:20)" in text, text
+    assert (f"start-up: rank 2, before any call had made it meet the others, came 520 ms after rank 0 (all_reduce #4 on default_pg[4] "
+            f"at {SOURCE}:20)") in text, text
     # the same wait after the ranks have met once is rank 2's own: a late rank
     late = report(simulate(world_only(4), 4, 6, starts=STARTS, prelude=prelude, delays={(2, 1, 0): 0.1})).late
     assert late is not None and [(e.step, e.rank) for e in late.entries] == [(1, 2)]

@@ -207,9 +207,8 @@ class StartupSkew:
     """The processes reaching their first collective at different moments: `rank` came last to
     its first recorded call, `skew_s` after rank `after` (the longest wait at that call, or at a
     call the wait was carried into, and the rank that waited it). ``first_call`` false: the call
-    named is not `rank`'s first but the first that made it meet the others (its calls before were
-    broadcasts, whose members need not meet), or one its start-up was carried into where nobody
-    waited long at its first."""
+    named is not `rank`'s first, but one before which no call had made it meet the others (its
+    calls before were broadcasts or scatters, whose members need not meet)."""
 
     rank: int
     group: str  # label

@@ -440,9 +440,8 @@ class LateTally:
                 # the longest wait at the first call or at a call it was carried into, and who waited it
                 at = max(chain, key=lambda x: x[0].longest)[0]
                 if at.longest >= limit(at.step):
-                    shown = r if r.longest >= limit(r.step) else at  # where the skew showed
-                    out.startup.append(StartupSkew(shown.rank, shown.call.group, shown.seq, shown.call.op, shown.call.source, shown.step,
-                                                   at.longest, at.most_rank, shown.first))
+                    out.startup.append(StartupSkew(r.rank, r.call.group, r.seq, r.call.op, r.call.source, r.step, at.longest,
+                                                   at.most_rank, r.first))
                 continue
             if not any(f.longest >= limit(f.step) for f, _ in chain):
                 continue

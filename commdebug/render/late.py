@@ -86,8 +86,9 @@ def startup_lines(late: LateRanks | None, limit: int = STARTUP_ROWS) -> list[str
     nobody waited over the threshold at the start."""
     if late is None or not late.startup:
         return []
-    lines = [f"start-up: rank {s.rank} reached the first {'collective' if s.first_call else 'call that made them meet'} "
-             f"{format_duration(s.skew_s)} after rank {s.after} ({_site(CallSite(s.op, s.seq, s.source, None), s.group)})"
+    lines = [(f"start-up: rank {s.rank} reached the first collective" if s.first_call else
+              f"start-up: rank {s.rank}, before any call had made it meet the others, came")
+             + f" {format_duration(s.skew_s)} after rank {s.after} ({_site(CallSite(s.op, s.seq, s.source, None), s.group)})"
              for s in late.startup[:limit]]
     if len(late.startup) > limit:
         lines.append(f"  ... {len(late.startup) - limit:,} more (--json: startup_skew)")
