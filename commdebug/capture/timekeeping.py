@@ -128,6 +128,7 @@ class Timekeeping:
         work = None if isinstance(out, torch.Tensor) else work_of(out)
         done = spec.returns_done or work is SYNCED
         after = work if cuda and not done and work is not None and self._groups.waits_on_stream(group.name) else None
+        # CPU only: a CUDA Work's future (NCCL's) is marked done when its kernel is queued, not run
         completion = completion_of(work) if not cuda and not done and work is not None else None
         return self._events.issued(index, stamp, done, after, completion)
 
