@@ -194,3 +194,28 @@ def test_the_cli_exits_1_and_its_json_carries_the_divergence(tmp_path, capsys):
     first = out["findings"][0]
     assert (first["kind"], first["seq"], first["step"], first["odd_ranks"]) == ("diverged", 4, 2, [1])
     assert first["changes"][0]["kind"] == "skipped" and first["changes"][0]["source"] == "train_2d.py:48"
+
+
+GRAD = ("all_reduce", 4096, "Global", "train.py:9")  # a loop over the parameters: one line for both
+BIAS = ("all_reduce", 128, "Global", "train.py:9")
+
+
+def test_calls_a_rank_skipped_from_the_site_of_its_next_ones_part_the_ranks_where_their_steps_differ():
+    """Three ranks reduce two gradients a step from one line; rank 2 skips step 3's pair. Its
+    later calls pair with the others' earlier ones, with the same op, size and site: only the
+    step each was issued in shows where the ranks parted, four calls before the one it never
+    issues."""
+    result = check(views(3, 3, lambda rank, step: [] if rank == 2 and step == 3 else [GRAD, BIAS], steps=6))
+    diverged, missing = result.findings
+    assert (diverged.kind, diverged.seq, diverged.step, diverged.odd_ranks) == ("diverged", 6, 3, [2])
+    assert "seq 6: issued in different steps, ranks 0-1 in step 3; rank 2 in step 4" in diverged.message
+    assert "rank 2 issued fewer of the group's calls by the end of step 3 than ranks 0-1: a call skipped" in diverged.message
+    assert (missing.kind, missing.seq) == ("missing", 10) and "it follows where the ranks parted, seq 6" in missing.message
+    text = render_check(result)
+    assert text.index("[diverged]") < text.index("[missing]")
+    # the same calls in the same steps everywhere: nothing to say
+    assert check(views(3, 3, lambda rank, step: [GRAD, BIAS], steps=6)).findings == []
+    # an extra pair instead: the rank's own steps name it
+    [extra, _] = check(views(3, 3, lambda rank, step: [GRAD, BIAS] * (2 if rank == 2 and step == 3 else 1), steps=6)).findings
+    assert (extra.kind, extra.seq, extra.odd_ranks) == ("diverged", 8, [2])
+    assert "rank 2 in step 3; ranks 0-1 in step 4" in extra.message and "in step 3 rank 2 issued an extra call at train.py:9" in extra.message

@@ -5,7 +5,7 @@ with the same op, message size and dtype. For each group this aligns its members
 sequence number and reports the first place they part:
 
 - ``diverged``: at one sequence number, ranks called from different sites (module, source line)
-  where the earlier steps agreed, while op, size and dtype may still agree: where they parted,
+  where the earlier steps agreed, or in different steps, while op, size and dtype may still agree: where they parted,
   before the mismatch it causes (rules, and who departed when no majority can say:
   :mod:`commdebug.analysis.divergence`);
 - ``mismatch``: at one sequence number, ranks issued different ops, sizes or dtypes;
@@ -72,6 +72,7 @@ from commdebug.analysis.divergence import (
     diverged,
     history_words,
     once_note,
+    parted_in_steps,
 )
 from commdebug.analysis.endings import ended_findings, settle_last_calls
 from commdebug.analysis.findings import Change, Finding, Side, ranks_text, who
@@ -380,6 +381,8 @@ class _Checker:
         mismatch = min(g.divergent) if g.divergent else None
         # 0. where call sites parted, before (or at) the first op or size difference
         parting = g.sites.parting(g.sig, g.ctx, g.steps, g.first, lambda seq: self._having(g, seq))
+        stepped = g.sites.step_parting(g.sig, g.ctx, g.steps, g.first, lambda seq: self._having(g, seq))
+        parting, say = (stepped, parted_in_steps) if stepped and (parting is None or stepped.seq < parting.seq) else (parting, diverged)
         self.branches.add(g.label, g.sites, sorted(members))
         later = [s for s in (mismatch, stop) if s is not None]
         parted_before = None  # a diverged finding's seq, before the mismatch it causes
@@ -391,7 +394,7 @@ class _Checker:
                 def side_of(ranks: list[int], sig: int, ctx: int, g: _Group = g, seq: int = parting.seq) -> Side:
                     return self._side(ranks, sig, ctx, self._stuck(g, seq, ranks))
 
-                self.findings.append(diverged(g.label, parting, side_of, departed, changes, undecided))
+                self.findings.append(say(g.label, parting, side_of, departed, changes, undecided))
                 parted_before = parting.seq
             else:
                 self.notes.append(once_note(g.label, parting, self.ctxs))
@@ -424,6 +427,7 @@ class _Checker:
             else:
                 msg = f"group {g.label} seq {stop}: " + "; ".join(parts) + (f"; {who(ahead)} did" if not unknown
                                                                            else f"; {who(ahead)} issued it")
+            msg += f"; it follows where the ranks parted, seq {parted_before}" if parted_before is not None else ""
             sides = [side]
             for r in missing:  # what each short rank did last on this group: its own record of it
                 last_call = g.last_of.get(r)

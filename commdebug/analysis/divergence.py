@@ -16,6 +16,12 @@ shows:
   told from a divergence, so it is a finding only when the ranks go on to disagree (a mismatch or
   a missing call after it), else a note.
 
+Where every call site agrees, the step each call was issued in can still part the ranks: a
+rank that skipped a whole step's calls made from the very line of its next ones issues those
+next ones a step later than the others (:meth:`GroupSites.step_parting`). Steps are counted
+alike on every rank, so the earliest such sequence number is where they parted too, unless the
+sites part before it.
+
 Who departed: a majority decides. Where none does (two ranks, a tie), each rank's own steps do:
 a rank whose sequence of call sites in that step no earlier step of its own had changed, and its
 previous step says how (it skipped a call, issued an extra one, called from another site); a
@@ -40,7 +46,7 @@ from typing import Any, cast
 
 from commdebug.analysis.findings import Change, Finding, Side, who
 
-__all__ = ["UNKNOWN_STEP", "Interner", "Parting", "GroupSites", "BranchNotes", "aligned", "diverged", "history_words",
+__all__ = ["UNKNOWN_STEP", "Interner", "Parting", "GroupSites", "BranchNotes", "aligned", "diverged", "history_words", "parted_in_steps",
            "once_note", "site"]
 
 UNKNOWN_STEP = -1  # Flight Recorder dumps record no steps
@@ -129,6 +135,7 @@ class GroupSites:
         self.history: dict[int, _History] = {}
         self.departures: dict[int, _Departure] = {}
         self.branches: dict[int, _Branch] = {}
+        self.step_departures: dict[int, tuple[int, int]] = {}  # rank -> its first seq in another step than the reference's, and its step
         self._ref_history: _History | None = None
         self._ref_len = -1  # the reference's own calls (others may extend its arrays)
 
@@ -145,15 +152,48 @@ class GroupSites:
         if span is not None and ref_ctx[span].tolist() == ctxs:
             # the usual case, compared in C: the reference's call sites, and where also its
             # steps over its whole range, its history
-            same = (span.start, span.stop) == (0, self._ref_len) and ref_steps[span].tolist() == steps
+            in_step = ref_steps[span].tolist() == steps
+            same = (span.start, span.stop) == (0, self._ref_len) and in_step
             self.history[rank] = self._ref_history if same and self._ref_history else _history(steps, ctxs, patterns)
+            if not in_step:
+                self._step_departure(rank, seqs, steps, ref_steps, first)
             return
+        self._step_departure(rank, seqs, steps, ref_steps, first)
         self.history[rank] = _history(steps, ctxs, patterns)
         departure, branch = _parting(seqs, steps, ctxs, sigs, ref_ctx, first)
         if departure is not None:
             self.departures[rank] = departure
         if branch is not None:
             self.branches[rank] = branch
+
+    def _step_departure(self, rank: int, seqs: list[int], steps: list[int], ref_steps: array, first: int) -> None:
+        """Where the rank first issued a call in another step than the reference did, both known."""
+        for seq, step in zip(seqs, steps, strict=True):
+            pos = seq - first
+            if 0 <= pos < len(ref_steps) and UNKNOWN_STEP not in (step, ref_steps[pos]) and step != ref_steps[pos]:
+                self.step_departures[rank] = (seq, step)
+                return
+
+    def step_parting(self, ref_sig: array, ref_ctx: array, ref_steps: array, first: int,
+                     having: Callable[[int], list[int]]) -> Parting | None:
+        """The earliest sequence number that members issued in different steps: the sides are
+        the steps (each with the reference's op and call site there). Steps are counted alike on
+        every rank (optimizer steps), so a rank that skipped calls made from the very site of its
+        next ones, or issued extra ones, shows here before op, size or site can differ."""
+        if not self.step_departures:
+            return None
+        seq = min(s for s, _ in self.step_departures.values())
+        pos = seq - first
+        step_of = {r: step for r, (s, step) in self.step_departures.items() if s == seq}
+        step_of.update((r, ref_steps[pos]) for r in having(seq) if r not in step_of)
+        by_step: dict[int, list[int]] = {}
+        for r, step in sorted(step_of.items()):
+            by_step.setdefault(step, []).append(r)
+        if len(by_step) < 2:
+            return None
+        sides = sorted(((ranks, ref_sig[pos], ref_ctx[pos]) for ranks in by_step.values()), key=lambda s: (-len(s[0]), s[0][0]))
+        odd = sorted(r for s in sides[1:] for r in s[0]) if len(sides[0][0]) > len(sides[1][0]) else []
+        return Parting(seq, sides, odd, True, step_of)
 
     def parting(self, ref_sig: array, ref_ctx: array, ref_steps: array, first: int,
                 having: Callable[[int], list[int]]) -> Parting | None:
@@ -391,6 +431,22 @@ def diverged(label: str, p: Parting, side_of: SideOf, departed: list[int], chang
         msg += ("; this is their first recorded step, where a branch taken once looks the same, "
                 "but the ranks disagree after it")
     return Finding("diverged", label, p.seq, msg, sides, p.odd, p.step, departed, changes)
+
+
+def parted_in_steps(label: str, p: Parting, side_of: SideOf, departed: list[int], changes: list[Change],
+                    undecided: str | None) -> Finding:
+    """The ``diverged`` finding of a :meth:`GroupSites.step_parting`: one call, issued in
+    different steps."""
+    steps = "; ".join(f"{who(ranks)} in step {p.step_of[ranks[0]]}" for ranks, _, _ in sorted(p.sides, key=lambda s: p.step_of[s[0][0]]))
+    msg = f"group {label} seq {p.seq}: issued in different steps, {steps} (op, size, dtype and call site agree): the ranks parted here"
+    if changes:
+        msg += history_words(departed, changes, undecided, bool(p.odd))
+    elif len(p.sides) == 2:  # a step with no call on the group is in no rank's history: the counts say it
+        (early, _, _), (late, _, _) = sorted(p.sides, key=lambda s: p.step_of[s[0][0]])
+        msg += f"; {who(late)} issued fewer of the group's calls by the end of step {p.step_of[early[0]]} than {who(early)}"
+        msg += ": a call skipped" if p.odd == late else ": one side skipped a call, or the other issued an extra one" if not p.odd else ""
+    return Finding("diverged", label, p.seq, msg, [side_of(ranks, sig, ctx) for ranks, sig, ctx in p.sides], p.odd, p.step,
+                   departed, changes)
 
 
 def once_note(label: str, p: Parting, ctxs: Interner) -> str:
