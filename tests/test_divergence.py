@@ -215,6 +215,14 @@ def test_calls_a_rank_skipped_from_the_site_of_its_next_ones_part_the_ranks_wher
     assert text.index("[diverged]") < text.index("[missing]")
     # the same calls in the same steps everywhere: nothing to say
     assert check(views(3, 3, lambda rank, step: [GRAD, BIAS], steps=6)).findings == []
+    # made up in the next step: nothing after disagrees, so it is a note (an optimizer.step() that
+    # only some ranks call shifts their steps alike)
+    def made_up(rank: int, step: int) -> list[Call]:
+        return [GRAD, BIAS] * {3: 0, 4: 2}.get(step, 1) if rank == 2 else [GRAD, BIAS]
+
+    quiet = check(views(3, 3, made_up, steps=6))
+    assert quiet.findings == [] and any("seq 6: issued in different steps, ranks 0-1 in step 3; rank 2 in step 4" in n and
+                                        "nothing after disagrees" in n for n in quiet.notes), quiet.notes
     # an extra pair instead: the rank's own steps name it
     [extra, _] = check(views(3, 3, lambda rank, step: [GRAD, BIAS] * (2 if rank == 2 and step == 3 else 1), steps=6)).findings
     assert (extra.kind, extra.seq, extra.odd_ranks) == ("diverged", 8, [2])

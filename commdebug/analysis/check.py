@@ -73,6 +73,7 @@ from commdebug.analysis.divergence import (
     history_words,
     once_note,
     parted_in_steps,
+    step_note,
 )
 from commdebug.analysis.endings import ended_findings, settle_last_calls
 from commdebug.analysis.findings import Change, Finding, Side, ranks_text, who
@@ -382,10 +383,10 @@ class _Checker:
         # 0. where call sites parted, before (or at) the first op or size difference
         parting = g.sites.parting(g.sig, g.ctx, g.steps, g.first, lambda seq: self._having(g, seq))
         stepped = g.sites.step_parting(g.sig, g.ctx, g.steps, g.first, lambda seq: self._having(g, seq))
-        parting, say = (stepped, parted_in_steps) if stepped and (parting is None or stepped.seq < parting.seq) else (parting, diverged)
+        parting, say, note = (stepped, parted_in_steps, step_note) if stepped and (parting is None or stepped.seq < parting.seq) else (parting, diverged, once_note)
         self.branches.add(g.label, g.sites, sorted(members))
         later = [s for s in (mismatch, stop) if s is not None]
-        parted_before = None  # a diverged finding's seq, before the mismatch it causes
+        follows = ""  # where a diverged finding is, for the mismatch or missing call it causes
         if parting is not None and parting.seq != mismatch:
             if later and parting.seq > min(later):
                 parting = None  # the ranks had already parted by op, size or count
@@ -395,14 +396,13 @@ class _Checker:
                     return self._side(ranks, sig, ctx, self._stuck(g, seq, ranks))
 
                 self.findings.append(say(g.label, parting, side_of, departed, changes, undecided))
-                parted_before = parting.seq
+                follows = f"; it follows where the ranks parted, seq {parting.seq}"
             else:
-                self.notes.append(once_note(g.label, parting, self.ctxs))
+                self.notes.append(note(g.label, parting, self.ctxs))
         # 1. different calls at one sequence number: the first one
         if mismatch is not None:
             found = self._mismatch(g, mismatch, parting if parting is not None and parting.seq == mismatch else None)
-            if parted_before is not None:
-                found.message += f"; it follows where the ranks parted, seq {parted_before}"
+            found.message += follows
             self.findings.append(found)
         # 2. some members stopped short of the others
         if stop is not None:
@@ -427,7 +427,7 @@ class _Checker:
             else:
                 msg = f"group {g.label} seq {stop}: " + "; ".join(parts) + (f"; {who(ahead)} did" if not unknown
                                                                            else f"; {who(ahead)} issued it")
-            msg += f"; it follows where the ranks parted, seq {parted_before}" if parted_before is not None else ""
+            msg += follows
             sides = [side]
             for r in missing:  # what each short rank did last on this group: its own record of it
                 last_call = g.last_of.get(r)

@@ -46,7 +46,7 @@ from typing import Any, cast
 
 from commdebug.analysis.findings import Change, Finding, Side, who
 
-__all__ = ["UNKNOWN_STEP", "Interner", "Parting", "GroupSites", "BranchNotes", "aligned", "diverged", "history_words", "parted_in_steps",
+__all__ = ["UNKNOWN_STEP", "Interner", "Parting", "GroupSites", "BranchNotes", "aligned", "diverged", "history_words", "parted_in_steps", "step_note",
            "once_note", "site"]
 
 UNKNOWN_STEP = -1  # Flight Recorder dumps record no steps
@@ -193,7 +193,9 @@ class GroupSites:
             return None
         sides = sorted(((ranks, ref_sig[pos], ref_ctx[pos]) for ranks in by_step.values()), key=lambda s: (-len(s[0]), s[0][0]))
         odd = sorted(r for s in sides[1:] for r in s[0]) if len(sides[0][0]) > len(sides[1][0]) else []
-        return Parting(seq, sides, odd, True, step_of)
+        # unsettled: a finding only where the ranks go on to disagree (steps counted differently,
+        # an optimizer.step() only some ranks call, part them too, and nothing after)
+        return Parting(seq, sides, odd, False, step_of)
 
     def parting(self, ref_sig: array, ref_ctx: array, ref_steps: array, first: int,
                 having: Callable[[int], list[int]]) -> Parting | None:
@@ -437,8 +439,7 @@ def parted_in_steps(label: str, p: Parting, side_of: SideOf, departed: list[int]
                     undecided: str | None) -> Finding:
     """The ``diverged`` finding of a :meth:`GroupSites.step_parting`: one call, issued in
     different steps."""
-    steps = "; ".join(f"{who(ranks)} in step {p.step_of[ranks[0]]}" for ranks, _, _ in sorted(p.sides, key=lambda s: p.step_of[s[0][0]]))
-    msg = f"group {label} seq {p.seq}: issued in different steps, {steps} (op, size, dtype and call site agree): the ranks parted here"
+    msg = f"group {label} seq {p.seq}: issued in different steps, {_steps_text(p)} (op, size, dtype and call site agree): the ranks parted here"
     if changes:
         msg += history_words(departed, changes, undecided, bool(p.odd))
     elif len(p.sides) == 2:  # a step with no call on the group is in no rank's history: the counts say it
@@ -447,6 +448,17 @@ def parted_in_steps(label: str, p: Parting, side_of: SideOf, departed: list[int]
         msg += ": a call skipped" if p.odd == late else ": one side skipped a call, or the other issued an extra one" if not p.odd else ""
     return Finding("diverged", label, p.seq, msg, [side_of(ranks, sig, ctx) for ranks, sig, ctx in p.sides], p.odd, p.step,
                    departed, changes)
+
+
+def _steps_text(p: Parting) -> str:
+    return "; ".join(f"{who(ranks)} in step {p.step_of[ranks[0]]}" for ranks, _, _ in sorted(p.sides, key=lambda s: p.step_of[s[0][0]]))
+
+
+def step_note(label: str, p: Parting, ctxs: Interner) -> str:
+    """A :meth:`GroupSites.step_parting` that nothing after contradicts: a note."""
+    return (f"group {label} seq {p.seq}: issued in different steps, {_steps_text(p)}, with the same op, size, dtype and call "
+            "site, and nothing after disagrees: a call skipped and made up later (the ranks then reduced other steps' "
+            "tensors), or steps counted differently on some ranks (an optimizer.step() only they call)")
 
 
 def once_note(label: str, p: Parting, ctxs: Interner) -> str:
