@@ -193,22 +193,26 @@ PyObject *work_key(PyObject *, PyObject *obj) {
     END_HANDLE_TH_ERRORS
 }
 
+/* The c10d Work of a Work held here or of a Python c10d Work; null for anything else (a stand-in). */
+c10d::Work *as_work(PyObject *obj) {
+    if (Py_TYPE(obj) == &HeldWorkType)
+        return reinterpret_cast<HeldWork *>(obj)->work.get();
+    try {
+        return &py::cast<c10d::Work &>(py::handle(obj));
+    } catch (const py::cast_error &) {
+        return nullptr;
+    }
+}
+
 /* work_failed(work): whether a Work held here, or a Python c10d Work, finished with an error.
  * A failed Work reads completed too (a peer closed the connection); the in-flight table must not
  * take it for a call every member finished. Asked of c10d itself: the Python binding's
  * exception() warns on every call that it is deprecated. False for anything else (a stand-in). */
 PyObject *work_failed(PyObject *, PyObject *obj) {
     HANDLE_TH_ERRORS
-    c10d::Work *work = nullptr;
-    if (Py_TYPE(obj) == &HeldWorkType) {
-        work = reinterpret_cast<HeldWork *>(obj)->work.get();
-    } else {
-        try {
-            work = &py::cast<c10d::Work &>(py::handle(obj));
-        } catch (const py::cast_error &) {
-            Py_RETURN_FALSE;
-        }
-    }
+    c10d::Work *work = as_work(obj);
+    if (work == nullptr)
+        Py_RETURN_FALSE;
     bool failed = false;
     {
         py::gil_scoped_release released;
@@ -268,16 +272,9 @@ PyTypeObject CompletionType = {PyVarObject_HEAD_INIT(nullptr, 0) "commdebug.capt
  * here) completes; None where its backend has no future to tell (or it is not a Work). */
 PyObject *on_completion(PyObject *, PyObject *obj) {
     HANDLE_TH_ERRORS
-    c10d::Work *work = nullptr;
-    if (Py_TYPE(obj) == &HeldWorkType) {
-        work = reinterpret_cast<HeldWork *>(obj)->work.get();
-    } else {
-        try {
-            work = &py::cast<c10d::Work &>(py::handle(obj));
-        } catch (const py::cast_error &) {
-            Py_RETURN_NONE;
-        }
-    }
+    c10d::Work *work = as_work(obj);
+    if (work == nullptr)
+        Py_RETURN_NONE;
     c10::intrusive_ptr<c10::ivalue::Future> future;
     try {
         future = work->getFuture();
