@@ -320,7 +320,8 @@ def _diff(args: argparse.Namespace) -> int:
         reorders = [r.to_dict() for d in diffs for r in d.reorders]
         # "a" and "b": the JSON keys predate BEFORE AFTER and stay, as documented
         _print_json({"a": args.before, "b": args.after, "same": not found, "changes": rows, "reorders": reorders,
-                     "rolled_up_modules": sum(d.rolled_up for d in diffs)})
+                     "rolled_up_modules": sum(d.rolled_up for d in diffs),
+                     "endings": [{"rank": d.rank, "a": d.ended[0], "b": d.ended[1]} for d in diffs if d.ended is not None]})
         return FOUND if found else OK
     sys.stdout.write(render_diff(diffs, args.before, args.after))
     return FOUND if found else OK

@@ -181,6 +181,26 @@ def test_diff_of_two_plans_and_of_a_plan_with_itself(folders):
     assert mixed.returncode == 2 and "compare a dump with a dump, or a folder with a folder" in mixed.stderr
 
 
+def test_diff_says_how_each_side_ended_where_the_endings_differ_without_calling_it_a_difference(folders, tmp_path):
+    """A crashed run has fewer calls; the diff says why in a note. The same calls ended
+    otherwise are no difference: a plan's regression test compares calls."""
+    import shutil
+
+    crashed = tmp_path / "crashed"
+    shutil.copytree(folders / "ok", crashed)
+    dump = crashed / "rank1.json"
+    data = json.loads(dump.read_text())
+    meta = data["commdebug"]["metadata"]
+    meta["ended_by"] = "RuntimeError: [/__w/gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:9098"
+    dump.write_text(json.dumps(data))
+    same = cli("diff", str(folders / "ok"), str(crashed))
+    assert same.returncode == 0, same.stdout + same.stderr
+    assert same.stdout.splitlines() == [f"no differences between {folders / 'ok'} and {crashed}",
+                                        "note: rank 1 ended by context exit in a, by RuntimeError: Connection closed by peer [127.0.0.1]:9098 in b"]
+    endings = json.loads(cli("diff", str(folders / "ok"), str(crashed), "--json").stdout)["endings"]
+    assert endings == [{"rank": 1, "a": "context exit", "b": meta["ended_by"]}]
+
+
 def test_chrome_trace_of_a_folder(folders, tmp_path):
     out = tmp_path / "t.json"
     proc = cli("trace", str(folders / "timed"), "-o", str(out))

@@ -18,6 +18,10 @@ Besides counts, each group's order of calls is compared (op and bytes, in issue 
 same calls issued in another order is a difference too (compilation may reorder, and two ranks
 issuing one group's calls in different orders deadlock).
 
+How each side's process ended is compared too (``ended_by``, or its fault record, or a stream
+without a final dump): a run that crashed has fewer calls, and the diff says why in a note. An
+ending alone is no difference (a plan's regression test compares calls).
+
 Use it as a regression test of a parallelization plan: record one step, keep the dump, and let
 CI fail when ``commdebug diff`` exits 1.
 """
@@ -33,9 +37,10 @@ from typing import Any
 from commdebug.errors import CommDebugError, missing_path
 from commdebug.formats.folders import job_files, rank_from_name
 from commdebug.formats.readers import load
+from commdebug.model.fault import fault_words
 from commdebug.model.trace import PHASES, Trace
 
-__all__ = ["Change", "Reorder", "Diff", "diff_traces", "diff_paths", "normalise_module"]
+__all__ = ["Change", "Reorder", "Diff", "diff_traces", "diff_paths", "ending", "normalise_module"]
 
 # path segments that wrap a module without changing what it does
 _WRAPPERS = frozenset({"_orig_mod", "_checkpoint_wrapped_module", "_fsdp_wrapped_module"})
@@ -78,9 +83,24 @@ class Diff:
     changes: list[Change]
     reorders: list[Reorder]
     rolled_up: int = 0
+    ended: tuple[str, str] | None = None  # how each side's process ended, where they differ (both known)
+    rank: int | None = None
 
     def __bool__(self) -> bool:
         return bool(self.changes or self.reorders)
+
+
+def ending(trace: Trace) -> str | None:
+    """How a recorded process ended: its fault record's words (a fatal signal before its final
+    dump), ``metadata.ended_by`` ("exit", "RuntimeError: ..."), "without a final dump" for a
+    stream without either; None where the dump does not say (older dumps, torch's own)."""
+    fault = trace.metadata.get("fault")
+    if isinstance(fault, dict) and not fault.get("after_final_dump"):
+        return fault_words(fault)
+    ended = trace.metadata.get("ended_by")
+    if ended:
+        return str(ended)
+    return "without a final dump" if trace.metadata.get("stream") else None
 
 
 def normalise_module(fqn: str) -> str:
@@ -201,7 +221,9 @@ def diff_traces(a: Trace, b: Trace, rank: int | None = None, *, ignore_groups: b
         if sa != sb and sorted(sa) == sorted(sb):  # same calls, other order (count changes are above)
             i = next(i for i, (x, y) in enumerate(zip(sa, sb, strict=True)) if x != y)
             reorders.append(Reorder(rank, group, i, sa[i], sb[i]))
-    return Diff(changes, reorders, moved_a + moved_b)
+    ends = ending(a), ending(b)
+    ended = (ends[0], ends[1]) if ends[0] is not None and ends[1] is not None and ends[0] != ends[1] else None
+    return Diff(changes, reorders, moved_a + moved_b, ended, rank)
 
 
 def diff_paths(a: str | os.PathLike, b: str | os.PathLike, *, ignore_groups: bool = False,

@@ -1,11 +1,13 @@
-"""``commdebug diff`` as text: one line per module, phase and collective that changed, and one
-per group whose calls were issued in another order."""
+"""``commdebug diff`` as text: one line per module, phase and collective that changed, one per
+group whose calls were issued in another order, and a note per rank whose process ended
+otherwise in one run than in the other."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
 from commdebug.analysis.diff import Diff
+from commdebug.render.endings import error_line
 from commdebug.units import format_bytes
 
 __all__ = ["render_diff"]
@@ -33,6 +35,8 @@ def render_diff(found: Diff | Iterable[Diff], a: str, b: str) -> str:
     head = f"no differences between {a} and {b}" if n == 0 else f"{n} difference{'s' if n != 1 else ''} between {a} (a) and {b} (b):"
     rolled = sum(d.rolled_up for d in diffs)
     tail = [f"note: {rolled} module(s) present on one side only (inside a compiled block, say) are counted at their nearest module both sides have"] if rolled else []
+    tail += [f"note: {f'rank {d.rank}' if d.rank is not None else 'the process'} ended by {error_line(d.ended[0], 120)} in a, "
+             f"by {error_line(d.ended[1], 120)} in b" for d in diffs if d.ended is not None]
     return "\n".join([head, *lines, *tail]) + "\n"
 
 
