@@ -137,11 +137,17 @@ def completion_of(work: Any) -> Any:
     >>> done = completion_of(dist.all_reduce(t, async_op=True))   # doctest: +SKIP
     >>> done.done_at()                                              # doctest: +SKIP
     """
-    try:
-        from commdebug.capture import _native
-    except ImportError:
-        return None
-    return _native.on_completion(work)
+    native = _NATIVE[0]
+    if native is None:
+        try:
+            from commdebug.capture import _native as native
+        except ImportError:
+            native = False
+        _NATIVE[0] = native
+    return native.on_completion(work) if native else None
+
+
+_NATIVE: list[Any] = [None]  # the C++ extension once looked for (False: not built)
 
 
 class CudaEvents:
