@@ -443,6 +443,35 @@ def test_an_error_torch_raises_in_a_collective_reaches_the_program_without_commd
     assert comm.trace.events[-1].error == "RuntimeError: [gloo] connection closed by peer"
 
 
+def test_an_error_in_an_op_under_the_dispatch_mode_has_no_commdebug_frames_but_our_own_error_keeps_them(monkeypatch):
+    """A shape error in the program's model, under the full capture: the traceback is the one it
+    has without commdebug, plus torch's ``OpOverload.__call__`` that the mode runs the op through.
+    An error raised by commdebug's own code keeps its frames: that one is ours to find."""
+    import traceback
+
+    from commdebug.capture import recorder as recorder_module
+
+    def frames() -> list[tuple[str, str]]:
+        try:
+            torch.mm(torch.ones(2, 3), torch.ones(2, 3))
+        except (RuntimeError, TypeError) as e:
+            return [(f.filename, f.name) for f in traceback.extract_tb(e.__traceback__)]
+        raise AssertionError("torch.mm did not raise")
+
+    bare = frames()
+    with CommDebugMode():
+        recorded = frames()
+    assert [f for f in recorded if not f[0].endswith("torch/_ops.py")] == bare, recorded
+
+    from commdebug.units import format_bytes
+
+    monkeypatch.setattr(recorder_module, "_FUNC_INFO", {})
+    monkeypatch.setattr(recorder_module, "_describe", format_bytes)  # a bug of ours: it raises inside commdebug
+    with CommDebugMode():
+        ours = frames()
+    assert any(f[0].endswith("commdebug/capture/recorder.py") for f in ours), ours
+
+
 @pytest.mark.parametrize("in_cpp", [True, False])
 def test_a_call_not_waited_for_shows_in_flight_until_its_wait(world, monkeypatch, in_cpp):
     """What `watch` and `check` read at a hang: a functional collective and an eager one issued

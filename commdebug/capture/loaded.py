@@ -61,7 +61,7 @@ def skip_dynamo_lazily(fn: Callable[..., Any]) -> Callable[..., Any]:
                 return fn(*args, **kwargs)
             return call(*args, **kwargs)
         except BaseException as e:
-            unseen.strip(e)  # an error torch raised in a collective: the program's traceback is its own
+            unseen.strip(e, below=True)  # an error torch raised in an op: the program's traceback is its own
             raise
 
     return inner
