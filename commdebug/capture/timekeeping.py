@@ -130,6 +130,8 @@ class Timekeeping:
         after = work if cuda and not done and work is not None and self._groups.waits_on_stream(group.name) else None
         # CPU only: a CUDA Work's future (NCCL's) is marked done when its kernel is queued, not run
         completion = completion_of(work) if not cuda and not done and work is not None else None
+        if completion is not None and len(self._events.completing) >= self._events.MOST // 2:
+            self._events.collect(self._latency)  # a loop with no step boundary: read the done ones before any is dropped
         return self._events.issued(index, stamp, done, after, completion)
 
     def _waited(self, index: int) -> None:
