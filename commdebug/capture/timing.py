@@ -42,11 +42,18 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any, NamedTuple
 
 import torch
 
 from commdebug.capture.config import NCCL_HOOK_ENV
+
+_native: ModuleType | None
+try:
+    from commdebug.capture import _native
+except ImportError:  # not built: CPU calls are timed to the program's wait
+    _native = None
 
 __all__ = ["SyncTimer", "AsyncTimer", "EventTimer", "CudaEvents", "WorkDone", "completion_of", "nvtx_label", "on_cuda", "waits_on_stream"]
 
@@ -137,17 +144,7 @@ def completion_of(work: Any) -> Any:
     >>> done = completion_of(dist.all_reduce(t, async_op=True))   # doctest: +SKIP
     >>> done.done_at()                                              # doctest: +SKIP
     """
-    native = _NATIVE[0]
-    if native is None:
-        try:
-            from commdebug.capture import _native as native
-        except ImportError:
-            native = False
-        _NATIVE[0] = native
-    return native.on_completion(work) if native else None
-
-
-_NATIVE: list[Any] = [None]  # the C++ extension once looked for (False: not built)
+    return _native.on_completion(work) if _native is not None else None
 
 
 class CudaEvents:
